@@ -1,0 +1,3 @@
+//! stowage's CPU backend.
+//!
+//! Empty until the CPU backend issue lands; see ARCHITECTURE.md for what goes here.

@@ -1,0 +1,129 @@
+//! What a backend's device buffer offers the runtime.
+//!
+//! A backend implements [`DeviceBuffer`] for its buffer handle (an OpenCL `cl_mem`, a
+//! test device's allocation); everything generic is written once, here and in
+//! [`crate::lazy`]: lazy readback at the model boundary, handing outputs back as inputs,
+//! typed map guards, and recording every transfer in the ledger. Backends only say
+//! *whether* an operation copied; the runtime records it.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::Arc;
+
+use bytemuck::Pod;
+
+use crate::map::{MapRead, MapWrite};
+use crate::{Ledger, LedgerTag, MemorySpace, MoveKind, PlainStorage, Result, Tensor};
+
+/// A result, and whether producing it copied bytes between memory spaces.
+#[derive(Debug)]
+pub struct Transferred<T> {
+    /// The result.
+    pub value: T,
+    /// True when bytes were copied; false when memory was shared (unified memory).
+    pub copied: bool,
+}
+
+/// A host view of device memory open for reading. Dropping it unmaps.
+pub trait ReadMapping: Deref<Target = [u8]> + Send {}
+impl<T: Deref<Target = [u8]> + Send> ReadMapping for T {}
+
+/// A host view of device memory open for writing. Dropping it unmaps and makes the device
+/// see the writes; [`WriteMapping::unmap`] does the same and reports failure.
+pub trait WriteMapping: DerefMut<Target = [u8]> {
+    /// Publish the writes to the device and close the mapping.
+    fn unmap(self: Box<Self>) -> Result<()>;
+}
+
+/// A backend's device buffer: a cheap, shareable handle to device memory.
+///
+/// Cloning shares the buffer (like retaining a `cl_mem`), it never copies device memory.
+pub trait DeviceBuffer: Clone + Send + Sync + fmt::Debug + 'static {
+    /// What an upload goes through (a device context and queue).
+    type Context: ?Sized;
+
+    /// The memory space this buffer lives in.
+    fn space(&self) -> MemorySpace;
+
+    /// Length in bytes.
+    fn byte_len(&self) -> usize;
+
+    /// True for a view into a run's scratch memory, whose contents are only good until the
+    /// next run: such a buffer is copied out at the model boundary, never wrapped lazily.
+    fn is_run_scoped(&self) -> bool;
+
+    /// Block until the work queued on this buffer is done.
+    fn wait(&self) -> Result<()>;
+
+    /// The bytes on the host. On unified memory this shares the allocation
+    /// (`copied: false`); otherwise it is one download.
+    fn download(&self) -> Result<Transferred<Arc<PlainStorage>>>;
+
+    /// A new buffer on the device of `cx` holding `bytes`.
+    fn upload(cx: &Self::Context, bytes: &[u8]) -> Result<Transferred<Self>>;
+
+    /// True when this buffer lives on the device of `cx`, so it can be used there as is.
+    fn is_on(&self, cx: &Self::Context) -> bool;
+
+    /// A buffer for a byte range of this one, made on the device, if the backend can.
+    fn slice(&self, bytes: Range<usize>) -> Result<Option<Self>>;
+
+    /// Map for reading, after the pending work writing this buffer is done.
+    fn map_read_bytes(&self) -> Result<Transferred<Box<dyn ReadMapping + '_>>>;
+
+    /// Map for writing, after the pending work on this buffer is done.
+    fn map_write_bytes(&mut self) -> Result<Transferred<Box<dyn WriteMapping + '_>>>;
+
+    /// Map for reading, typed. Records the download in `tag`'s ledger when the mapping is a
+    /// copy (a discrete device); on unified memory it is a pointer.
+    fn map_read<T: Pod>(&self, tag: &LedgerTag) -> Result<MapRead<'_, T>> {
+        let mapped = self.map_read_bytes()?;
+        if mapped.copied {
+            tag.record(MoveKind::Download, &self.space(), &MemorySpace::HOST, self.byte_len(), || {
+                "mapped for reading".into()
+            });
+        }
+        MapRead::new(mapped.value, &tag.value)
+    }
+
+    /// Map for writing, typed. The writes reach the device when the guard is dropped or
+    /// unmapped; on a discrete device that is an upload, recorded in `tag`'s ledger.
+    fn map_write<T: Pod>(&mut self, tag: &LedgerTag) -> Result<MapWrite<'_, T>> {
+        let space = self.space();
+        let bytes = self.byte_len();
+        let mapped = self.map_write_bytes()?;
+        if mapped.copied {
+            tag.record(MoveKind::Download, &space, &MemorySpace::HOST, bytes, || "mapped for writing".into());
+        }
+        let publish = mapped.copied.then(|| (tag.clone(), space));
+        MapWrite::new(mapped.value, publish)
+    }
+}
+
+/// The device buffer to hand a kernel on the device of `cx` for `input`.
+///
+/// An output of an earlier run on the same device (a lazy host tensor still backed by its
+/// device buffer, not written on the host) is used as is: no readback, no upload. Anything
+/// else is uploaded once, recorded in `ledger` under the tensor's name.
+pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger: &Ledger) -> Result<D> {
+    if let Some(buffer) = input.device_buffer::<D>() {
+        if buffer.is_on(cx) && input.is_whole_storage() {
+            return Ok(buffer.clone());
+        }
+    }
+    let packed;
+    let bytes = if input.is_whole_storage() && input.is_row_major() {
+        input.storage().materialize()?
+    } else {
+        packed = input.to_row_major()?;
+        packed.storage().materialize()?
+    };
+    let uploaded = D::upload(cx, bytes)?;
+    if uploaded.copied {
+        let tag = LedgerTag::new(ledger, input.name_or_unnamed());
+        tag.record(MoveKind::Upload, &MemorySpace::HOST, &uploaded.value.space(), bytes.len(), || {
+            "input is in host memory".into()
+        });
+    }
+    Ok(uploaded.value)
+}
