@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::map::{MapRead, MapWrite};
-use crate::{Ledger, LedgerTag, MemorySpace, MoveKind, PlainStorage, Result, Tensor};
+use crate::{DatumType, Ledger, LedgerTag, MemorySpace, MoveKind, PlainStorage, Result, StorageDescriptor, Tensor};
 
 /// A result, and whether producing it copied bytes between memory spaces.
 #[derive(Debug)]
@@ -25,8 +25,8 @@ pub struct Transferred<T> {
 }
 
 /// A host view of device memory open for reading. Dropping it unmaps.
-pub trait ReadMapping: Deref<Target = [u8]> + Send {}
-impl<T: Deref<Target = [u8]> + Send> ReadMapping for T {}
+pub trait ReadMapping: Deref<Target = [u8]> {}
+impl<T: Deref<Target = [u8]>> ReadMapping for T {}
 
 /// A host view of device memory open for writing. Dropping it unmaps and makes the device
 /// see the writes; [`WriteMapping::unmap`] does the same and reports failure.
@@ -35,12 +35,18 @@ pub trait WriteMapping: DerefMut<Target = [u8]> {
     fn unmap(self: Box<Self>) -> Result<()>;
 }
 
-/// A backend's device buffer: a cheap, shareable handle to device memory.
+/// A backend's device buffer: a cheap, shareable handle to device memory holding a
+/// tensor's elements.
 ///
 /// Cloning shares the buffer (like retaining a `cl_mem`), it never copies device memory.
+/// Backends do not write this impl by hand: `#[derive(TensorStorage)]` generates it from
+/// the descriptor on the buffer type.
 pub trait DeviceBuffer: Clone + Send + Sync + fmt::Debug + 'static {
     /// What an upload goes through (a device context and queue).
     type Context: ?Sized;
+
+    /// The memory this buffer type lives in, for the planner.
+    const DESCRIPTOR: StorageDescriptor;
 
     /// The memory space this buffer lives in.
     fn space(&self) -> MemorySpace;
@@ -59,13 +65,14 @@ pub trait DeviceBuffer: Clone + Send + Sync + fmt::Debug + 'static {
     /// (`copied: false`); otherwise it is one download.
     fn download(&self) -> Result<Transferred<Arc<PlainStorage>>>;
 
-    /// A new buffer on the device of `cx` holding `bytes`.
-    fn upload(cx: &Self::Context, bytes: &[u8]) -> Result<Transferred<Self>>;
+    /// A new buffer on the device of `cx` holding `bytes`: packed row-major `shape` of `dt`.
+    fn upload(cx: &Self::Context, dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Transferred<Self>>;
 
     /// True when this buffer lives on the device of `cx`, so it can be used there as is.
     fn is_on(&self, cx: &Self::Context) -> bool;
 
-    /// A buffer for a byte range of this one, made on the device, if the backend can.
+    /// A buffer for a byte range of this one, made on the device, if the backend can. The
+    /// range covers whole elements; the result is flat (one axis).
     fn slice(&self, bytes: Range<usize>) -> Result<Option<Self>>;
 
     /// Map for reading, after the pending work writing this buffer is done.
@@ -118,7 +125,7 @@ pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger
         packed = input.to_row_major()?;
         packed.storage().materialize()?
     };
-    let uploaded = D::upload(cx, bytes)?;
+    let uploaded = D::upload(cx, input.dt(), input.shape(), bytes)?;
     if uploaded.copied {
         let tag = LedgerTag::new(ledger, input.name_or_unnamed());
         tag.record(MoveKind::Upload, &MemorySpace::HOST, &uploaded.value.space(), bytes.len(), || {

@@ -28,6 +28,9 @@
 //! ```
 
 mod datum;
+#[doc(hidden)]
+pub mod derive_support;
+mod descriptor;
 mod device;
 mod error;
 mod layout;
@@ -39,6 +42,7 @@ mod storage;
 mod tensor;
 
 pub use datum::{Datum, DatumType};
+pub use descriptor::{LayoutSupport, MapMode, MapSupport, StorageDescriptor};
 pub use device::{device_input, DeviceBuffer, ReadMapping, Transferred, WriteMapping};
 pub use error::{Result, RuntimeError};
 pub use layout::{Layout, LayoutKind, HOST_ALIGNMENT};
@@ -48,6 +52,9 @@ pub use map::{MapRead, MapWrite};
 pub use space::{MemoryKind, MemorySpace};
 pub use storage::{ExternalStorage, PlainStorage, Release, TensorStorage};
 pub use tensor::{Accepts, LayoutNeed, Tensor};
+
+/// `#[derive(TensorStorage)]`: a backend's storage from the descriptor on its buffer type.
+pub use stowage_macros::TensorStorage;
 
 /// Re-exported so that backends and tests use the same version.
 pub use bytemuck;

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{both_modes, iota, lazy_output, Mode, TestBuffer};
-use stowage_runtime::{device_input, DatumType, LazyHost, Ledger, LedgerTag, MoveKind, Tensor, TensorStorage};
+use stowage_runtime::{DatumType, LazyHost, Ledger, LedgerTag, MoveKind, Tensor, TensorStorage};
 
 #[test]
 fn rule_1_a_device_output_is_a_host_tensor_in_type_and_shape_with_no_bytes_copied() {
@@ -93,7 +93,7 @@ fn rule_5_a_host_write_detaches_the_device_buffer_first() {
         assert_eq!(buffer.peek(), before, "{mode:?}: the write reached device memory");
         assert_ne!(y.as_slice::<f32>().unwrap().as_ptr() as usize, buffer.address());
         // And it is an ordinary host tensor now: handed back as an input, it is uploaded.
-        let back: TestBuffer = device_input(&y, &cx, &Ledger::off()).unwrap();
+        let back = TestBuffer::from_tensor(&y, &cx, &Ledger::off()).unwrap();
         assert!(!back.same_buffer(&buffer));
     });
 }
@@ -146,7 +146,7 @@ fn rule_7_slicing_an_unmaterialized_tensor_stays_lazy_and_reads_only_the_slice()
 fn rule_8_an_output_passed_as_the_next_runs_input_is_used_as_is() {
     both_modes(|mode| {
         let (cx, buffer, ledger, y) = lazy_output(mode, &[16], &iota(16));
-        let input: TestBuffer = device_input(&y, &cx, &ledger).unwrap();
+        let input = TestBuffer::from_tensor(&y, &cx, &ledger).unwrap();
         assert!(input.same_buffer(&buffer), "{mode:?}: not the same device buffer");
         assert_eq!((cx.counters.uploads(), cx.counters.downloads()), (0, 0));
         assert!(ledger.entries().is_empty());
@@ -154,7 +154,7 @@ fn rule_8_an_output_passed_as_the_next_runs_input_is_used_as_is() {
 
         // A host tensor is uploaded once, and the ledger says so.
         let x = Tensor::from_slice(&[16], &iota(16)).unwrap().with_name("x");
-        let up: TestBuffer = device_input(&x, &cx, &ledger).unwrap();
+        let up = TestBuffer::from_tensor(&x, &cx, &ledger).unwrap();
         assert_eq!(up.peek(), common::bytemuck_bytes(&iota(16)));
         let entries = ledger.entries();
         assert_eq!(entries.len(), 1);
@@ -167,11 +167,11 @@ fn rule_9_only_owned_buffers_are_wrapped_and_run_scoped_views_are_copied_out() {
     both_modes(|mode| {
         let cx = common::TestContext::new(mode);
         let ledger = Ledger::recording();
-        let view = cx.run_scoped(&common::bytemuck_bytes(&iota(4)));
+        let view = cx.run_scoped(&iota(4));
         let refused = LazyHost::new(view.clone(), LedgerTag::new(&ledger, "v")).unwrap_err();
         assert!(refused.to_string().contains("run-scoped"), "{refused}");
 
-        let out = LazyHost::at_boundary(view.clone(), DatumType::F32, &[4], LedgerTag::new(&ledger, "v")).unwrap();
+        let out = view.clone().into_tensor(LedgerTag::new(&ledger, "v")).unwrap();
         assert!(out.is_host_readable(), "a view is copied out at the boundary");
         assert!(out.lazy::<TestBuffer>().is_none());
         let entries = ledger.entries();

@@ -4,14 +4,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{both_modes, bytemuck_bytes, iota, Mode, TestContext};
+use common::{both_modes, bytemuck_bytes, iota, Mode, TestBuffer, TestContext};
 use stowage_runtime::{DatumType, DeviceBuffer, Ledger, LedgerTag, MoveKind, RuntimeError, Tensor};
 
 #[test]
 fn mapping_waits_for_the_pending_work_on_its_buffer() {
     both_modes(|mode| {
         let cx = TestContext::new(mode);
-        let buffer = cx.produce(bytemuck_bytes(&[0.0; 4]));
+        let buffer = cx.produce(&[4], &[0.0; 4]);
         buffer.queue_write(bytemuck_bytes(&[1.0, 2.0, 3.0, 4.0]), Duration::from_millis(50));
         assert!(buffer.pending() > 0);
         let map = buffer.map_read::<f32>(&LedgerTag::default()).unwrap();
@@ -24,7 +24,7 @@ fn mapping_waits_for_the_pending_work_on_its_buffer() {
 fn dropping_a_write_mapping_makes_the_device_see_the_writes() {
     both_modes(|mode| {
         let cx = TestContext::new(mode);
-        let mut buffer = cx.produce(bytemuck_bytes(&iota(4)));
+        let mut buffer = cx.produce(&[4], &iota(4));
         let ledger = Ledger::recording();
         let tag = LedgerTag::new(&ledger, "state");
         {
@@ -45,7 +45,7 @@ fn dropping_a_write_mapping_makes_the_device_see_the_writes() {
 fn unmap_publishes_and_reports() {
     both_modes(|mode| {
         let cx = TestContext::new(mode);
-        let mut buffer = cx.produce(bytemuck_bytes(&[0.0; 2]));
+        let mut buffer = cx.produce(&[2], &[0.0; 2]);
         let mut map = buffer.map_write::<f32>(&LedgerTag::default()).unwrap();
         map.copy_from_slice(&[3.0, 4.0]);
         map.unmap().unwrap();
@@ -57,7 +57,7 @@ fn unmap_publishes_and_reports() {
 #[test]
 fn on_unified_memory_a_mapping_is_a_pointer_not_a_copy() {
     let cx = TestContext::new(Mode::Unified);
-    let mut buffer = cx.produce(bytemuck_bytes(&iota(8)));
+    let mut buffer = cx.produce(&[8], &iota(8));
     let read = buffer.map_read::<f32>(&LedgerTag::default()).unwrap();
     assert_eq!(read.as_ptr() as usize, buffer.address());
     drop(read);
@@ -71,7 +71,7 @@ fn on_unified_memory_a_mapping_is_a_pointer_not_a_copy() {
 #[test]
 fn a_mapping_of_the_wrong_element_size_is_an_error() {
     let cx = TestContext::new(Mode::Discrete);
-    let buffer = cx.produce(vec![0u8; 6]);
+    let buffer = TestBuffer::allocate(&cx, DatumType::U8, &[6]).unwrap();
     let err = buffer.map_read::<f32>(&LedgerTag::new(&Ledger::off(), "odd")).unwrap_err();
     assert!(matches!(err, RuntimeError::View { .. }), "{err}");
     assert!(err.to_string().contains("6 bytes"), "{err}");

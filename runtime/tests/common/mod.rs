@@ -4,7 +4,7 @@
 
 pub mod test_device;
 
-use stowage_runtime::{DatumType, LazyHost, Ledger, LedgerTag, Tensor};
+use stowage_runtime::{Ledger, LedgerTag, Tensor};
 pub use test_device::{Mode, TestBuffer, TestContext};
 
 /// Run `check` once in each mode of the test device.
@@ -18,10 +18,9 @@ pub fn both_modes(check: impl Fn(Mode)) {
 /// output `y` would be at the boundary.
 pub fn lazy_output(mode: Mode, shape: &[usize], values: &[f32]) -> (TestContext, TestBuffer, Ledger, Tensor<'static>) {
     let cx = TestContext::new(mode);
-    let buffer = cx.produce(bytemuck_bytes(values));
+    let buffer = cx.produce(shape, values);
     let ledger = Ledger::recording();
-    let tensor = LazyHost::at_boundary(buffer.clone(), DatumType::F32, shape, LedgerTag::new(&ledger, "y"))
-        .expect("wrapping an owned buffer");
+    let tensor = buffer.clone().into_tensor(LedgerTag::new(&ledger, "y")).expect("wrapping an owned buffer");
     (cx, buffer, ledger, tensor)
 }
 

@@ -1,0 +1,29 @@
+use stowage_runtime::{DatumType, TensorStorage};
+
+#[derive(Clone, TensorStorage)]
+#[storage(space = device, name = "gpu", alignment = 256, download = gpu::download, context = Queue, allocate = gpu::allocate, upload = gpu::upload, copy = gpu::copy, bandwidth_gbps = 10, latency_us = 5)]
+struct Gpu<'q> {
+    #[storage(buffer)]
+    mem: gpu::Mem,
+    #[storage(dtype)]
+    dt: DatumType,
+    #[storage(shape)]
+    shape: Vec<usize>,
+    queue: &'q Queue,
+}
+
+struct Queue;
+
+mod gpu {
+    use stowage_runtime::{PlainStorage, Result, Transferred};
+    use std::sync::Arc;
+
+    #[derive(Clone, Debug)]
+    pub struct Mem;
+    pub fn allocate(_: &super::Queue, _: usize) -> Result<Mem> { Ok(Mem) }
+    pub fn upload(_: &super::Queue, _: &[u8]) -> Result<Transferred<Mem>> { Ok(Transferred { value: Mem, copied: true }) }
+    pub fn download(_: &Mem) -> Result<Transferred<Arc<PlainStorage>>> { Ok(Transferred { value: Arc::new(PlainStorage::zeroed(0)?), copied: true }) }
+    pub fn copy(_: &Mem, _: &Mem) -> Result<()> { Ok(()) }
+}
+
+fn main() {}

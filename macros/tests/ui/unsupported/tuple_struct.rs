@@ -1,0 +1,7 @@
+use stowage_runtime::TensorStorage;
+
+#[derive(TensorStorage)]
+#[storage(space = host, name = "host", alignment = 64)]
+struct Host(Vec<u8>);
+
+fn main() {}

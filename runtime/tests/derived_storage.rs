@@ -1,0 +1,47 @@
+//! What `#[derive(TensorStorage)]` generates for the test device beyond the lazy-host rules:
+//! the descriptor, formatting that never reads device bytes, allocation, device copies.
+
+mod common;
+
+use common::{both_modes, bytemuck_bytes, iota, TestBuffer, TestContext};
+use stowage_runtime::{DatumType, DeviceBuffer, Ledger, LedgerTag, MapSupport, MemoryKind, MoveKind};
+
+#[test]
+fn the_descriptor_is_the_attributes() {
+    let d = TestBuffer::DESCRIPTOR;
+    assert_eq!(d, <TestBuffer as DeviceBuffer>::DESCRIPTOR);
+    assert_eq!((d.name, d.kind, d.alignment, d.map), ("test", MemoryKind::Device, 64, MapSupport::Copy));
+    assert_eq!((d.bandwidth_gbps, d.latency_us, d.can_slice), (16.0, 5.0, true));
+    // 1 MB at 16 GB/s plus 5 µs.
+    assert!((d.transfer_us(1_000_000) - 67.5).abs() < 1e-9);
+}
+
+#[test]
+fn debug_and_display_never_read_device_bytes() {
+    both_modes(|mode| {
+        let cx = TestContext::new(mode);
+        let buffer = cx.produce(&[2, 3], &iota(6));
+        let shown = buffer.to_string();
+        let debug = format!("{buffer:?}");
+        assert!(shown.ends_with("f32[2, 3], 24 bytes"), "{shown}");
+        assert!(debug.starts_with("TestBuffer { space: MemorySpace"), "{debug}");
+        assert_eq!(cx.counters.downloads() + cx.counters.maps.load(std::sync::atomic::Ordering::SeqCst), 0);
+    });
+}
+
+#[test]
+fn allocate_and_copy_on_the_device_are_recorded() {
+    both_modes(|mode| {
+        let cx = TestContext::new(mode);
+        let src = cx.produce(&[4], &iota(4));
+        let mut dst = TestBuffer::allocate(&cx, DatumType::F32, &[4]).unwrap();
+        src.wait().unwrap();
+        let ledger = Ledger::recording();
+        dst.copy_from(&src, &LedgerTag::new(&ledger, "state")).unwrap();
+        assert_eq!(dst.peek(), bytemuck_bytes(&iota(4)));
+        let entries = ledger.entries();
+        assert_eq!(entries.len(), 1);
+        assert_eq!((entries[0].kind, entries[0].bytes), (MoveKind::DeviceToDevice, 16));
+        assert_eq!(cx.counters.downloads() + cx.counters.uploads(), 0, "{mode:?}");
+    });
+}
