@@ -113,21 +113,30 @@ pub trait DeviceBuffer: Clone + Send + Sync + fmt::Debug + 'static {
 /// device buffer, not written on the host) is used as is: no readback, no upload. Anything
 /// else is uploaded once, recorded in `ledger` under the tensor's name.
 pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger: &Ledger) -> Result<D> {
+    let tag = LedgerTag::new(ledger, input.name_or_unnamed());
+    let packed = input.is_row_major();
     if let Some(buffer) = input.device_buffer::<D>() {
-        if buffer.is_on(cx) && input.is_whole_storage() {
+        // Only a whole, packed tensor is its buffer as is; a transposed or sliced view is not.
+        if packed && buffer.is_on(cx) && input.is_whole_storage() {
             return Ok(buffer.clone());
         }
     }
-    let packed;
-    let bytes = if input.is_whole_storage() && input.is_row_major() {
-        input.storage().materialize()?
+    let relaid;
+    let bytes = if packed {
+        input.host_bytes_of_view()?
     } else {
-        packed = input.to_row_major()?;
-        packed.storage().materialize()?
+        relaid = input.to_row_major()?;
+        tag.record(
+            MoveKind::Relayout,
+            &MemorySpace::HOST,
+            &MemorySpace::HOST,
+            relaid.len() * input.dt().size_of(),
+            || format!("{} input packed row-major for upload", input.layout_kind()).into(),
+        );
+        relaid.host_bytes_of_view()?
     };
     let uploaded = D::upload(cx, input.dt(), input.shape(), bytes)?;
     if uploaded.copied {
-        let tag = LedgerTag::new(ledger, input.name_or_unnamed());
         tag.record(MoveKind::Upload, &MemorySpace::HOST, &uploaded.value.space(), bytes.len(), || {
             "input is in host memory".into()
         });

@@ -183,6 +183,9 @@ impl Layout {
 
     /// What this layout is for `shape` with elements of `dt`.
     pub fn kind(&self, dt: DatumType, shape: &[usize]) -> LayoutKind {
+        if self.strides.len() != shape.len() {
+            return LayoutKind::Strided;
+        }
         let significant = |strides: &[usize]| -> Vec<(usize, usize)> {
             shape.iter().zip(strides).enumerate().filter(|(_, (&d, _))| d > 1).map(|(i, (_, &s))| (i, s)).collect()
         };
@@ -198,7 +201,7 @@ impl Layout {
         // Padded rows: exactly one axis whose stride exceeds the packed one, with the axes
         // after it packed and the axes before it packed over the padded rows.
         for axis in 0..shape.len() {
-            let pitch = self.strides[axis] * dt.size_of();
+            let Some(pitch) = self.strides[axis].checked_mul(dt.size_of()) else { continue };
             if let Ok(p) = Layout::padded(dt, shape, axis, pitch) {
                 if significant(&p.strides) == ours {
                     return LayoutKind::PaddedRows { axis, pitch };
@@ -262,6 +265,8 @@ mod tests {
         assert!(matches!(Layout::row_major(F32, &huge), Err(RuntimeError::TooLarge { .. })));
         assert!(matches!(Layout::padded(F32, &[3, 4], 0, 6), Err(RuntimeError::Layout { .. })));
         assert_eq!(Layout::row_major(F32, &[0, 5]).unwrap().span_bytes(F32, &[0, 5]).unwrap(), 0);
+        assert_eq!(Layout::strided(vec![1], 0).kind(F32, &[2, 3]), LayoutKind::Strided);
+        assert_eq!(Layout::strided(vec![1, usize::MAX], 0).kind(F32, &[0, 2]), LayoutKind::Strided);
     }
 
     #[test]

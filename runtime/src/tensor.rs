@@ -229,7 +229,7 @@ impl<'a> Tensor<'a> {
     pub fn as_slice<T: Datum>(&self) -> Result<&[T]> {
         self.check_dt(T::DATUM_TYPE)?;
         self.check_row_major("as_slice")?;
-        let bytes = &self.storage.materialize()?[self.byte_range()];
+        let bytes = self.storage.materialize()?.get(self.byte_range()).ok_or_else(|| self.short_storage())?;
         bytemuck::checked::try_cast_slice(bytes).map_err(|e| self.cast_error(e, bytes, std::mem::align_of::<T>()))
     }
 
@@ -259,14 +259,31 @@ impl<'a> Tensor<'a> {
         })
     }
 
+    /// The bytes of this view's elements on the host (packed row-major views only).
+    pub(crate) fn host_bytes_of_view(&self) -> Result<&[u8]> {
+        self.check_row_major("upload")?;
+        self.storage.materialize()?.get(self.byte_range()).ok_or_else(|| self.short_storage())
+    }
+
+    fn short_storage(&self) -> RuntimeError {
+        RuntimeError::ByteLength {
+            tensor: self.name_or_unnamed().into(),
+            dt: self.dt,
+            shape: self.shape.clone(),
+            expected: self.layout.span_bytes(self.dt, &self.shape).unwrap_or(usize::MAX),
+            found: self.storage.byte_len(),
+        }
+    }
+
     /// The elements in row-major index order, whatever the layout.
     pub fn to_vec<T: Datum>(&self) -> Result<Vec<T>> {
         self.check_dt(T::DATUM_TYPE)?;
-        let bytes = &self.storage.materialize()?[self.layout.offset()..];
+        let bytes = self.storage.materialize()?.get(self.layout.offset()..).ok_or_else(|| self.short_storage())?;
         let size = self.dt.size_of();
         element_offsets(&self.shape, self.layout.strides(), size)
             .map(|at| {
-                bytemuck::checked::try_pod_read_unaligned(&bytes[at..at + size])
+                let element = bytes.get(at..at + size).ok_or_else(|| self.short_storage())?;
+                bytemuck::checked::try_pod_read_unaligned(element)
                     .map_err(|e| self.cast_error(e, bytes, std::mem::align_of::<T>()))
             })
             .collect()
@@ -285,7 +302,7 @@ impl<'a> Tensor<'a> {
     pub fn map_read<T: Datum + Pod>(&self) -> Result<MapRead<'_, T>> {
         self.check_map_type::<T>()?;
         self.check_row_major("map_read")?;
-        MapRead::host(&self.storage.materialize()?[self.byte_range()], self.name_or_unnamed())
+        MapRead::host(self.host_bytes_of_view()?, self.name_or_unnamed())
     }
 
     /// Map for writing: a guard that derefs to `[T]` mutably. Like
@@ -320,12 +337,13 @@ impl<'a> Tensor<'a> {
         let span = layout.span_bytes(self.dt, &self.shape)?;
         let mut plain = PlainStorage::zeroed_aligned(span, alignment.max(crate::layout::HOST_ALIGNMENT))
             .map_err(|e| self.named(e))?;
-        let src = &self.storage.materialize()?[self.layout.offset()..];
+        let src = self.storage.materialize()?.get(self.layout.offset()..).ok_or_else(|| self.short_storage())?;
         let dst = plain.as_bytes_mut();
         let from = element_offsets(&self.shape, self.layout.strides(), size);
         let to = element_offsets(&self.shape, layout.strides(), size);
         for (f, t) in from.zip(to) {
-            dst[t..t + size].copy_from_slice(&src[f..f + size]);
+            let element = src.get(f..f + size).ok_or_else(|| self.short_storage())?;
+            dst[t..t + size].copy_from_slice(element);
         }
         let tensor = Tensor::from_storage(
             self.dt,
@@ -364,9 +382,21 @@ impl<'a> Tensor<'a> {
         let mut shape = self.shape.clone();
         shape[axis] = range.len();
         let size = self.dt.size_of();
-        let offset = self.layout.offset() + range.start * self.layout.strides()[axis] * size;
+        let offset = if range.is_empty() {
+            self.layout.offset()
+        } else {
+            range
+                .start
+                .checked_mul(self.layout.strides()[axis])
+                .and_then(|e| e.checked_mul(size))
+                .and_then(|b| b.checked_add(self.layout.offset()))
+                .ok_or_else(|| self.view_error("slice", format!("offset of {range:?} on axis {axis} overflows")))?
+        };
         let layout = self.layout.clone().with_offset(offset);
         let span = layout.span_bytes(self.dt, &shape)?;
+        if span > self.storage.byte_len() {
+            return Err(self.view_error("slice", format!("range {range:?} reaches past the storage")));
+        }
         let mut view = Tensor { shape, layout, ..self.clone() };
         if span > offset {
             if let Some(sliced) = self.storage.slice(offset..span)? {

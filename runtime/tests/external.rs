@@ -20,10 +20,15 @@ fn aligned_bytes(len: usize) -> PlainStorage {
     plain
 }
 
-fn check(tensor: &Tensor<'_>, need: &LayoutNeed) -> (Tensor<'static>, Vec<stowage_runtime::Move>) {
+/// `conform`'s result, checked to be what `need` reads in place, and the ledger.
+fn check<'a>(tensor: &Tensor<'a>, need: &LayoutNeed) -> (Tensor<'a>, Vec<stowage_runtime::Move>) {
     let ledger = Ledger::recording();
     let out = tensor.conform(need, &LedgerTag::new(&ledger, "frame")).unwrap();
-    let out = out.to_row_major().unwrap();
+    let address = out.storage().host_bytes().unwrap().as_ptr() as usize + out.layout().offset();
+    assert_eq!(address % need.alignment, 0, "conform returned misaligned memory");
+    if need.accepts == Accepts::RowMajor {
+        assert!(out.is_row_major(), "conform returned {}", out.layout_kind());
+    }
     (out, ledger.entries())
 }
 
@@ -95,6 +100,7 @@ fn column_major_memory_for_a_row_major_consumer_is_one_relayout() {
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].reason, "column-major where row-major is needed");
     // Column-major [2, 3]: element (r, c) is at r + 2c.
+    assert!(!copy.shares_storage_with(&t));
     assert_eq!(copy.as_slice::<f32>().unwrap(), &[0.0, 2.0, 4.0, 1.0, 3.0, 5.0]);
     // Both wrong at once: still one copy, with both reasons.
     let layout = Layout::column_major(DatumType::F32, &[2, 3]).unwrap();

@@ -129,7 +129,7 @@ fn rule_7_slicing_an_unmaterialized_tensor_stays_lazy_and_reads_only_the_slice()
         assert_eq!(rows.to_vec::<f32>().unwrap(), (8..24).map(|i| i as f32).collect::<Vec<_>>());
         match mode {
             Mode::Discrete => {
-                assert!(rows.lazy::<TestBuffer>().is_some(), "sliced on the device");
+                assert!(rows.lazy::<TestBuffer>().is_some() && !rows.shares_storage_with(&y), "sliced on the device");
                 assert_eq!(cx.counters.download_bytes(), 2 * 8 * 4, "only the slice's bytes");
                 assert_eq!(ledger.bytes_moved(), 64);
                 assert!(!y.is_host_readable(), "the parent stays on the device");
@@ -151,6 +151,15 @@ fn rule_8_an_output_passed_as_the_next_runs_input_is_used_as_is() {
         assert_eq!((cx.counters.uploads(), cx.counters.downloads()), (0, 0));
         assert!(ledger.entries().is_empty());
         assert!(!y.is_host_readable());
+
+        // A transposed view of it is not its buffer: it is packed and uploaded, and the ledger says so.
+        let transposed = y.reshape(&[4, 4]).unwrap().permute(&[1, 0]).unwrap();
+        let packed = TestBuffer::from_tensor(&transposed, &cx, &ledger).unwrap();
+        assert!(!packed.same_buffer(&buffer));
+        let expected: Vec<f32> = (0..16).map(|i| ((i % 4) * 4 + i / 4) as f32).collect();
+        assert_eq!(packed.peek(), common::bytemuck_bytes(&expected));
+        let kinds: Vec<_> = ledger.take().iter().map(|m| m.kind).collect();
+        assert!(kinds.ends_with(&[MoveKind::Relayout, MoveKind::Upload]), "{kinds:?}");
 
         // A host tensor is uploaded once, and the ledger says so.
         let x = Tensor::from_slice(&[16], &iota(16)).unwrap().with_name("x");

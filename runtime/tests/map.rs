@@ -11,7 +11,7 @@ use stowage_runtime::{DatumType, DeviceBuffer, Ledger, LedgerTag, MoveKind, Runt
 fn mapping_waits_for_the_pending_work_on_its_buffer() {
     both_modes(|mode| {
         let cx = TestContext::new(mode);
-        let buffer = cx.produce(&[4], &[0.0; 4]);
+        let buffer = TestBuffer::allocate(&cx, DatumType::F32, &[4]).unwrap();
         buffer.queue_write(bytemuck_bytes(&[1.0, 2.0, 3.0, 4.0]), Duration::from_millis(50));
         assert!(buffer.pending() > 0);
         let map = buffer.map_read::<f32>(&LedgerTag::default()).unwrap();

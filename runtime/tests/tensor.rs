@@ -109,6 +109,18 @@ fn bad_view_arguments_are_errors_naming_the_tensor() {
 }
 
 #[test]
+fn empty_and_nested_slices_stay_inside_their_storage() {
+    let t = Tensor::from_slice(&[2, 3], &[0, 1, 2, 3, 4, 5i32]).unwrap();
+    let empty = t.slice(1, 1..3).unwrap().slice(0, 2..2).unwrap();
+    assert_eq!(empty.shape(), &[0, 2]);
+    assert!(empty.to_vec::<i32>().unwrap().is_empty());
+    assert!(empty.to_row_major().unwrap().as_slice::<i32>().unwrap().is_empty());
+    let corner = t.slice(1, 1..3).unwrap().slice(0, 1..2).unwrap().slice(1, 1..2).unwrap();
+    assert_eq!(corner.to_vec::<i32>().unwrap(), vec![5]);
+    assert_eq!(corner.as_slice::<i32>().unwrap(), &[5]);
+}
+
+#[test]
 fn a_write_through_a_shared_storage_copies_first() {
     let t = Tensor::from_slice(&[4], &[1u8, 2, 3, 4]).unwrap();
     let mut part = t.slice(0, 2..4).unwrap();

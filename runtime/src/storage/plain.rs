@@ -16,13 +16,27 @@ use crate::{MemorySpace, Result, RuntimeError};
 #[repr(C, align(64))]
 struct Chunk([u8; HOST_ALIGNMENT]);
 
-/// Owned host bytes, 64-byte aligned by default (more on request).
-#[derive(Clone)]
+/// Owned host bytes, 64-byte aligned by default (more on request; clones keep it).
 pub struct PlainStorage {
     chunks: Vec<Chunk>,
     /// Byte offset of the first byte within `chunks` (non-zero only for alignments over 64).
     start: usize,
     len: usize,
+    alignment: usize,
+}
+
+impl Clone for PlainStorage {
+    fn clone(&self) -> Self {
+        // Cloning the chunks moves the bytes: lay them out again at the same alignment.
+        let mut copy = PlainStorage { chunks: self.chunks.clone(), start: 0, len: self.len, alignment: self.alignment };
+        if self.alignment > HOST_ALIGNMENT {
+            let base = copy.chunks.as_ptr() as usize;
+            copy.start = base.next_multiple_of(self.alignment) - base;
+            let (from, to) = (self.start, copy.start);
+            bytemuck::cast_slice_mut::<Chunk, u8>(&mut copy.chunks).copy_within(from..from + self.len, to);
+        }
+        copy
+    }
 }
 
 impl PlainStorage {
@@ -49,7 +63,7 @@ impl PlainStorage {
         chunks.resize(count, Chunk([0; HOST_ALIGNMENT]));
         let base = chunks.as_ptr() as usize;
         let start = base.next_multiple_of(alignment) - base;
-        Ok(PlainStorage { chunks, start, len })
+        Ok(PlainStorage { chunks, start, len, alignment })
     }
 
     /// A 64-byte aligned copy of `bytes`.
@@ -149,6 +163,17 @@ mod tests {
             assert_eq!(p.len(), 100);
         }
         assert!(PlainStorage::zeroed_aligned(1, 48).is_err());
+    }
+
+    #[test]
+    fn clones_keep_their_alignment_and_bytes() {
+        let mut p = PlainStorage::zeroed_aligned(100, 4096).unwrap();
+        p.as_bytes_mut()[99] = 7;
+        for _ in 0..4 {
+            let c = p.clone();
+            assert_eq!(c.address() % 4096, 0);
+            assert_eq!(c.as_bytes(), p.as_bytes());
+        }
     }
 
     #[test]
