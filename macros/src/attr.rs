@@ -156,6 +156,27 @@ fn path(cx: &Ctxt, key: &Ident, expr: &Expr) -> Option<Path> {
     }
 }
 
+/// Skip to the next `,` of the attribute, after a value that did not parse.
+fn skip_to_comma(meta: &ParseNestedMeta) -> syn::Result<()> {
+    while !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+        meta.input.parse::<proc_macro2::TokenTree>()?;
+    }
+    Ok(())
+}
+
+/// Parse `= value` as `T`, reporting a failure into `cx` and skipping the value, so that the
+/// keys after it are still read.
+fn value<T: syn::parse::Parse>(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<T>> {
+    match meta.value().and_then(|v| v.parse::<T>()) {
+        Ok(parsed) => Ok(Some(parsed)),
+        Err(err) => {
+            cx.syn_error(err);
+            skip_to_comma(meta)?;
+            Ok(None)
+        }
+    }
+}
+
 /// Consume whatever value an unknown key has, so parsing can go on.
 fn skip_value(meta: &ParseNestedMeta) -> syn::Result<()> {
     if meta.input.peek(Token![=]) {
@@ -224,13 +245,13 @@ pub fn parse_struct_attr(cx: &Ctxt, attr: &syn::Attribute, d: &mut Descriptor) {
             return skip_value(&meta);
         }
         if name == CONTEXT {
-            let ty: Type = meta.value()?.parse()?;
-            set(cx, &mut d.context, &key, Some(ty));
+            let ty: Option<Type> = value(cx, &meta)?;
+            set(cx, &mut d.context, &key, ty);
             return Ok(());
         }
+        let Some(expr) = value::<Expr>(cx, &meta)? else { return Ok(()) };
         if name == NAME {
-            let lit: Expr = meta.value()?.parse()?;
-            let value = match lit {
+            let value = match expr {
                 Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Some(s),
                 other => {
                     cx.error_at(&other, "expected a string, like `name = \"opencl\"`");
@@ -240,7 +261,6 @@ pub fn parse_struct_attr(cx: &Ctxt, attr: &syn::Attribute, d: &mut Descriptor) {
             set(cx, &mut d.name, &key, value);
             return Ok(());
         }
-        let expr: Expr = meta.value()?.parse()?;
         match name.as_str() {
             SPACE => {
                 let value = match word(&expr).map(Ident::to_string).as_deref() {

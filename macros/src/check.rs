@@ -122,7 +122,8 @@ fn check_device(cx: &Ctxt, input: &Input<'_>) {
             format!("{what} storage needs `download = …`: without it its bytes never reach the host"),
         );
     }
-    for key in [attr::UPLOAD, attr::ALLOCATE, attr::COPY] {
+    // `wait` is what keeps LazyHost's rule 2 (wait on the producing thread, not the reader's).
+    for key in [attr::UPLOAD, attr::ALLOCATE, attr::COPY, attr::WAIT] {
         if d.function(key).is_none() {
             cx.error_at(&space.key, format!("{what} storage needs `{key} = …`"));
         }

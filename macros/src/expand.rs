@@ -325,12 +325,13 @@ fn device(p: &Parts<'_, '_>, descriptor: &TokenStream) -> TokenStream {
     let call = |key: &str, args: TokenStream| -> Option<TokenStream> {
         p.function(key).map(|f| quote_spanned!(f.span()=> #f(#args)))
     };
-    let wait = call(attr::WAIT, quote!(&self.#b)).unwrap_or_else(|| quote!(#ok(())));
+    let wait = call(attr::WAIT, quote!(&self.#b));
     let download = call(attr::DOWNLOAD, quote!(&self.#b));
     let upload = call(attr::UPLOAD, quote!(cx, bytes));
     let allocate = call(attr::ALLOCATE, quote!(cx, len));
     let copy = call(attr::COPY, quote!(&src.#b, &self.#b));
-    let is_on = call(attr::IS_ON, quote!(&self.#b, cx)).unwrap_or_else(|| quote!(true));
+    // Without `is_on`, a buffer is never assumed to be on the caller's device: it is uploaded.
+    let is_on = call(attr::IS_ON, quote!(&self.#b, cx)).unwrap_or_else(|| quote!(false));
     let uploaded = p.build(quote!(uploaded.value), quote!(dt), quote!(shape), quote!(false));
     let allocated = p.build(quote!(buffer), quote!(dt), quote!(shape), quote!(false));
     let slice = match call(attr::SLICE, quote!(&self.#b, bytes)) {
@@ -424,7 +425,7 @@ fn device(p: &Parts<'_, '_>, descriptor: &TokenStream) -> TokenStream {
         impl #ig #ident #tg #wc {
             /// A new buffer for `shape` elements of `dt` on the device of `cx`.
             pub fn allocate(cx: &#context, dt: #rt::DatumType, shape: &[usize]) -> #rt::Result<Self> {
-                let len = #rt::derive_support::byte_len(dt, shape);
+                let len = #rt::derive_support::checked_byte_len(dt, shape)?;
                 let buffer = #allocate?;
                 #ok(#allocated)
             }

@@ -47,7 +47,7 @@ fn unified_device_storage() {
         r#"
         #[storage(space = unified, name = "igpu", alignment = 4096, import_alignment = 4096, mappable = pointer,
                   bandwidth_gbps = 60.0, latency_us = 1, context = Igpu, allocate = igpu::alloc,
-                  upload = igpu::upload, download = igpu::share, copy = igpu::copy, map = igpu::map,
+                  upload = igpu::upload, download = igpu::share, copy = igpu::copy, wait = igpu::finish, map = igpu::map,
                   unmap = igpu::unmap, space_of = igpu::space)]
         struct IgpuBuffer {
             #[storage(buffer)] mem: igpu::Mem,

@@ -13,6 +13,15 @@ pub fn byte_len(dt: DatumType, shape: &[usize]) -> usize {
     element_count(shape).map_or(usize::MAX, |n| n.saturating_mul(dt.size_of()))
 }
 
+/// Byte length of `shape` elements of `dt`, or an error when it overflows.
+pub fn checked_byte_len(dt: DatumType, shape: &[usize]) -> Result<usize> {
+    element_count(shape).and_then(|n| n.checked_mul(dt.size_of())).ok_or_else(|| crate::RuntimeError::TooLarge {
+        tensor: "<device buffer>".into(),
+        dt,
+        shape: shape.to_vec(),
+    })
+}
+
 /// A backend's mapping `M` with the backend's unmap function: dropping it (or `unmap`)
 /// calls that function once.
 pub struct BackendMapping<'b, M: DerefMut<Target = [u8]>> {

@@ -44,7 +44,8 @@ where
     allocate = backend::memory::allocate,
     upload = backend::memory::upload,
     download = backend::memory::download,
-    copy = backend::memory::copy
+    copy = backend::memory::copy,
+    wait = backend::memory::wait
 )]
 struct Toy<T: Clone + Send + Sync + Default + Debug + 'static> {
     #[storage(buffer)]
@@ -81,6 +82,9 @@ mod backend {
             Ok(Transferred { value: Arc::new(PlainStorage::copy_from(memory.0.as_bytes())?), copied: true })
         }
         pub fn copy(_: &Memory, _: &Memory) -> Result<()> {
+            Ok(())
+        }
+        pub fn wait(_: &Memory) -> Result<()> {
             Ok(())
         }
     }

@@ -1,7 +1,7 @@
 use stowage_runtime::TensorStorage;
 
 #[derive(Clone, TensorStorage)]
-#[storage(space = device, name = "gpu", alignment = 256, download = gpu::download, context = Queue, allocate = gpu::allocate, upload = gpu::upload, copy = gpu::copy, bandwidth_gbps = 10, latency_us = 5)]
+#[storage(space = device, name = "gpu", alignment = 256, download = gpu::download, context = Queue, allocate = gpu::allocate, upload = gpu::upload, copy = gpu::copy, wait = gpu::wait, bandwidth_gbps = 10, latency_us = 5)]
 struct Gpu {
     #[storage(buffer)]
     mem: gpu::Mem,
@@ -19,6 +19,7 @@ mod gpu {
     pub fn upload(_: &super::Queue, _: &[u8]) -> Result<Transferred<Mem>> { Ok(Transferred { value: Mem, copied: true }) }
     pub fn download(_: &Mem) -> Result<Transferred<Arc<PlainStorage>>> { Ok(Transferred { value: Arc::new(PlainStorage::zeroed(0)?), copied: true }) }
     pub fn copy(_: &Mem, _: &Mem) -> Result<()> { Ok(()) }
+    pub fn wait(_: &Mem) -> Result<()> { Ok(()) }
 }
 
 fn main() {}
