@@ -123,7 +123,7 @@ pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger
     }
     let relaid;
     let bytes = if packed {
-        input.host_bytes_of_view()?
+        input.as_bytes()?
     } else {
         relaid = input.to_row_major()?;
         tag.record(
@@ -133,7 +133,7 @@ pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger
             relaid.len() * input.dt().size_of(),
             || format!("{} input packed row-major for upload", input.layout_kind()).into(),
         );
-        relaid.host_bytes_of_view()?
+        relaid.as_bytes()?
     };
     let uploaded = D::upload(cx, input.dt(), input.shape(), bytes)?;
     if uploaded.copied {

@@ -259,8 +259,9 @@ impl<'a> Tensor<'a> {
         })
     }
 
-    /// The bytes of this view's elements on the host (packed row-major views only).
-    pub(crate) fn host_bytes_of_view(&self) -> Result<&[u8]> {
+    /// The bytes of this view's elements on the host, for packed row-major views (an error otherwise).
+    /// Brings device bytes to the host first where the storage lives on a device.
+    pub fn as_bytes(&self) -> Result<&[u8]> {
         self.check_row_major("upload")?;
         self.storage.materialize()?.get(self.byte_range()).ok_or_else(|| self.short_storage())
     }
@@ -302,7 +303,7 @@ impl<'a> Tensor<'a> {
     pub fn map_read<T: Datum + Pod>(&self) -> Result<MapRead<'_, T>> {
         self.check_map_type::<T>()?;
         self.check_row_major("map_read")?;
-        MapRead::host(self.host_bytes_of_view()?, self.name_or_unnamed())
+        MapRead::host(self.as_bytes()?, self.name_or_unnamed())
     }
 
     /// Map for writing: a guard that derefs to `[T]` mutably. Like

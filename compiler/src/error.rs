@@ -1,0 +1,138 @@
+//! The compiler's errors. [`ImportError`]s are about the user's model or options and name the file, node, input
+//! or attribute at fault; [`crate::ir::verify::VerifierError`]s are stowage bugs.
+
+use std::path::PathBuf;
+
+use crate::infer::InferError;
+
+/// An ONNX model that could not be imported, with the file it came from.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{kind}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+pub struct ImportError {
+    /// The model file, when loaded from one.
+    pub path: Option<PathBuf>,
+    /// What went wrong.
+    pub kind: Box<ImportErrorKind>,
+}
+
+/// What went wrong in an import. Every variant is a problem with the model or the options, not a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportErrorKind {
+    /// The file could not be read.
+    #[error("cannot read the model: {0}")]
+    Io(#[from] std::io::Error),
+    /// The bytes are not a protobuf `ModelProto`.
+    #[error("not an ONNX model: {0}")]
+    Decode(String),
+    /// A well-formed protobuf message that is not a usable model.
+    #[error("not an ONNX model: {0}")]
+    NotAModel(String),
+    /// The model's default-domain opset is outside the supported range.
+    #[error("opset {version} of domain '{domain}' is not supported (stowage supports ai.onnx opsets {min} to {max})")]
+    Opset {
+        /// Domain.
+        domain: String,
+        /// Version the model imports.
+        version: i64,
+        /// Lowest supported.
+        min: i64,
+        /// Highest supported.
+        max: i64,
+    },
+    /// An op stowage does not know.
+    #[error("node '{node}': unknown op '{op}' in domain '{domain}'")]
+    UnknownOp {
+        /// Node name.
+        node: String,
+        /// Op type.
+        op: String,
+        /// Domain (`ai.onnx` for the default one).
+        domain: String,
+    },
+    /// A bad attribute.
+    #[error("node '{node}' ({op}): attribute '{attr}' {message}")]
+    Attribute {
+        /// Node name.
+        node: String,
+        /// Op type.
+        op: String,
+        /// Attribute name.
+        attr: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Shape or type inference failed on a node.
+    #[error("node '{node}' ({op}): {source}")]
+    Infer {
+        /// Node name.
+        node: String,
+        /// Op type.
+        op: String,
+        /// Why.
+        source: InferError,
+    },
+    /// Anything else wrong with one node.
+    #[error("node '{node}' ({op}): {message}")]
+    Node {
+        /// Node name.
+        node: String,
+        /// Op type.
+        op: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A node reads a name nothing defines.
+    #[error(
+        "node '{node}': input '{input}' is not defined (no initializer, graph input or node output has that name)"
+    )]
+    Undefined {
+        /// Node name.
+        node: String,
+        /// The undefined name.
+        input: String,
+    },
+    /// Nodes depend on each other in a cycle.
+    #[error("node '{node}' is part of a cycle")]
+    Cycle {
+        /// One node on the cycle.
+        node: String,
+    },
+    /// Two nodes or initializers define one name.
+    #[error("'{name}' is defined more than once")]
+    Duplicate {
+        /// The name.
+        name: String,
+    },
+    /// An initializer could not be decoded.
+    #[error("initializer '{name}': {message}")]
+    Initializer {
+        /// Initializer name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A graph input's declared type is unusable or needs the caller's help.
+    #[error("input '{input}': {message}")]
+    Input {
+        /// Input name.
+        input: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A graph output that nothing defines.
+    #[error("graph output '{output}' is not defined by any node, input or initializer")]
+    Output {
+        /// Output name.
+        output: String,
+    },
+    /// An option names something the model does not have, or disagrees with it.
+    #[error("{0}")]
+    Option(String),
+}
+
+impl ImportErrorKind {
+    /// Attaches the model's path.
+    pub fn at(self, path: Option<PathBuf>) -> ImportError {
+        ImportError { path, kind: Box::new(self) }
+    }
+}

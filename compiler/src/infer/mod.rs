@@ -1,0 +1,220 @@
+//! Shape and type inference: the output types of one node from its inputs' types and constant values.
+//!
+//! [`infer`] also normalises attributes in place (negative axes become non-negative, `auto_pad` becomes explicit
+//! pads, Resize's scales are resolved, Transpose's default perm is filled in), so that backends never redo it.
+//! Inputs listed in [`Op::static_inputs`] must be constants; inference says which one when it is not.
+
+mod elementwise;
+mod nn;
+mod shape_ops;
+
+use stowage_runtime::{DatumType, Tensor};
+
+use crate::ir::{Op, ValueType};
+
+pub use nn::matmul_shape;
+pub use shape_ops::{reshape, slice_bounds, slice_len};
+
+/// What inference knows about one input.
+#[derive(Clone, Copy, Debug)]
+pub struct Fact<'a> {
+    /// The input's type.
+    pub ty: &'a ValueType,
+    /// Its value, when it is a constant.
+    pub value: Option<&'a Tensor<'static>>,
+}
+
+/// Largest number of elements a value may have (2^40): shapes past it are an error, not an allocation.
+pub const MAX_ELEMENTS: usize = 1 << 40;
+
+/// Why inference failed, without the node (the caller adds it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InferError {
+    /// Shapes cannot broadcast together.
+    #[error("shapes {a:?} and {b:?} cannot broadcast")]
+    Broadcast {
+        /// One shape.
+        a: Vec<usize>,
+        /// The other.
+        b: Vec<usize>,
+    },
+    /// An input has a datum type the op does not take.
+    #[error("input {input} has datum type {found}, expected {expected}")]
+    DatumType {
+        /// Input position.
+        input: usize,
+        /// What the op takes.
+        expected: String,
+        /// What it got.
+        found: DatumType,
+    },
+    /// A shape-setting input is not a constant.
+    #[error("input {input} sets the output shape and must be known at compile time (a constant, or an input fixed with --input-value)")]
+    NotConstant {
+        /// Input position.
+        input: usize,
+    },
+    /// A required input is missing.
+    #[error("input {input} is required")]
+    MissingInput {
+        /// Input position.
+        input: usize,
+    },
+    /// Anything else wrong with attributes or shapes, said in words.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Shorthand for an [`InferError::Invalid`].
+pub(crate) fn invalid<T>(msg: impl Into<String>) -> Result<T, InferError> {
+    Err(InferError::Invalid(msg.into()))
+}
+
+/// Output types of a node applying `op` to `inputs`, with `outputs` declared outputs. May normalise `op`.
+pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result<Vec<ValueType>, InferError> {
+    let (min, max) = op.arity();
+    if inputs.len() > max {
+        return invalid(format!("takes at most {max} inputs, got {}", inputs.len()));
+    }
+    for i in 0..min {
+        if inputs.get(i).copied().flatten().is_none() {
+            return Err(InferError::MissingInput { input: i });
+        }
+    }
+    let ins = Inputs(inputs);
+    let types = match op {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Variadic(_)
+        | Op::Clip
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::Identity
+        | Op::Dropout { .. } => elementwise::infer(op, ins, outputs)?,
+        Op::Conv(_)
+        | Op::Pool(_)
+        | Op::GlobalPool(_)
+        | Op::Lrn { .. }
+        | Op::BatchNorm { .. }
+        | Op::LayerNorm { .. }
+        | Op::Gemm(_)
+        | Op::MatMul
+        | Op::Softmax { .. }
+        | Op::Reduce { .. }
+        | Op::ArgMax { .. }
+        | Op::Resize(_) => nn::infer(op, ins, outputs)?,
+        _ => shape_ops::infer(op, ins, outputs)?,
+    };
+    for t in &types {
+        match t.element_count() {
+            Some(n) if n <= MAX_ELEMENTS => {}
+            _ => return invalid(format!("output shape {:?} has more than 2^40 elements", t.shape)),
+        }
+    }
+    Ok(types)
+}
+
+/// The inputs of one node, with accessors that produce the right errors.
+#[derive(Clone, Copy)]
+pub(crate) struct Inputs<'a>(&'a [Option<Fact<'a>>]);
+
+impl<'a> Inputs<'a> {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> Option<Fact<'a>> {
+        self.0.get(i).copied().flatten()
+    }
+
+    pub(crate) fn ty(&self, i: usize) -> Result<&'a ValueType, InferError> {
+        self.get(i).map(|f| f.ty).ok_or(InferError::MissingInput { input: i })
+    }
+
+    pub(crate) fn shape(&self, i: usize) -> Result<&'a [usize], InferError> {
+        Ok(&self.ty(i)?.shape)
+    }
+
+    pub(crate) fn dt(&self, i: usize) -> Result<DatumType, InferError> {
+        Ok(self.ty(i)?.dt)
+    }
+
+    /// The constant value of optional input `i` as i64s: `Ok(None)` when the input is absent.
+    pub(crate) fn ints(&self, i: usize) -> Result<Option<Vec<i64>>, InferError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Fact { value: Some(t), .. }) => {
+                if t.dt().is_float() {
+                    return Err(InferError::DatumType { input: i, expected: "an integer type".into(), found: t.dt() });
+                }
+                crate::consts::to_i64s(t).map(Some).map_err(|e| InferError::Invalid(e.to_string()))
+            }
+            Some(_) => Err(InferError::NotConstant { input: i }),
+        }
+    }
+
+    /// The constant value of optional input `i` as f64s.
+    pub(crate) fn floats(&self, i: usize) -> Result<Option<Vec<f64>>, InferError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Fact { value: Some(t), .. }) => {
+                crate::consts::to_f64s(t).map(Some).map_err(|e| InferError::Invalid(e.to_string()))
+            }
+            Some(_) => Err(InferError::NotConstant { input: i }),
+        }
+    }
+
+    pub(crate) fn expect_dt(&self, i: usize, ok: impl Fn(DatumType) -> bool, what: &str) -> Result<(), InferError> {
+        let dt = self.dt(i)?;
+        if ok(dt) {
+            Ok(())
+        } else {
+            Err(InferError::DatumType { input: i, expected: what.into(), found: dt })
+        }
+    }
+
+    /// Checks that input `i` has the same datum type as input 0.
+    pub(crate) fn same_dt(&self, i: usize) -> Result<(), InferError> {
+        let want = self.dt(0)?;
+        let found = self.dt(i)?;
+        if want == found {
+            Ok(())
+        } else {
+            Err(InferError::DatumType { input: i, expected: format!("{want}, like input 0"), found })
+        }
+    }
+}
+
+/// Multidirectional (numpy) broadcasting of two shapes.
+pub fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, InferError> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for (i, o) in out.iter_mut().enumerate() {
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        *o = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return Err(InferError::Broadcast { a: a.to_vec(), b: b.to_vec() }),
+        };
+    }
+    Ok(out)
+}
+
+/// An axis in `-rank..rank` as `0..rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, InferError> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return invalid(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+}
+
+/// Non-negative dimensions from i64s, with a named error for negatives.
+pub(crate) fn dims(values: &[i64], what: &str) -> Result<Vec<usize>, InferError> {
+    values
+        .iter()
+        .map(|&d| usize::try_from(d).or_else(|_| invalid(format!("{what} has a negative dimension {d}"))))
+        .collect()
+}

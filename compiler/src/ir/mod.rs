@@ -1,0 +1,21 @@
+//! stowage's IR: typed ids, dense maps, ops with typed attributes, a printer and a verifier.
+//!
+//! A [`Graph`] owns [`ValueData`] and [`NodeData`] in primary maps indexed by [`ValueId`] and [`NodeId`]; nodes
+//! refer to values by id only. Live nodes are kept in a topological order; passes rewrite by adding nodes,
+//! redirecting uses ([`Graph::replace_uses`]) and dropping nodes from the order. Every value has a static
+//! [`ValueType`] once imported.
+
+mod entities;
+mod graph;
+mod op;
+pub mod print;
+mod types;
+pub mod verify;
+
+pub use entities::{NodeId, ValueId};
+pub use graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
+pub use op::{
+    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, OpAttrs, PadMode, Pool,
+    PoolKind, Reduce, Resize, ResizeMode, SoftmaxKind, Unary, Variadic, Window,
+};
+pub use types::{ShapeDisplay, ValueType};

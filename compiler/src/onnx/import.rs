@@ -1,0 +1,372 @@
+//! Builds the IR graph from a decoded model: initializers and inputs first, then nodes in dependency order, each
+//! type-checked by shape inference as it is added. Small results computed from constants (shape arithmetic) are
+//! folded on the spot, so that a later Reshape or Slice sees its shape input as a constant.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use super::attrs::Attrs;
+use super::ops::{self, ParseError, Parsed, Slot};
+use super::proto::{type_proto, ModelProto, NodeProto, ValueInfoProto};
+use super::{ImportConfig, MAX_OPSET, MIN_OPSET};
+use crate::error::ImportErrorKind as E;
+use crate::eval;
+use crate::infer::{self, Fact};
+use crate::ir::{Graph, Metadata, ValueId, ValueType};
+
+/// Results with at most this many elements are folded during import (shape arithmetic); larger ones are left
+/// to the constant-folding pass.
+const FOLD_AT_IMPORT: usize = 4096;
+
+fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+fn default_opset(model: &ModelProto) -> Result<i64, E> {
+    let version = model
+        .opset_import
+        .iter()
+        .find(|o| is_default_domain(o.domain()))
+        .map(|o| o.version())
+        .ok_or_else(|| E::NotAModel("it imports no opset of the default domain (ai.onnx)".into()))?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&version) {
+        return Err(E::Opset { domain: "ai.onnx".into(), version, min: MIN_OPSET, max: MAX_OPSET });
+    }
+    Ok(version)
+}
+
+pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConfig) -> Result<Graph, E> {
+    let g = model.graph.as_ref().ok_or_else(|| E::NotAModel("it has no graph".into()))?;
+    if g.node.is_empty() && g.output.is_empty() {
+        return Err(E::NotAModel("its graph has no nodes and no outputs".into()));
+    }
+    let opset = default_opset(model)?;
+    let mut graph = Graph::new(g.name());
+    graph.metadata = metadata(model, opset);
+    let mut names: HashMap<String, ValueId> = HashMap::new();
+
+    for init in &g.initializer {
+        let t =
+            super::tensor::decode(init, dir).map_err(|message| E::Initializer { name: init.name().into(), message })?;
+        if names.insert(init.name().into(), graph.add_const(init.name(), t)).is_some() {
+            return Err(E::Duplicate { name: init.name().into() });
+        }
+    }
+    for key in config.input_shapes.keys().chain(config.input_values.keys()) {
+        if !g.input.iter().any(|i| i.name() == key) {
+            let known: Vec<&str> = g.input.iter().map(|i| i.name()).filter(|n| !names.contains_key(*n)).collect();
+            return Err(E::Option(format!("the model has no input '{key}' (its inputs: {})", known.join(", "))));
+        }
+    }
+    for vi in &g.input {
+        if names.contains_key(vi.name()) {
+            continue; // An initializer listed as an input (IR < 4): it stays a constant.
+        }
+        let ty = input_type(vi, config)?;
+        let v = match config.input_values.get(vi.name()) {
+            Some(t) => {
+                if t.dt() != ty.dt || t.shape() != ty.shape.as_slice() {
+                    return Err(E::Input {
+                        input: vi.name().into(),
+                        message: format!("the fixed value is {}{:?}, the model declares {ty}", t.dt(), t.shape()),
+                    });
+                }
+                graph.metadata.assumed_inputs.push(vi.name().into());
+                graph.add_const(vi.name(), t.clone())
+            }
+            None => graph.add_input(vi.name(), ty),
+        };
+        if names.insert(vi.name().into(), v).is_some() {
+            return Err(E::Duplicate { name: vi.name().into() });
+        }
+    }
+
+    for i in topological_order(&g.node, &names)? {
+        add_node(&mut graph, &mut names, &g.node[i], i, opset)?;
+    }
+    for out in &g.output {
+        let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
+        graph.add_output(out.name(), v);
+    }
+    Ok(graph)
+}
+
+fn metadata(model: &ModelProto, opset: i64) -> Metadata {
+    let mut props: Vec<(String, String)> = Vec::new();
+    for (k, v) in [("doc_string", model.doc_string()), ("domain", model.domain())] {
+        if !v.is_empty() {
+            props.push((k.into(), v.into()));
+        }
+    }
+    if let Some(v) = model.model_version {
+        props.push(("model_version".into(), v.to_string()));
+    }
+    props.extend(model.metadata_props.iter().map(|p| (p.key().to_string(), p.value().to_string())));
+    Metadata {
+        opset,
+        producer: format!("{} {}", model.producer_name(), model.producer_version()).trim().to_string(),
+        props,
+        assumed_inputs: Vec::new(),
+    }
+}
+
+/// The static type of a graph input: declared dims, with symbolic ones fixed by `--input-shape`.
+fn input_type(vi: &ValueInfoProto, config: &ImportConfig) -> Result<ValueType, E> {
+    let name = vi.name();
+    let err = |message: String| E::Input { input: name.into(), message };
+    let Some(type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err(err("only tensor inputs are supported (not sequences, maps or optionals)".into()));
+    };
+    let dt = super::tensor::datum_type(tt.elem_type()).map_err(err)?;
+    let declared: Option<Vec<Option<usize>>> = tt.shape.as_ref().map(|s| {
+        s.dim
+            .iter()
+            .map(|d| match d.value {
+                Some(super::proto::tensor_shape_proto::dimension::Value::DimValue(v)) if v >= 0 => Some(v as usize),
+                _ => None,
+            })
+            .collect()
+    });
+    if let Some(given) =
+        config.input_shapes.get(name).map(|s| s.as_slice()).or_else(|| config.input_values.get(name).map(|t| t.shape()))
+    {
+        if let Some(declared) = &declared {
+            let fits =
+                declared.len() == given.len() && declared.iter().zip(given).all(|(d, g)| d.is_none_or(|d| d == *g));
+            if !fits {
+                return Err(err(format!(
+                    "the given shape {given:?} does not fit the declared shape {}",
+                    dims_text(vi)
+                )));
+            }
+        }
+        return Ok(ValueType::new(dt, given.to_vec()));
+    }
+    let declared = declared.ok_or_else(|| err("the model gives no shape: fix it with --input-shape".into()))?;
+    let shape = declared
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            d.ok_or_else(|| {
+                err(format!(
+                    "dimension {i} ({}) is symbolic: fix it with --input-shape {name}=… (shape {})",
+                    symbol(vi, i),
+                    dims_text(vi)
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ValueType::new(dt, shape))
+}
+
+fn symbol(vi: &ValueInfoProto, i: usize) -> String {
+    use super::proto::tensor_shape_proto::dimension::Value;
+    let dim = vi.r#type.as_ref().and_then(|t| match &t.value {
+        Some(type_proto::Value::TensorType(tt)) => tt.shape.as_ref().and_then(|s| s.dim.get(i).cloned()),
+        _ => None,
+    });
+    match dim.and_then(|d| d.value) {
+        Some(Value::DimParam(p)) if !p.is_empty() => format!("'{p}'"),
+        _ => "unnamed".into(),
+    }
+}
+
+fn dims_text(vi: &ValueInfoProto) -> String {
+    use super::proto::tensor_shape_proto::dimension::Value;
+    let Some(type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return "?".into();
+    };
+    let dims: Vec<String> = tt
+        .shape
+        .iter()
+        .flat_map(|s| &s.dim)
+        .map(|d| match &d.value {
+            Some(Value::DimValue(v)) => v.to_string(),
+            Some(Value::DimParam(p)) if !p.is_empty() => p.clone(),
+            _ => "?".into(),
+        })
+        .collect();
+    format!("[{}]", dims.join(","))
+}
+
+fn node_name(node: &NodeProto, index: usize) -> String {
+    if node.name().is_empty() {
+        format!("{}_{index}", node.op_type())
+    } else {
+        node.name().to_string()
+    }
+}
+
+/// Node indices in an order where every node comes after the producers of its inputs (the file's order where
+/// it already is one). Names nobody defines and cycles are errors.
+fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> Result<Vec<usize>, E> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            if known.contains_key(o.as_str()) || producer.insert(o, i).is_some() {
+                return Err(E::Duplicate { name: o.clone() });
+            }
+        }
+    }
+    let mut waiting = vec![0usize; nodes.len()];
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for input in n.input.iter().filter(|s| !s.is_empty()) {
+            if known.contains_key(input.as_str()) {
+                continue;
+            }
+            match producer.get(input.as_str()) {
+                Some(&p) => {
+                    waiting[i] += 1;
+                    users[p].push(i);
+                }
+                None => return Err(E::Undefined { node: node_name(n, i), input: input.clone() }),
+            }
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..nodes.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &u in &users[i] {
+            waiting[u] -= 1;
+            if waiting[u] == 0 {
+                ready.insert(u);
+            }
+        }
+    }
+    if let Some(stuck) = (0..nodes.len()).find(|&i| waiting[i] > 0) {
+        return Err(E::Cycle { node: node_name(&nodes[stuck], stuck) });
+    }
+    Ok(order)
+}
+
+fn add_node(
+    graph: &mut Graph,
+    names: &mut HashMap<String, ValueId>,
+    node: &NodeProto,
+    index: usize,
+    opset: i64,
+) -> Result<(), E> {
+    let name = node_name(node, index);
+    let op_type = node.op_type();
+    if !is_default_domain(node.domain()) {
+        return Err(E::UnknownOp { node: name, op: op_type.into(), domain: node.domain().into() });
+    }
+    let onnx_inputs: Vec<Option<ValueId>> =
+        node.input.iter().map(|s| if s.is_empty() { None } else { names.get(s.as_str()).copied() }).collect();
+    let input_types: Vec<Option<&ValueType>> = onnx_inputs.iter().map(|v| v.map(|v| graph.ty(v))).collect();
+    let parsed = ops::parse(op_type, &Attrs(node), opset, &input_types).map_err(|e| match e {
+        ParseError::Unknown => E::UnknownOp { node: name.clone(), op: op_type.into(), domain: "ai.onnx".into() },
+        ParseError::Attr(a) => {
+            E::Attribute { node: name.clone(), op: op_type.into(), attr: a.attr, message: a.message }
+        }
+        ParseError::Other(message) => E::Node { node: name.clone(), op: op_type.into(), message },
+    })?;
+    let (mut op, slots) = match parsed {
+        Parsed::Constant(t) => {
+            let out = node.output.first().filter(|o| !o.is_empty()).ok_or_else(|| E::Node {
+                node: name.clone(),
+                op: op_type.into(),
+                message: "has no output".into(),
+            })?;
+            names.insert(out.clone(), graph.add_const(out.as_str(), t));
+            return Ok(());
+        }
+        Parsed::Op(op, slots) => (op, slots),
+    };
+    let inputs: Vec<Option<ValueId>> = slots
+        .into_iter()
+        .enumerate()
+        .map(|(i, slot)| match slot {
+            Slot::Onnx(k) => onnx_inputs.get(k).copied().flatten(),
+            Slot::Const(t) => Some(graph.add_const(format!("{name}.{i}"), t)),
+        })
+        .collect();
+    let mut inputs = inputs;
+    while inputs.last() == Some(&None) {
+        inputs.pop();
+    }
+    let n_outputs = node.output.len();
+    let types = {
+        let facts: Vec<Option<Fact<'_>>> =
+            inputs.iter().map(|v| v.map(|v| Fact { ty: graph.ty(v), value: graph.const_value(v) })).collect();
+        infer::infer(&mut op, &facts, n_outputs).map_err(|source| E::Infer {
+            node: name.clone(),
+            op: op_type.into(),
+            source,
+        })?
+    };
+    if types.len() < n_outputs.min(1) {
+        return Err(E::Node { node: name, op: op_type.into(), message: "has no output".into() });
+    }
+    if n_outputs > types.len() {
+        return Err(E::Node {
+            node: name,
+            op: op_type.into(),
+            message: format!("has {n_outputs} outputs, the op makes at most {}", types.len()),
+        });
+    }
+    let outputs: Vec<Option<(String, ValueType)>> =
+        node.output.iter().zip(&types).map(|(o, t)| (!o.is_empty()).then(|| (o.clone(), t.clone()))).collect();
+    let small = types.iter().all(|t| t.element_count().is_some_and(|n| n <= FOLD_AT_IMPORT));
+    let folded = small.then(|| eval::fold_node(graph, &op, &inputs, &types)).flatten();
+    match folded {
+        Some(tensors) => {
+            for (o, t) in outputs.iter().zip(tensors) {
+                if let Some((out_name, _)) = o {
+                    names.insert(out_name.clone(), graph.add_const(out_name.as_str(), t));
+                }
+            }
+        }
+        None => {
+            let n = graph.add_node(name, op, inputs, outputs);
+            for (o, v) in node.output.iter().zip(graph.node(n).outputs.clone()) {
+                if let Some(v) = v {
+                    names.insert(o.clone(), v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Graph inputs whose values set a shape (Reshape's shape, Resize's sizes, reduction axes…), directly or through
+/// the nodes that compute such a value: a static compiler needs them fixed with [`ImportConfig::input_value`].
+/// In graph input order.
+pub fn value_inputs(model: &ModelProto) -> Vec<String> {
+    let (Some(g), Ok(opset)) = (model.graph.as_ref(), default_opset(model)) else { return Vec::new() };
+    let mut producer: HashMap<&str, &NodeProto> = HashMap::new();
+    for node in &g.node {
+        for o in &node.output {
+            producer.insert(o, node);
+        }
+    }
+    let mut stack: Vec<&str> = Vec::new();
+    for node in g.node.iter().filter(|n| is_default_domain(n.domain())) {
+        let types: Vec<Option<&ValueType>> = vec![None; node.input.len()];
+        let Ok(Parsed::Op(op, slots)) = ops::parse(node.op_type(), &Attrs(node), opset, &types) else { continue };
+        for &i in op.static_inputs() {
+            if let Some(Slot::Onnx(k)) = slots.get(i) {
+                stack.extend(node.input.get(*k).map(String::as_str));
+            }
+        }
+    }
+    // A value computed from others needs them too, except through Shape, which reads only a shape.
+    let mut needed: BTreeSet<&str> = BTreeSet::new();
+    while let Some(name) = stack.pop() {
+        if name.is_empty() || !needed.insert(name) {
+            continue;
+        }
+        if let Some(node) = producer.get(name).filter(|n| n.op_type() != "Shape") {
+            stack.extend(node.input.iter().map(String::as_str));
+        }
+    }
+    let initializers: BTreeSet<&str> = g.initializer.iter().map(|t| t.name()).collect();
+    g.input
+        .iter()
+        .map(|i| i.name())
+        .filter(|n| needed.contains(n) && !initializers.contains(n))
+        .map(String::from)
+        .collect()
+}

@@ -1,0 +1,419 @@
+//! ONNX nodes of the default domain to [`Op`]s, one arm per op, handling the opset differences: attributes that
+//! became inputs (Clip 11, Pad 11, Slice 10, Split 13, Squeeze/Unsqueeze 13, ReduceSum 13, other reductions 18)
+//! are turned into constant inputs, so the IR has one form.
+
+use stowage_runtime::{DatumType, Tensor};
+
+use super::attrs::{AttrError, Attrs};
+use crate::consts;
+use crate::ir::{
+    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, PadMode, Pool, PoolKind,
+    Reduce, Resize, ResizeMode, SoftmaxKind, Unary, ValueType, Variadic, Window,
+};
+
+/// Where one IR input of a node comes from.
+#[derive(Debug)]
+pub(crate) enum Slot {
+    /// The node's ONNX input number `.0` (which may be empty: an omitted optional input).
+    Onnx(usize),
+    /// A constant made from an attribute of an older opset.
+    Const(Tensor<'static>),
+}
+
+/// A parsed node.
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    /// An op with its IR inputs.
+    Op(Op, Vec<Slot>),
+    /// The `Constant` op: its value.
+    Constant(Tensor<'static>),
+}
+
+/// Why a node could not be parsed.
+#[derive(Debug)]
+pub(crate) enum ParseError {
+    /// The op is not one stowage knows.
+    Unknown,
+    /// An attribute is missing, of the wrong type, or has a bad value.
+    Attr(AttrError),
+    /// Anything else.
+    Other(String),
+}
+
+impl From<AttrError> for ParseError {
+    fn from(e: AttrError) -> Self {
+        ParseError::Attr(e)
+    }
+}
+
+fn attr_err(name: &str, message: impl Into<String>) -> ParseError {
+    ParseError::Attr(AttrError::new(name, message))
+}
+
+fn ints_const(v: Vec<i64>) -> Result<Slot, ParseError> {
+    Tensor::from_vec(&[v.len()], v).map(Slot::Const).map_err(|e| ParseError::Other(e.to_string()))
+}
+
+fn scalar_const(dt: DatumType, x: f64) -> Result<Slot, ParseError> {
+    consts::from_f64s(dt, &[], &[x]).map(Slot::Const).map_err(|e| ParseError::Other(e.to_string()))
+}
+
+/// Parses a default-domain node at `opset`. `inputs` are the types of its ONNX inputs (`None`: omitted).
+pub(crate) fn parse(
+    op_type: &str,
+    a: &Attrs<'_>,
+    opset: i64,
+    inputs: &[Option<&ValueType>],
+) -> Result<Parsed, ParseError> {
+    let n = inputs.len();
+    let all = || (0..n).map(Slot::Onnx).collect::<Vec<_>>();
+    let x_dt = inputs.first().copied().flatten().map(|t| t.dt).unwrap_or(DatumType::F32);
+    let op = |op: Op| Ok(Parsed::Op(op, all()));
+    let unary = |u: Unary| Ok(Parsed::Op(Op::Unary(u), all()));
+    let binary = |b: Binary| Ok(Parsed::Op(Op::Binary(b), all()));
+    let variadic = |v: Variadic| Ok(Parsed::Op(Op::Variadic(v), all()));
+    // An attribute of an older opset that is an input now: appended (or placed) as a constant.
+    let moved = |mut slots: Vec<Slot>, at: usize, value: Option<Slot>| {
+        if let Some(v) = value {
+            while slots.len() < at {
+                slots.push(Slot::Onnx(usize::MAX));
+            }
+            slots.insert(at, v);
+        }
+        slots
+    };
+    match op_type {
+        "Abs" => unary(Unary::Abs),
+        "Ceil" => unary(Unary::Ceil),
+        "Cos" => unary(Unary::Cos),
+        "Erf" => unary(Unary::Erf),
+        "Exp" => unary(Unary::Exp),
+        "Floor" => unary(Unary::Floor),
+        "Log" => unary(Unary::Log),
+        "Neg" => unary(Unary::Neg),
+        "Not" => unary(Unary::Not),
+        "Reciprocal" => unary(Unary::Reciprocal),
+        "Relu" => unary(Unary::Relu),
+        "Sigmoid" => unary(Unary::Sigmoid),
+        "Sign" => unary(Unary::Sign),
+        "Sin" => unary(Unary::Sin),
+        "Sqrt" => unary(Unary::Sqrt),
+        "Tanh" => unary(Unary::Tanh),
+        "Softplus" => unary(Unary::Softplus),
+        "HardSwish" => unary(Unary::HardSwish),
+        "LeakyRelu" => unary(Unary::LeakyRelu { alpha: a.float_or("alpha", 0.01)? }),
+        "HardSigmoid" => unary(Unary::HardSigmoid { alpha: a.float_or("alpha", 0.2)?, beta: a.float_or("beta", 0.5)? }),
+        "Gelu" => match a.string("approximate")?.as_deref().unwrap_or("none") {
+            "none" => unary(Unary::Gelu { tanh: false }),
+            "tanh" => unary(Unary::Gelu { tanh: true }),
+            other => Err(attr_err("approximate", format!("must be 'none' or 'tanh', found '{other}'"))),
+        },
+        "Add" => binary(Binary::Add),
+        "Sub" => binary(Binary::Sub),
+        "Mul" => binary(Binary::Mul),
+        "Div" => binary(Binary::Div),
+        "Pow" => binary(Binary::Pow),
+        "And" => binary(Binary::And),
+        "Or" => binary(Binary::Or),
+        "Equal" => binary(Binary::Equal),
+        "Greater" => binary(Binary::Greater),
+        "Less" => binary(Binary::Less),
+        "PRelu" => binary(Binary::PRelu),
+        "Max" => variadic(Variadic::Max),
+        "Min" => variadic(Variadic::Min),
+        "Sum" => variadic(Variadic::Sum),
+        "Mean" => variadic(Variadic::Mean),
+        "Where" => op(Op::Where),
+        "Clip" => {
+            if opset < 11 {
+                let lo = scalar_const(x_dt, f64::from(a.float_or("min", f32::NEG_INFINITY)?))?;
+                let hi = scalar_const(x_dt, f64::from(a.float_or("max", f32::INFINITY)?))?;
+                Ok(Parsed::Op(Op::Clip, vec![Slot::Onnx(0), lo, hi]))
+            } else {
+                op(Op::Clip)
+            }
+        }
+        "Cast" => {
+            let to = a.int("to")?.ok_or_else(|| attr_err("to", "is required"))?;
+            let to = super::tensor::datum_type(to as i32).map_err(|m| attr_err("to", m))?;
+            op(Op::Cast { to })
+        }
+        "Conv" => {
+            let group = a.count_or("group", 1)?;
+            if group == 0 {
+                return Err(attr_err("group", "must be at least 1"));
+            }
+            op(Op::Conv(Conv { window: window(a, false)?, group }))
+        }
+        "MaxPool" | "AveragePool" => {
+            let kind = if op_type == "MaxPool" {
+                PoolKind::Max
+            } else {
+                PoolKind::Average { count_include_pad: a.bool_or("count_include_pad", false)? }
+            };
+            let column_major_indices = a.bool_or("storage_order", false)?;
+            op(Op::Pool(Pool { kind, window: window(a, true)?, column_major_indices }))
+        }
+        "GlobalMaxPool" => op(Op::GlobalPool(PoolKind::Max)),
+        "GlobalAveragePool" => op(Op::GlobalPool(PoolKind::Average { count_include_pad: false })),
+        "LRN" => {
+            let size = a.count_or("size", 0)?;
+            if size == 0 {
+                return Err(attr_err("size", "is required and must be at least 1"));
+            }
+            op(Op::Lrn {
+                size,
+                alpha: a.float_or("alpha", 1e-4)?,
+                beta: a.float_or("beta", 0.75)?,
+                bias: a.float_or("bias", 1.0)?,
+            })
+        }
+        "BatchNormalization" => {
+            if opset < 9 && !a.bool_or("spatial", true)? {
+                return Err(attr_err("spatial", "spatial=0 is not supported"));
+            }
+            op(Op::BatchNorm {
+                epsilon: a.float_or("epsilon", 1e-5)?,
+                momentum: a.float_or("momentum", 0.9)?,
+                training: a.bool_or("training_mode", false)?,
+            })
+        }
+        "LayerNormalization" => {
+            let stash =
+                super::tensor::datum_type(a.int_or("stash_type", 1)? as i32).map_err(|m| attr_err("stash_type", m))?;
+            op(Op::LayerNorm { axis: a.int_or("axis", -1)?, epsilon: a.float_or("epsilon", 1e-5)?, stash })
+        }
+        "Gemm" => op(Op::Gemm(Gemm {
+            alpha: a.float_or("alpha", 1.0)?,
+            beta: a.float_or("beta", 1.0)?,
+            trans_a: a.bool_or("transA", false)?,
+            trans_b: a.bool_or("transB", false)?,
+        })),
+        "MatMul" => op(Op::MatMul),
+        "Softmax" | "LogSoftmax" => {
+            let kind = if op_type == "Softmax" { SoftmaxKind::Softmax } else { SoftmaxKind::LogSoftmax };
+            let flatten = opset < 13;
+            op(Op::Softmax { kind, axis: a.int_or("axis", if flatten { 1 } else { -1 })?, flatten })
+        }
+        "ReduceMax" | "ReduceMean" | "ReduceMin" | "ReduceSum" => {
+            let kind = match op_type {
+                "ReduceMax" => Reduce::Max,
+                "ReduceMean" => Reduce::Mean,
+                "ReduceMin" => Reduce::Min,
+                _ => Reduce::Sum,
+            };
+            let axes_are_input = if kind == Reduce::Sum { opset >= 13 } else { opset >= 18 };
+            let reduce = Op::Reduce {
+                kind,
+                keepdims: a.bool_or("keepdims", true)?,
+                noop_with_empty_axes: a.bool_or("noop_with_empty_axes", false)?,
+            };
+            if axes_are_input {
+                op(reduce)
+            } else {
+                let axes = a.ints("axes")?.map(ints_const).transpose()?;
+                Ok(Parsed::Op(reduce, moved(vec![Slot::Onnx(0)], 1, axes)))
+            }
+        }
+        "ArgMax" => op(Op::ArgMax {
+            axis: a.int_or("axis", 0)?,
+            keepdims: a.bool_or("keepdims", true)?,
+            select_last_index: a.bool_or("select_last_index", false)?,
+        }),
+        "Shape" => op(Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? }),
+        "ConstantOfShape" => {
+            let value = match a.tensor("value")? {
+                Some(t) if t.len() == 1 => t,
+                Some(t) => return Err(attr_err("value", format!("must hold one element, holds {}", t.len()))),
+                None => Tensor::from_vec(&[1], vec![0f32]).map_err(|e| ParseError::Other(e.to_string()))?,
+            };
+            op(Op::ConstantOfShape { value })
+        }
+        "Constant" => constant(a).map(Parsed::Constant),
+        "Reshape" => op(Op::Reshape { allowzero: a.bool_or("allowzero", false)? }),
+        "Flatten" => op(Op::Flatten { axis: a.int_or("axis", 1)? }),
+        "Squeeze" | "Unsqueeze" => {
+            let o = if op_type == "Squeeze" { Op::Squeeze } else { Op::Unsqueeze };
+            if opset >= 13 {
+                return op(o);
+            }
+            let axes = a.ints("axes")?.map(ints_const).transpose()?;
+            if axes.is_none() && op_type == "Unsqueeze" {
+                return Err(attr_err("axes", "is required"));
+            }
+            Ok(Parsed::Op(o, moved(vec![Slot::Onnx(0)], 1, axes)))
+        }
+        "Transpose" => {
+            let perm = a.ints("perm")?;
+            let perm = perm
+                .map(|p| {
+                    p.into_iter()
+                        .map(|x| usize::try_from(x).map_err(|_| attr_err("perm", format!("has a negative axis {x}"))))
+                        .collect()
+                })
+                .transpose()?;
+            op(Op::Transpose { perm })
+        }
+        "Concat" => {
+            let axis = a.int("axis")?.ok_or_else(|| attr_err("axis", "is required"))?;
+            op(Op::Concat { axis })
+        }
+        "Split" => {
+            let axis = a.int_or("axis", 0)?;
+            let num_outputs = a
+                .int("num_outputs")?
+                .map(|v| usize::try_from(v).map_err(|_| attr_err("num_outputs", "must not be negative")))
+                .transpose()?;
+            let split = Op::Split { axis, num_outputs };
+            if opset >= 13 {
+                return op(split);
+            }
+            let sizes = a.ints("split")?.map(ints_const).transpose()?;
+            Ok(Parsed::Op(split, moved(vec![Slot::Onnx(0)], 1, sizes)))
+        }
+        "Slice" => {
+            if opset >= 10 {
+                return op(Op::Slice);
+            }
+            let starts = a.ints("starts")?.ok_or_else(|| attr_err("starts", "is required"))?;
+            let ends = a.ints("ends")?.ok_or_else(|| attr_err("ends", "is required"))?;
+            let mut slots = vec![Slot::Onnx(0), ints_const(starts)?, ints_const(ends)?];
+            if let Some(axes) = a.ints("axes")? {
+                slots.push(ints_const(axes)?);
+            }
+            Ok(Parsed::Op(Op::Slice, slots))
+        }
+        "Gather" => op(Op::Gather { axis: a.int_or("axis", 0)? }),
+        "Expand" => op(Op::Expand),
+        "Tile" => op(Op::Tile),
+        "Pad" => {
+            let mode = match a.string("mode")?.as_deref().unwrap_or("constant") {
+                "constant" => PadMode::Constant,
+                "reflect" => PadMode::Reflect,
+                "edge" => PadMode::Edge,
+                "wrap" => PadMode::Wrap,
+                other => return Err(attr_err("mode", format!("unknown pad mode '{other}'"))),
+            };
+            if opset >= 11 {
+                return op(Op::Pad { mode });
+            }
+            let pads = a.ints("pads")?.ok_or_else(|| attr_err("pads", "is required"))?;
+            let value = scalar_const(x_dt, f64::from(a.float_or("value", 0.0)?))?;
+            Ok(Parsed::Op(Op::Pad { mode }, vec![Slot::Onnx(0), ints_const(pads)?, value]))
+        }
+        "Range" => op(Op::Range),
+        "Resize" => resize(a, opset, n),
+        "Dropout" => {
+            let seed = a.int("seed")?;
+            if opset < 12 {
+                let ratio = a.float_or("ratio", 0.5)?;
+                return Ok(Parsed::Op(
+                    Op::Dropout { seed },
+                    vec![Slot::Onnx(0), scalar_const(DatumType::F32, f64::from(ratio))?],
+                ));
+            }
+            op(Op::Dropout { seed })
+        }
+        "Identity" => op(Op::Identity),
+        _ => Err(ParseError::Unknown),
+    }
+}
+
+fn window(a: &Attrs<'_>, pooling: bool) -> Result<Window, ParseError> {
+    let kernel = a.counts("kernel_shape")?;
+    if pooling && kernel.is_empty() {
+        return Err(attr_err("kernel_shape", "is required"));
+    }
+    let auto_pad = match a.string("auto_pad")?.as_deref().unwrap_or("NOTSET") {
+        "NOTSET" | "" => AutoPad::NotSet,
+        "SAME_UPPER" => AutoPad::SameUpper,
+        "SAME_LOWER" => AutoPad::SameLower,
+        "VALID" => AutoPad::Valid,
+        other => return Err(attr_err("auto_pad", format!("unknown value '{other}'"))),
+    };
+    Ok(Window {
+        kernel,
+        strides: a.counts("strides")?,
+        dilations: a.counts("dilations")?,
+        pads: a.counts("pads")?,
+        auto_pad,
+        ceil_mode: pooling && a.bool_or("ceil_mode", false)?,
+    })
+}
+
+fn constant(a: &Attrs<'_>) -> Result<Tensor<'static>, ParseError> {
+    let other = |e: stowage_runtime::RuntimeError| ParseError::Other(e.to_string());
+    if let Some(t) = a.tensor("value")? {
+        return Ok(t);
+    }
+    if let Some(f) = a.has("value_float").then(|| a.float_or("value_float", 0.0)).transpose()? {
+        return Tensor::from_vec(&[], vec![f]).map_err(other);
+    }
+    if let Some(v) = a.floats("value_floats")? {
+        return Tensor::from_vec(&[v.len()], v).map_err(other);
+    }
+    if let Some(i) = a.int("value_int")? {
+        return Tensor::from_vec(&[], vec![i]).map_err(other);
+    }
+    if let Some(v) = a.ints("value_ints")? {
+        return Tensor::from_vec(&[v.len()], v).map_err(other);
+    }
+    for unsupported in ["sparse_value", "value_string", "value_strings"] {
+        if a.has(unsupported) {
+            return Err(attr_err(unsupported, "is not supported"));
+        }
+    }
+    Err(attr_err("value", "a Constant needs one of value, value_float(s), value_int(s)"))
+}
+
+fn resize(a: &Attrs<'_>, opset: i64, n: usize) -> Result<Parsed, ParseError> {
+    let mode = match a.string("mode")?.as_deref().unwrap_or("nearest") {
+        "nearest" => ResizeMode::Nearest,
+        "linear" => ResizeMode::Linear,
+        "cubic" => ResizeMode::Cubic,
+        other => return Err(attr_err("mode", format!("unknown mode '{other}'"))),
+    };
+    let default_ct = if opset < 11 { "asymmetric" } else { "half_pixel" };
+    let coordinate_transform = match a.string("coordinate_transformation_mode")?.as_deref().unwrap_or(default_ct) {
+        "half_pixel" => CoordinateTransform::HalfPixel,
+        "half_pixel_symmetric" => CoordinateTransform::HalfPixelSymmetric,
+        "pytorch_half_pixel" => CoordinateTransform::PytorchHalfPixel,
+        "align_corners" => CoordinateTransform::AlignCorners,
+        "asymmetric" => CoordinateTransform::Asymmetric,
+        "tf_crop_and_resize" => CoordinateTransform::TfCropAndResize,
+        other => return Err(attr_err("coordinate_transformation_mode", format!("unknown value '{other}'"))),
+    };
+    let default_nearest = if opset < 11 { "floor" } else { "round_prefer_floor" };
+    let nearest_mode = match a.string("nearest_mode")?.as_deref().unwrap_or(default_nearest) {
+        "round_prefer_floor" => NearestMode::RoundPreferFloor,
+        "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+        "floor" => NearestMode::Floor,
+        "ceil" => NearestMode::Ceil,
+        other => return Err(attr_err("nearest_mode", format!("unknown value '{other}'"))),
+    };
+    let aspect_ratio = match a.string("keep_aspect_ratio_policy")?.as_deref().unwrap_or("stretch") {
+        "stretch" => AspectRatioPolicy::Stretch,
+        "not_larger" => AspectRatioPolicy::NotLarger,
+        "not_smaller" => AspectRatioPolicy::NotSmaller,
+        other => return Err(attr_err("keep_aspect_ratio_policy", format!("unknown value '{other}'"))),
+    };
+    let op = Op::Resize(Resize {
+        mode,
+        coordinate_transform,
+        nearest_mode,
+        antialias: a.bool_or("antialias", false)?,
+        axes: a.ints("axes")?,
+        aspect_ratio,
+        extrapolation_value: a.float_or("extrapolation_value", 0.0)?,
+        cubic_coeff_a: a.float_or("cubic_coeff_a", -0.75)?,
+        exclude_outside: a.bool_or("exclude_outside", false)?,
+        scales: Vec::new(),
+    });
+    // Opset 10 had inputs X, scales; from 11 on X, roi, scales, sizes.
+    let slots = if opset < 11 {
+        vec![Slot::Onnx(0), Slot::Onnx(usize::MAX), Slot::Onnx(1)]
+    } else {
+        (0..n).map(Slot::Onnx).collect()
+    };
+    Ok(Parsed::Op(op, slots))
+}

@@ -1,0 +1,142 @@
+//! ONNX `TensorProto` to a runtime tensor: typed fields, `raw_data`, and `external_data` files beside the model.
+
+use std::path::Path;
+
+use half::{bf16, f16};
+use stowage_runtime::{DatumType, Tensor};
+
+use super::proto::{tensor_proto::DataType, TensorProto};
+use crate::infer::MAX_ELEMENTS;
+
+/// The datum type of an ONNX element type code, or the ONNX name of a type stowage does not take.
+pub fn datum_type(code: i32) -> Result<DatumType, String> {
+    let dt = DataType::try_from(code).map_err(|_| format!("unknown element type {code}"))?;
+    Ok(match dt {
+        DataType::Float => DatumType::F32,
+        DataType::Uint8 => DatumType::U8,
+        DataType::Int8 => DatumType::I8,
+        DataType::Uint16 => DatumType::U16,
+        DataType::Int16 => DatumType::I16,
+        DataType::Int32 => DatumType::I32,
+        DataType::Int64 => DatumType::I64,
+        DataType::Bool => DatumType::Bool,
+        DataType::Float16 => DatumType::F16,
+        DataType::Double => DatumType::F64,
+        DataType::Uint32 => DatumType::U32,
+        DataType::Uint64 => DatumType::U64,
+        DataType::Bfloat16 => DatumType::BF16,
+        other => return Err(format!("element type {} is not supported", other.as_str_name())),
+    })
+}
+
+/// The ONNX element type code of a datum type.
+pub fn onnx_type(dt: DatumType) -> DataType {
+    match dt {
+        DatumType::F32 => DataType::Float,
+        DatumType::U8 => DataType::Uint8,
+        DatumType::I8 => DataType::Int8,
+        DatumType::U16 => DataType::Uint16,
+        DatumType::I16 => DataType::Int16,
+        DatumType::I32 => DataType::Int32,
+        DatumType::I64 => DataType::Int64,
+        DatumType::Bool => DataType::Bool,
+        DatumType::F16 => DataType::Float16,
+        DatumType::F64 => DataType::Double,
+        DatumType::U32 => DataType::Uint32,
+        DatumType::U64 => DataType::Uint64,
+        DatumType::BF16 => DataType::Bfloat16,
+    }
+}
+
+/// Decodes a tensor. `dir` is the model's folder, where external data files are looked up.
+pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, String> {
+    let dt = datum_type(t.data_type())?;
+    let shape: Vec<usize> = t
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+        .collect::<Result<_, _>>()?;
+    let count = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| format!("shape {shape:?} is too large"))?;
+    let bytes = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
+        external(t, dir, count * dt.size_of())?
+    } else if let Some(raw) = &t.raw_data {
+        raw.clone()
+    } else {
+        typed_fields(t, dt, count)?
+    };
+    let expected = count * dt.size_of();
+    if bytes.len() != expected {
+        return Err(format!("holds {} bytes of data, {dt}{shape:?} needs {expected}", bytes.len()));
+    }
+    Tensor::from_bytes(dt, &shape, &bytes).map_err(|e| e.to_string())
+}
+
+fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>, String> {
+    let found = match dt {
+        DatumType::F32 => t.float_data.len(),
+        DatumType::F64 => t.double_data.len(),
+        DatumType::I64 => t.int64_data.len(),
+        DatumType::U32 | DatumType::U64 => t.uint64_data.len(),
+        _ => t.int32_data.len(),
+    };
+    if found != count {
+        return Err(format!("holds {found} elements, its shape needs {count}"));
+    }
+    let mut out = Vec::with_capacity(count * dt.size_of());
+    match dt {
+        DatumType::F32 => t.float_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DatumType::F64 => t.double_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DatumType::I64 => t.int64_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DatumType::U32 => t.uint64_data.iter().for_each(|&x| out.extend((x as u32).to_le_bytes())),
+        DatumType::U64 => t.uint64_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DatumType::I32 => t.int32_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
+        DatumType::I16 => t.int32_data.iter().for_each(|&x| out.extend((x as i16).to_le_bytes())),
+        DatumType::U16 => t.int32_data.iter().for_each(|&x| out.extend((x as u16).to_le_bytes())),
+        DatumType::I8 => t.int32_data.iter().for_each(|&x| out.push(x as i8 as u8)),
+        DatumType::U8 => t.int32_data.iter().for_each(|&x| out.push(x as u8)),
+        DatumType::Bool => t.int32_data.iter().for_each(|&x| out.push(u8::from(x != 0))),
+        DatumType::F16 => t.int32_data.iter().for_each(|&x| out.extend(f16::from_bits(x as u16).to_le_bytes())),
+        DatumType::BF16 => t.int32_data.iter().for_each(|&x| out.extend(bf16::from_bits(x as u16).to_le_bytes())),
+    }
+    Ok(out)
+}
+
+fn external(t: &TensorProto, dir: Option<&Path>, len: usize) -> Result<Vec<u8>, String> {
+    let entry = |key: &str| t.external_data.iter().find(|e| e.key() == key).map(|e| e.value().to_string());
+    let location = entry("location").ok_or("external data without a location")?;
+    let rel = Path::new(&location);
+    if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!("external data location '{location}' must be a relative path inside the model's folder"));
+    }
+    let dir = dir.ok_or("external data, but the model was not loaded from a file")?;
+    let path = dir.join(rel);
+    let number = |key: &str| -> Result<Option<u64>, String> {
+        entry(key)
+            .map(|v| v.parse::<u64>().map_err(|_| format!("external data {key} '{v}' is not a number")))
+            .transpose()
+    };
+    let offset = number("offset")?.unwrap_or(0);
+    let length = number("length")?.unwrap_or(len as u64);
+    let data = std::fs::read(&path).map_err(|e| format!("external data file {}: {e}", path.display()))?;
+    let end = offset.checked_add(length).filter(|&e| e <= data.len() as u64).ok_or_else(|| {
+        format!("external data file {} has {} bytes, needs {length} from offset {offset}", path.display(), data.len())
+    })?;
+    Ok(data[offset as usize..end as usize].to_vec())
+}
+
+/// Encodes a tensor as a `TensorProto` with `raw_data` (for writing outputs and test data).
+pub fn encode(t: &Tensor<'_>, name: &str) -> Result<TensorProto, String> {
+    let packed = t.to_row_major().map_err(|e| e.to_string())?;
+    let bytes = packed.as_bytes().map_err(|e| e.to_string())?;
+    Ok(TensorProto {
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type: Some(onnx_type(t.dt()) as i32),
+        name: Some(name.to_string()),
+        raw_data: Some(bytes.to_vec()),
+        ..TensorProto::default()
+    })
+}

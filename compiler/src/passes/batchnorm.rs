@@ -1,0 +1,71 @@
+//! BatchNormalization folded into the Conv before it: with `s = scale / sqrt(var + eps)`, the Conv's weights
+//! become `W * s` (per output channel) and its bias `(B - mean) * s + beta`. Applies when the Conv's output feeds
+//! only the BatchNorm, and weights, bias and the BatchNorm's parameters are constants of a float type.
+
+use stowage_runtime::Tensor;
+
+use crate::consts;
+use crate::ir::{Graph, Op};
+
+/// Folds every eligible Conv + BatchNormalization pair.
+pub fn run(g: &mut Graph) -> usize {
+    let mut folded = 0;
+    let uses = g.use_counts();
+    for bn in g.order().to_vec() {
+        let node = g.node(bn);
+        let Op::BatchNorm { epsilon, training: false, .. } = node.op else { continue };
+        let (Some(x), Some(Some(y))) = (node.inputs[0], node.outputs.first().copied()) else { continue };
+        let Some(conv) = g.producer(x) else { continue };
+        if uses[x] != 1 || !matches!(g.node(conv).op, Op::Conv(_)) {
+            continue;
+        }
+        let params: Option<Vec<Vec<f64>>> = node.inputs[1..5]
+            .iter()
+            .map(|v| v.and_then(|v| g.const_value(v)).and_then(|t| consts::to_f64s(t).ok()))
+            .collect();
+        let Some(params) = params else { continue };
+        let cn = g.node(conv);
+        let Some(w) = cn.inputs[1].and_then(|v| g.const_value(v)) else { continue };
+        let bias = match cn.inputs.get(2).copied().flatten() {
+            Some(b) => match g.const_value(b).and_then(|t| consts::to_f64s(t).ok()) {
+                Some(b) => Some(b),
+                None => continue,
+            },
+            None => None,
+        };
+        let Some((new_w, new_b)) = fold(w, bias, &params, f64::from(epsilon)) else { continue };
+        let name = cn.name.clone();
+        let w_id = g.add_const(format!("{name}.weight_bn"), new_w);
+        let b_id = g.add_const(format!("{name}.bias_bn"), new_b);
+        let conv_node = g.node_mut(conv);
+        conv_node.inputs.truncate(1);
+        conv_node.inputs.push(Some(w_id));
+        conv_node.inputs.push(Some(b_id));
+        g.replace_uses(y, x);
+        g.remove_node(bn);
+        folded += 1;
+    }
+    folded
+}
+
+fn fold(
+    w: &Tensor<'static>,
+    bias: Option<Vec<f64>>,
+    p: &[Vec<f64>],
+    eps: f64,
+) -> Option<(Tensor<'static>, Tensor<'static>)> {
+    let (scale, beta, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
+    let m = *w.shape().first()?;
+    if !w.dt().is_float() || scale.len() != m {
+        return None;
+    }
+    let per = w.len() / m.max(1);
+    let s: Vec<f64> = (0..m).map(|c| scale[c] / (var[c] + eps).sqrt()).collect();
+    let mut wv = consts::to_f64s(w).ok()?;
+    for (i, x) in wv.iter_mut().enumerate() {
+        *x *= s[i / per];
+    }
+    let b = bias.unwrap_or_else(|| vec![0.0; m]);
+    let bv: Vec<f64> = (0..m).map(|c| (b[c] - mean[c]) * s[c] + beta[c]).collect();
+    Some((consts::from_f64s(w.dt(), w.shape(), &wv).ok()?, consts::from_f64s(w.dt(), &[m], &bv).ok()?))
+}

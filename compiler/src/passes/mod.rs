@@ -1,0 +1,8 @@
+//! Graph rewrites, one per file, each a `run(&mut Graph) -> usize` returning how many rewrites it made.
+//! [`crate::Context`] runs them in order with the verifier between them.
+
+pub mod batchnorm;
+pub mod dce;
+pub mod fold;
+pub mod gemm;
+pub mod identity;
