@@ -81,6 +81,11 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
             return Err(InferError::MissingInput { input: i });
         }
     }
+    for &i in op.static_inputs() {
+        if let Some(Some(Fact { value: None, .. })) = inputs.get(i) {
+            return Err(InferError::NotConstant { input: i });
+        }
+    }
     let ins = Inputs(inputs);
     let types = match op {
         Op::Unary(_)

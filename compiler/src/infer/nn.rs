@@ -307,6 +307,9 @@ fn window_output(w: &mut Window, input: &[usize], pooling: bool) -> Result<Vec<u
         let span = dil * (k - 1) + 1;
         let size = match w.auto_pad {
             AutoPad::SameUpper | AutoPad::SameLower => {
+                if d == 0 {
+                    return invalid(format!("spatial axis {i} is empty"));
+                }
                 let o = (d + s - 1) / s;
                 let total = ((o - 1) * s + span - d).max(0);
                 let (small, big) = (total / 2, total - total / 2);

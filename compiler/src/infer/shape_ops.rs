@@ -238,6 +238,9 @@ pub fn slice_bounds(dim: usize, start: i64, end: i64, step: i64) -> Result<(i128
         return invalid("slice step is 0");
     }
     let d = dim as i128;
+    if d == 0 {
+        return Ok((0, 0, step as i128));
+    }
     let fix = |v: i64| if v < 0 { v as i128 + d } else { v as i128 };
     let (s, e) = (fix(start), fix(end));
     Ok(if step > 0 {

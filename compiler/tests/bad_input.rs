@@ -1,0 +1,275 @@
+//! Bad models and options: each gives one clear line naming what is wrong (file, node, op, input, attribute),
+//! never a panic.
+
+mod common;
+
+use common::build::{self, float, int, node, value};
+use prost::Message;
+use stowage_compiler::onnx::proto::{tensor_proto::DataLocation, StringStringEntryProto, TensorProto};
+use stowage_compiler::onnx::{self, ImportConfig};
+use stowage_compiler::Context;
+
+/// Imports `bytes` from a file in a fresh folder (with `extra` files beside it) and returns the error's text.
+fn error_of(bytes: &[u8], extra: &[(&str, &[u8])], config: &ImportConfig) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, bytes).expect("write model");
+    for (name, data) in extra {
+        std::fs::write(dir.path().join(name), data).expect("write extra file");
+    }
+    let err = match Context::import(&path, config) {
+        Ok(_) => panic!("the model imported, but it should not have"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!err.contains('\n'), "error is not one line: {err}");
+    assert!(err.contains("model.onnx"), "error does not name the file: {err}");
+    err
+}
+
+fn check(err: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(err.contains(p), "error {err:?} does not mention {p:?}");
+    }
+}
+
+/// x[2,3] + w[2,3] -> y: a model that imports, to break in one place at a time.
+fn add_model() -> onnx::proto::ModelProto {
+    build::model(
+        13,
+        vec![node("Add", &["x", "w"], &["y"], vec![])],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 3])],
+        vec![build::floats("w", &[2, 3], &[1.0; 6])],
+    )
+}
+
+fn light_model_bytes() -> Vec<u8> {
+    let dir = common::generated("onnx-models/light", "light_models.py");
+    std::fs::read(dir.join("squeezenet/model.onnx")).expect("squeezenet")
+}
+
+#[test]
+fn the_base_model_imports() {
+    let g = onnx::load_bytes(&build::bytes(&add_model()), &ImportConfig::new()).expect("imports");
+    assert_eq!(g.order().len(), 1);
+}
+
+#[test]
+fn truncated_file() {
+    let bytes = light_model_bytes();
+    let err = error_of(&bytes[..bytes.len() / 2], &[], &ImportConfig::new());
+    check(&err, &["not an ONNX model"]);
+}
+
+#[test]
+fn random_bytes() {
+    let mut rng = fastrand::Rng::with_seed(7);
+    let bytes: Vec<u8> = (0..4096).map(|_| rng.u8(..)).collect();
+    let err = error_of(&bytes, &[], &ImportConfig::new());
+    check(&err, &["not an ONNX model"]);
+}
+
+#[test]
+fn a_protobuf_that_is_not_a_model() {
+    let tensor = build::floats("t", &[4], &[1.0, 2.0, 3.0, 4.0]).encode_to_vec();
+    let err = error_of(&tensor, &[], &ImportConfig::new());
+    check(&err, &["not an ONNX model"]);
+}
+
+#[test]
+fn missing_file() {
+    let err = Context::import("/nonexistent/model.onnx", &ImportConfig::new()).err().expect("fails").to_string();
+    check(&err, &["/nonexistent/model.onnx", "cannot read"]);
+}
+
+#[test]
+fn unknown_op_names_node_op_and_domain() {
+    let mut m = add_model();
+    let n = &mut m.graph.as_mut().expect("graph").node[0];
+    n.op_type = Some("FancyAdd".into());
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["node 'Add_y'", "unknown op 'FancyAdd'", "domain 'ai.onnx'"]);
+
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").node[0].domain = Some("com.example".into());
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["node 'Add_y'", "unknown op 'Add'", "domain 'com.example'"]);
+}
+
+#[test]
+fn unsupported_opset() {
+    for version in [6, 99] {
+        let mut m = add_model();
+        m.opset_import[0].version = Some(version);
+        let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+        check(&err, &[&format!("opset {version}"), "not supported", "7 to 28"]);
+    }
+}
+
+#[test]
+fn missing_initializer() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer.clear();
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["node 'Add_y'", "input 'w' is not defined"]);
+}
+
+fn external(location: &str) -> TensorProto {
+    let entry = |k: &str, v: &str| StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    TensorProto {
+        name: Some("w".into()),
+        dims: vec![2, 3],
+        data_type: Some(1),
+        data_location: Some(DataLocation::External as i32),
+        external_data: vec![entry("location", location), entry("offset", "4")],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn external_data_is_read_from_beside_the_model() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer = vec![external("weights.bin")];
+    let mut data = vec![0u8; 4];
+    for i in 0..6 {
+        data.extend((i as f32).to_le_bytes());
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("model.onnx"), build::bytes(&m)).expect("write");
+    std::fs::write(dir.path().join("weights.bin"), &data).expect("write");
+    let g = onnx::load(dir.path().join("model.onnx"), &ImportConfig::new()).expect("imports");
+    let w = g.node(g.order()[0]).inputs[1].expect("w");
+    let t = g.const_value(w).expect("w is a constant");
+    assert_eq!(t.to_vec::<f32>().expect("f32"), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn missing_external_data_file() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer = vec![external("weights.bin")];
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["initializer 'w'", "weights.bin"]);
+}
+
+#[test]
+fn short_external_data_file() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer = vec![external("weights.bin")];
+    let err = error_of(&build::bytes(&m), &[("weights.bin", &[0u8; 10])], &ImportConfig::new());
+    check(&err, &["initializer 'w'", "weights.bin", "has 10 bytes"]);
+}
+
+#[test]
+fn external_data_outside_the_model_folder() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer = vec![external("../secret.bin")];
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["initializer 'w'", "inside the model's folder"]);
+}
+
+#[test]
+fn attribute_of_the_wrong_type() {
+    let conv = build::model(
+        13,
+        vec![node("Conv", &["x", "w"], &["y"], vec![float("group", 1.0)])],
+        vec![value("x", &[1, 1, 4, 4])],
+        vec![value("y", &[1, 1, 4, 4])],
+        vec![build::floats("w", &[1, 1, 1, 1], &[1.0])],
+    );
+    let err = error_of(&build::bytes(&conv), &[], &ImportConfig::new());
+    check(&err, &["node 'Conv_y'", "(Conv)", "attribute 'group'", "expected an int, found a float"]);
+}
+
+#[test]
+fn attribute_with_a_bad_value() {
+    let conv = build::model(
+        13,
+        vec![node("Conv", &["x", "w"], &["y"], vec![int("group", 0)])],
+        vec![value("x", &[1, 1, 4, 4])],
+        vec![value("y", &[1, 1, 4, 4])],
+        vec![build::floats("w", &[1, 1, 1, 1], &[1.0])],
+    );
+    let err = error_of(&build::bytes(&conv), &[], &ImportConfig::new());
+    check(&err, &["node 'Conv_y'", "attribute 'group'", "at least 1"]);
+}
+
+#[test]
+fn a_cycle() {
+    let m = build::model(
+        13,
+        vec![node("Relu", &["b"], &["a"], vec![]), node("Relu", &["a"], &["b"], vec![])],
+        vec![value("x", &[2])],
+        vec![value("a", &[2])],
+        vec![],
+    );
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["node 'Relu_", "part of a cycle"]);
+}
+
+#[test]
+fn shapes_that_cannot_broadcast_name_the_node_and_both_shapes() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer = vec![build::floats("w", &[4, 3], &[1.0; 12])];
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["node 'Add_y' (Add)", "[2, 3]", "[4, 3]", "cannot broadcast"]);
+}
+
+#[test]
+fn a_symbolic_dimension_needs_the_callers_shape() {
+    let mut m = add_model();
+    let g = m.graph.as_mut().expect("graph");
+    g.input = vec![value("x", &[-1, 3])];
+    g.initializer = vec![build::floats("w", &[1, 3], &[1.0; 3])];
+    let bytes = build::bytes(&m);
+    let err = error_of(&bytes, &[], &ImportConfig::new());
+    check(&err, &["input 'x'", "dimension 0 ('N') is symbolic", "--input-shape x="]);
+
+    let g = onnx::load_bytes(&bytes, &ImportConfig::new().input_shape("x", [5, 3])).expect("imports with a shape");
+    assert_eq!(g.ty(g.outputs()[0].value).shape, [5, 3]);
+
+    let err = error_of(&bytes, &[], &ImportConfig::new().input_shape("x", [5, 4]));
+    check(&err, &["input 'x'", "[5, 4] does not fit the declared shape [N,3]"]);
+}
+
+#[test]
+fn options_naming_an_unknown_input() {
+    let err = error_of(&build::bytes(&add_model()), &[], &ImportConfig::new().input_shape("nope", [1]));
+    check(&err, &["no input 'nope'", "its inputs: x"]);
+}
+
+#[test]
+fn a_shape_input_that_is_not_fixed() {
+    let m = build::model(
+        13,
+        vec![node("Reshape", &["x", "shape"], &["y"], vec![])],
+        vec![value("x", &[2, 3]), build::typed_value("shape", onnx::proto::tensor_proto::DataType::Int64, &[2])],
+        vec![value("y", &[3, 2])],
+        vec![],
+    );
+    let bytes = build::bytes(&m);
+    let err = error_of(&bytes, &[], &ImportConfig::new());
+    check(&err, &["node 'Reshape_y' (Reshape)", "input 1 sets the output shape", "--input-value"]);
+    assert_eq!(onnx::value_inputs(&onnx::decode(&bytes).expect("decodes")), ["shape"]);
+
+    let shape = stowage_runtime::Tensor::from_vec(&[2], vec![3i64, 2]).expect("tensor");
+    let g = onnx::load_bytes(&bytes, &ImportConfig::new().input_value("shape", shape)).expect("imports");
+    assert_eq!(g.ty(g.outputs()[0].value).shape, [3, 2]);
+    assert_eq!(g.metadata.assumed_inputs, ["shape"]);
+}
+
+#[test]
+fn an_output_nothing_defines() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").output.push(value("z", &[1]));
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["graph output 'z' is not defined"]);
+}
+
+#[test]
+fn an_unsupported_element_type() {
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").input =
+        vec![build::typed_value("x", onnx::proto::tensor_proto::DataType::String, &[2, 3])];
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["input 'x'", "STRING", "not supported"]);
+}
