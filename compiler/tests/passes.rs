@@ -1,0 +1,358 @@
+//! Each import pass on a small graph: IR text before and after as snapshots, and the numbers that matter checked.
+
+mod common;
+
+use common::build::{self, float, int, ints, node, value};
+use stowage_compiler::onnx::{self, proto::ModelProto, ImportConfig};
+use stowage_compiler::{ir::Op, Context};
+
+fn context(m: &ModelProto) -> Context {
+    let g = onnx::load_bytes(&build::bytes(m), &ImportConfig::new()).unwrap_or_else(|e| panic!("{e}"));
+    let mut cx = Context::new(g);
+    cx.set_verify(true);
+    cx
+}
+
+/// Runs `pass` and returns the IR before and after, for one snapshot.
+fn before_after(
+    m: &ModelProto,
+    pass: impl FnOnce(&mut Context) -> Result<(), stowage_compiler::Error>,
+) -> (Context, String) {
+    let mut cx = context(m);
+    let before = cx.print();
+    pass(&mut cx).unwrap_or_else(|e| panic!("{e}"));
+    let text = format!("{before}---\n{}", cx.print());
+    (cx, text)
+}
+
+fn consts_of(cx: &Context, input: usize) -> Vec<f32> {
+    let g = &cx.graph;
+    let n = g.order()[0];
+    let v = g.node(n).inputs[input].expect("input");
+    g.const_value(v).expect("a constant").to_vec::<f32>().expect("f32")
+}
+
+#[test]
+fn batchnorm_folds_into_conv() {
+    let m = build::model(
+        13,
+        vec![
+            node("Conv", &["x", "w", "b"], &["c"], vec![]),
+            node("BatchNormalization", &["c", "scale", "beta", "mean", "var"], &["y"], vec![float("epsilon", 1.0)]),
+        ],
+        vec![value("x", &[1, 1, 2, 2])],
+        vec![value("y", &[1, 2, 2, 2])],
+        vec![
+            build::floats("w", &[2, 1, 1, 1], &[1.0, 2.0]),
+            build::floats("b", &[2], &[0.5, -1.0]),
+            build::floats("scale", &[2], &[4.0, 3.0]),
+            build::floats("beta", &[2], &[1.0, 1.0]),
+            build::floats("mean", &[2], &[0.5, 1.0]),
+            build::floats("var", &[2], &[3.0, 8.0]),
+        ],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.fold_batchnorm());
+    insta::assert_snapshot!(text);
+    assert_eq!(cx.graph.order().len(), 1);
+    // s = scale / sqrt(var + eps) = [2, 1]; W' = W * s; B' = (B - mean) * s + beta.
+    assert_eq!(consts_of(&cx, 1), [2.0, 2.0]);
+    assert_eq!(consts_of(&cx, 2), [1.0, -1.0]);
+}
+
+#[test]
+fn batchnorm_stays_when_the_conv_has_another_user() {
+    let m = build::model(
+        13,
+        vec![
+            node("Conv", &["x", "w"], &["c"], vec![]),
+            node("BatchNormalization", &["c", "s", "s", "s", "s"], &["y"], vec![]),
+            node("Relu", &["c"], &["z"], vec![]),
+        ],
+        vec![value("x", &[1, 1, 2, 2])],
+        vec![value("y", &[1, 1, 2, 2]), value("z", &[1, 1, 2, 2])],
+        vec![build::floats("w", &[1, 1, 1, 1], &[1.0]), build::floats("s", &[1], &[1.0])],
+    );
+    let (cx, _) = before_after(&m, |cx| cx.fold_batchnorm());
+    assert_eq!(cx.graph.order().len(), 3);
+}
+
+#[test]
+fn matmul_and_add_become_gemm() {
+    let m = build::model(
+        13,
+        vec![node("MatMul", &["x", "w"], &["p"], vec![]), node("Add", &["b", "p"], &["y"], vec![])],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 4])],
+        vec![build::floats("w", &[3, 4], &[0.5; 12]), build::floats("b", &[4], &[1.0; 4])],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.canonicalize_gemm());
+    insta::assert_snapshot!(text);
+    let g = &cx.graph;
+    assert_eq!(g.order().len(), 1);
+    assert!(matches!(g.node(g.order()[0]).op, Op::Gemm(_)));
+    assert_eq!(g.outputs()[0].name, "y");
+}
+
+#[test]
+fn gemm_without_c_takes_the_following_add() {
+    let m = build::model(
+        13,
+        vec![
+            node("Gemm", &["x", "w"], &["p"], vec![int("transB", 1), float("alpha", 2.0)]),
+            node("Add", &["p", "b"], &["y"], vec![]),
+        ],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 4])],
+        vec![build::floats("w", &[4, 3], &[0.5; 12]), build::floats("b", &[1, 4], &[1.0; 4])],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.canonicalize_gemm());
+    insta::assert_snapshot!(text);
+    assert_eq!(cx.graph.order().len(), 1);
+}
+
+#[test]
+fn a_product_with_two_users_is_not_fused() {
+    let m = build::model(
+        13,
+        vec![
+            node("MatMul", &["x", "w"], &["p"], vec![]),
+            node("Add", &["p", "b"], &["y"], vec![]),
+            node("Relu", &["p"], &["z"], vec![]),
+        ],
+        vec![value("x", &[2, 3])],
+        vec![value("y", &[2, 4]), value("z", &[2, 4])],
+        vec![build::floats("w", &[3, 4], &[0.5; 12]), build::floats("b", &[4], &[1.0; 4])],
+    );
+    let (cx, _) = before_after(&m, |cx| cx.canonicalize_gemm());
+    assert_eq!(cx.graph.order().len(), 3);
+}
+
+#[test]
+fn identity_and_dropout_are_removed() {
+    let m = build::model(
+        13,
+        vec![
+            node("Identity", &["x"], &["a"], vec![]),
+            node("Dropout", &["a"], &["b", "mask"], vec![]),
+            node("Relu", &["b"], &["y"], vec![]),
+            node("Identity", &["x"], &["same"], vec![]),
+        ],
+        vec![value("x", &[2])],
+        vec![value("y", &[2]), value("mask", &[2]), value("same", &[2])],
+        vec![],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.remove_identities());
+    insta::assert_snapshot!(text);
+    let g = &cx.graph;
+    assert_eq!(g.order().len(), 1);
+    let mask = g.const_value(g.outputs()[1].value).expect("the mask is a constant");
+    assert_eq!(mask.to_vec::<bool>().expect("bool"), [true, true]);
+    assert_eq!(g.outputs()[2].value, g.inputs()[0], "an output that was Identity(x) reads x");
+}
+
+#[test]
+fn dead_nodes_are_removed() {
+    let m = build::model(
+        13,
+        vec![
+            node("Relu", &["x"], &["dead1"], vec![]),
+            node("Neg", &["dead1"], &["dead2"], vec![]),
+            node("Abs", &["x"], &["y"], vec![]),
+        ],
+        vec![value("x", &[2])],
+        vec![value("y", &[2])],
+        vec![],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.eliminate_dead_code());
+    insta::assert_snapshot!(text);
+    assert_eq!(cx.graph.order().len(), 1);
+}
+
+#[test]
+fn large_constants_fold_in_the_pass_small_ones_at_import() {
+    let shape = |name: &str, dims: &[i64]| stowage_compiler::onnx::proto::TensorProto {
+        name: Some(name.into()),
+        dims: vec![dims.len() as i64],
+        data_type: Some(7),
+        int64_data: dims.to_vec(),
+        ..Default::default()
+    };
+    let m = build::model(
+        13,
+        vec![
+            node("ConstantOfShape", &["big_shape"], &["big"], vec![]),
+            node("ConstantOfShape", &["small_shape"], &["small"], vec![]),
+            node("Add", &["big", "x"], &["y"], vec![]),
+            node("Add", &["small", "x"], &["z"], vec![]),
+        ],
+        vec![value("x", &[64, 128])],
+        vec![value("y", &[64, 128]), value("z", &[64, 128])],
+        vec![shape("big_shape", &[64, 128]), shape("small_shape", &[1, 128])],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.fold_constants());
+    insta::assert_snapshot!(text);
+    assert_eq!(cx.graph.order().len(), 2);
+}
+
+#[test]
+fn shape_arithmetic_folds_at_import() {
+    // Reshape(x, Concat(Gather(Shape(x), 0), [-1])): the shape input becomes a constant during import.
+    let m = build::model(
+        13,
+        vec![
+            node("Shape", &["x"], &["s"], vec![]),
+            node("Gather", &["s", "zero"], &["n"], vec![int("axis", 0)]),
+            node("Unsqueeze", &["n", "zero1"], &["n1"], vec![]),
+            node("Concat", &["n1", "minus1"], &["target"], vec![int("axis", 0)]),
+            node("Reshape", &["x", "target"], &["y"], vec![]),
+        ],
+        vec![value("x", &[2, 3, 4])],
+        vec![value("y", &[2, 12])],
+        vec![
+            stowage_compiler::onnx::proto::TensorProto {
+                name: Some("zero".into()),
+                data_type: Some(7),
+                int64_data: vec![0],
+                ..Default::default()
+            },
+            stowage_compiler::onnx::proto::TensorProto {
+                name: Some("zero1".into()),
+                dims: vec![1],
+                data_type: Some(7),
+                int64_data: vec![0],
+                ..Default::default()
+            },
+            stowage_compiler::onnx::proto::TensorProto {
+                name: Some("minus1".into()),
+                dims: vec![1],
+                data_type: Some(7),
+                int64_data: vec![-1],
+                ..Default::default()
+            },
+        ],
+    );
+    let cx = context(&m);
+    insta::assert_snapshot!(cx.print());
+    assert_eq!(cx.graph.order().len(), 1);
+}
+
+/// Old opsets' attributes that became inputs are imported as constant inputs: one IR form.
+#[test]
+fn old_opset_attributes_become_constant_inputs() {
+    let cases: Vec<(&str, ModelProto)> = vec![
+        (
+            "Slice opset 9",
+            build::model(
+                9,
+                vec![node("Slice", &["x"], &["y"], vec![ints("starts", &[1]), ints("ends", &[3]), ints("axes", &[1])])],
+                vec![value("x", &[2, 4])],
+                vec![value("y", &[2, 2])],
+                vec![],
+            ),
+        ),
+        (
+            "Squeeze opset 11",
+            build::model(
+                11,
+                vec![node("Squeeze", &["x"], &["y"], vec![ints("axes", &[0])])],
+                vec![value("x", &[1, 4])],
+                vec![value("y", &[4])],
+                vec![],
+            ),
+        ),
+        (
+            "Unsqueeze opset 11",
+            build::model(
+                11,
+                vec![node("Unsqueeze", &["x"], &["y"], vec![ints("axes", &[0, -1])])],
+                vec![value("x", &[4])],
+                vec![value("y", &[1, 4, 1])],
+                vec![],
+            ),
+        ),
+        (
+            "Clip opset 9",
+            build::model(
+                9,
+                vec![node("Clip", &["x"], &["y"], vec![float("min", -1.0), float("max", 1.0)])],
+                vec![value("x", &[4])],
+                vec![value("y", &[4])],
+                vec![],
+            ),
+        ),
+        (
+            "Pad opset 9",
+            build::model(
+                9,
+                vec![node("Pad", &["x"], &["y"], vec![ints("pads", &[0, 1, 0, 2]), float("value", 7.0)])],
+                vec![value("x", &[2, 4])],
+                vec![value("y", &[2, 7])],
+                vec![],
+            ),
+        ),
+        (
+            "Split opset 11",
+            build::model(
+                11,
+                vec![node("Split", &["x"], &["a", "b"], vec![int("axis", 1), ints("split", &[1, 3])])],
+                vec![value("x", &[2, 4])],
+                vec![value("a", &[2, 1]), value("b", &[2, 3])],
+                vec![],
+            ),
+        ),
+        (
+            "ReduceMean opset 13",
+            build::model(
+                13,
+                vec![node("ReduceMean", &["x"], &["y"], vec![ints("axes", &[1]), int("keepdims", 0)])],
+                vec![value("x", &[2, 4])],
+                vec![value("y", &[2])],
+                vec![],
+            ),
+        ),
+        (
+            "Softmax opset 11",
+            build::model(
+                11,
+                vec![node("Softmax", &["x"], &["y"], vec![])],
+                vec![value("x", &[2, 3, 4])],
+                vec![value("y", &[2, 3, 4])],
+                vec![],
+            ),
+        ),
+        (
+            "Dropout opset 10",
+            build::model(
+                10,
+                vec![node("Dropout", &["x"], &["y"], vec![float("ratio", 0.25)])],
+                vec![value("x", &[4])],
+                vec![value("y", &[4])],
+                vec![],
+            ),
+        ),
+    ];
+    let mut text = String::new();
+    for (what, m) in cases {
+        let cx = context(&m);
+        let declared = &m.graph.as_ref().expect("graph").output;
+        for (out, decl) in cx.graph.outputs().iter().zip(declared) {
+            let want: Vec<usize> = match &decl.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                Some(onnx::proto::type_proto::Value::TensorType(t)) => t
+                    .shape
+                    .as_ref()
+                    .expect("shape")
+                    .dim
+                    .iter()
+                    .map(|d| match d.value {
+                        Some(onnx::proto::tensor_shape_proto::dimension::Value::DimValue(v)) => v as usize,
+                        _ => unreachable!(),
+                    })
+                    .collect(),
+                _ => unreachable!(),
+            };
+            assert_eq!(cx.graph.ty(out.value).shape, want, "{what}: output {}", out.name);
+        }
+        text.push_str(&format!("# {what}\n{}", cx.print()));
+    }
+    insta::assert_snapshot!(text);
+}
