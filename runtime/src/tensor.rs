@@ -279,6 +279,12 @@ impl<'a> Tensor<'a> {
     /// The elements in row-major index order, whatever the layout.
     pub fn to_vec<T: Datum>(&self) -> Result<Vec<T>> {
         self.check_dt(T::DATUM_TYPE)?;
+        // Packed and aligned: one copy of the whole slice.
+        if self.is_row_major() {
+            if let Ok(s) = self.as_slice::<T>() {
+                return Ok(s.to_vec());
+            }
+        }
         let bytes = self.storage.materialize()?.get(self.layout.offset()..).ok_or_else(|| self.short_storage())?;
         let size = self.dt.size_of();
         element_offsets(&self.shape, self.layout.strides(), size)

@@ -1,3 +1,14 @@
-//! stowage's CPU backend.
-//!
-//! Empty until the CPU backend issue lands; see ARCHITECTURE.md for what goes here.
+//! stowage's CPU backend: kernels for every op of the IR on packed row-major host tensors, and (feature
+//! `compile`) the lowering of a compiled graph to a [`Program`] that runs them.
+
+mod error;
+pub mod jit;
+pub mod kernels;
+#[cfg(feature = "compile")]
+pub mod lower;
+pub mod program;
+
+pub use error::{CpuError, Result};
+#[cfg(feature = "compile")]
+pub use lower::{lower, lower_with, LowerOptions};
+pub use program::{Program, RunOutput};

@@ -1,14 +1,15 @@
 //! The `stowage` command. The contract it keeps is in DESIGN.md ("CLI contract").
 
-mod options;
+mod demo;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use stowage_cli::options::ShapeOptions;
+use stowage_cli::session::RunOptions;
 use stowage_compiler::Context;
-
-use options::ShapeOptions;
 
 #[derive(Parser)]
 #[command(name = "stowage", version, about = "Ahead-of-time model compiler: a tensor is moved only when it must be.")]
@@ -23,6 +24,26 @@ enum Command {
     Run {
         /// The ONNX model.
         model: PathBuf,
+        /// Target, or a comma-separated list in order of preference.
+        #[arg(long, default_value = "cpu")]
+        target: String,
+        /// An input as a TensorProto file: FILE.pb for the next graph input, or NAME=FILE.pb (repeatable).
+        #[arg(long = "input", value_name = "FILE.pb|NAME=FILE.pb")]
+        inputs: Vec<String>,
+        /// Write the outputs as output_0.pb, output_1.pb, … here.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// Write a JSON report (copies, peak memory, timings) here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Run this many times (timings report the median).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+        /// Kernel threads.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        threads: u32,
+        #[command(flatten)]
+        shapes: ShapeOptions,
     },
     /// Show where every tensor lives, every copy and why, and the memory peak.
     Plan {
@@ -50,36 +71,51 @@ enum Command {
     /// List the targets this build of stowage can compile for.
     Targets,
     /// Compile and run a bundled model, and show what ran where and what moved.
-    Demo,
+    Demo {
+        /// Kernel threads.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        threads: u32,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let pending = match cli.command {
-        Command::Demo => {
-            println!("stowage demo: not yet: the bundled model runs once the CPU backend issue lands.");
-            println!("Until then, `stowage import MODEL.onnx` shows the IR stowage compiles a model to.");
-            return ExitCode::SUCCESS;
-        }
+        Command::Demo { threads } => return finish(demo::run(threads as usize)),
         Command::Import { model, shapes, raw, timings } => {
-            return match import(&model, &shapes, raw, timings) {
-                Ok(text) => {
-                    print!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            return finish(import(&model, &shapes, raw, timings));
         }
-        Command::Run { .. } => "`stowage run` comes with the CPU backend issue",
+        Command::Run { model, target, inputs, output_dir, report, repeat, threads, shapes } => {
+            let result = shapes.config().and_then(|config| {
+                let options =
+                    RunOptions { target: target.clone(), threads: threads as usize, repeat: repeat as usize, config };
+                run::run(&model, &inputs, output_dir.as_deref(), report.as_deref(), &options)
+            });
+            return finish(result);
+        }
         Command::Plan { .. } => "`stowage plan` comes with the planner issue",
         Command::Build { .. } => "`stowage build` comes with the generated binaries issue",
-        Command::Targets => "`stowage targets` comes with the CPU backend issue",
+        Command::Targets => {
+            println!("cpu      host memory, 64-byte aligned; Rust kernels (gemm crate for products)");
+            println!("opencl   not yet: comes with the OpenCL backend issue");
+            return ExitCode::SUCCESS;
+        }
     };
     eprintln!("error: not yet: {pending}");
     ExitCode::FAILURE
+}
+
+fn finish(result: Result<String, String>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn import(model: &std::path::Path, shapes: &ShapeOptions, raw: bool, timings: bool) -> Result<String, String> {

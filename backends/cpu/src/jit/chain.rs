@@ -1,0 +1,178 @@
+//! A fused elementwise chain: a small SSA program over f32 whose inputs are either full tensors of the output's
+//! shape or scalars, evaluated element by element. Lowering builds chains from runs of elementwise IR nodes; the
+//! JIT compiles each to one machine-code loop.
+
+use crate::kernels::elementwise::{BinaryFn, UnaryFn};
+
+/// One instruction; operands are indices of earlier instructions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Inst {
+    /// Element `i` of input `k` (or its only element, for a scalar input).
+    Input(usize),
+    /// A constant.
+    Const(f32),
+    /// A one-operand function.
+    Unary(UnaryFn, usize),
+    /// A two-operand function.
+    Binary(BinaryFn, usize, usize),
+}
+
+/// A chain: instructions in order; the last one is the result.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Chain {
+    /// The program.
+    pub insts: Vec<Inst>,
+    /// For each input: true if it is a single element read for every output element.
+    pub scalar_inputs: Vec<bool>,
+}
+
+impl Chain {
+    /// True if every instruction has a native vector form (no call to a math function).
+    pub fn vectorizable(&self) -> bool {
+        self.insts.iter().all(|i| match i {
+            Inst::Input(_) | Inst::Const(_) => true,
+            Inst::Unary(f, _) => native_unary(*f),
+            Inst::Binary(f, _, _) => native_binary(*f),
+        })
+    }
+
+    /// Evaluates the chain on one element (the reference the JIT is tested against).
+    pub fn eval(&self, inputs: &[f32]) -> f32 {
+        let mut v: Vec<f32> = Vec::with_capacity(self.insts.len());
+        for inst in &self.insts {
+            let x = match *inst {
+                Inst::Input(k) => inputs[k],
+                Inst::Const(c) => c,
+                Inst::Unary(f, a) => unary_scalar(f, v[a]),
+                Inst::Binary(f, a, b) => binary_scalar(f, v[a], v[b]),
+            };
+            v.push(x);
+        }
+        v.last().copied().unwrap_or(0.0)
+    }
+}
+
+/// Unary functions with a native Cranelift form (vector and scalar).
+pub fn native_unary(f: UnaryFn) -> bool {
+    matches!(
+        f,
+        UnaryFn::Abs
+            | UnaryFn::Neg
+            | UnaryFn::Relu
+            | UnaryFn::Sqrt
+            | UnaryFn::Floor
+            | UnaryFn::Ceil
+            | UnaryFn::Reciprocal
+            | UnaryFn::LeakyRelu(_)
+            | UnaryFn::HardSigmoid(..)
+            | UnaryFn::HardSwish
+    )
+}
+
+/// Binary functions with a native Cranelift form.
+pub fn native_binary(f: BinaryFn) -> bool {
+    matches!(
+        f,
+        BinaryFn::Add | BinaryFn::Sub | BinaryFn::Mul | BinaryFn::Div | BinaryFn::Max | BinaryFn::Min | BinaryFn::PRelu
+    )
+}
+
+/// Functions a chain may hold (the f32 elementwise set, bool-valued ones excluded).
+pub fn fusable_unary(f: UnaryFn) -> bool {
+    !matches!(f, UnaryFn::Not | UnaryFn::Sign)
+}
+
+/// Binary functions a chain may hold.
+pub fn fusable_binary(f: BinaryFn) -> bool {
+    !matches!(f, BinaryFn::And | BinaryFn::Or | BinaryFn::Equal | BinaryFn::Greater | BinaryFn::Less)
+}
+
+/// Scalar semantics of a unary function, as the interpreter kernels compute it.
+pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
+    match f {
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Neg => -x,
+        UnaryFn::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Floor => x.floor(),
+        UnaryFn::Ceil => x.ceil(),
+        UnaryFn::Reciprocal => 1.0 / x,
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Log => x.ln(),
+        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Sin => x.sin(),
+        UnaryFn::Cos => x.cos(),
+        UnaryFn::Erf => libm::erff(x),
+        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryFn::Softplus => {
+            if x > 0.0 {
+                x + (-x).exp().ln_1p()
+            } else {
+                x.exp().ln_1p()
+            }
+        }
+        UnaryFn::LeakyRelu(a) => {
+            if x >= 0.0 {
+                x
+            } else {
+                x * a
+            }
+        }
+        UnaryFn::HardSigmoid(a, b) => (a * x + b).clamp(0.0, 1.0),
+        UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryFn::Gelu(false) => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        UnaryFn::Gelu(true) => {
+            let c = (2.0f32 / std::f32::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+        UnaryFn::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        UnaryFn::Not => f32::from(u8::from(x == 0.0)),
+    }
+}
+
+/// Scalar semantics of a binary function.
+pub fn binary_scalar(f: BinaryFn, a: f32, b: f32) -> f32 {
+    match f {
+        BinaryFn::Add => a + b,
+        BinaryFn::Sub => a - b,
+        BinaryFn::Mul => a * b,
+        BinaryFn::Div => a / b,
+        BinaryFn::Pow => a.powf(b),
+        BinaryFn::Max => {
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else {
+                a.max(b)
+            }
+        }
+        BinaryFn::Min => {
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else {
+                a.min(b)
+            }
+        }
+        BinaryFn::PRelu => {
+            if a < 0.0 {
+                a * b
+            } else {
+                a
+            }
+        }
+        BinaryFn::And | BinaryFn::Or | BinaryFn::Equal | BinaryFn::Greater | BinaryFn::Less => f32::NAN,
+    }
+}

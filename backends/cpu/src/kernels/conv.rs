@@ -1,0 +1,486 @@
+//! ONNX `Conv`: N-dimensional grouped, strided, dilated, padded convolution (cross-correlation, as ONNX defines
+//! it) with an optional per-output-channel bias.
+//!
+//! Layouts are packed row-major: `x` is `[N, C, D₁ … Dₛ]`, `w` is `[M, C / group, K₁ … Kₛ]`, `bias` is `[M]` and
+//! `y` is `[N, M, O₁ … Oₛ]`, for any number `s ≥ 0` of spatial axes. Each (batch item, group) pair is one matrix
+//! product `Y_g[M/g, O] = W_g[M/g, (C/g)·K] · cols[(C/g)·K, O]` run by [`super::gemm::gemm_strided`], where `cols`
+//! is the im2col unfolding of the group's input (row `(c, k)`, column = output position; zero where the tap
+//! falls in the padding). The unfolding is built in column tiles of bounded size so that scratch memory stays
+//! small for large images. A pointwise convolution (all kernel sizes 1, strides 1, no padding) needs no
+//! unfolding: the input channels already are the `[C/g, O]` matrix.
+
+use rayon::prelude::*;
+
+use super::gemm::{gemm_strided, Float};
+
+/// Convolution attributes, already resolved by the caller (no `auto_pad`): one entry per spatial axis, except
+/// `pads`, which holds the begin padding of every spatial axis followed by the end padding of every spatial axis
+/// (ONNX order). Empty `strides` / `dilations` / `pads` mean 1 / 1 / 0 everywhere.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvParams<'a> {
+    /// Kernel spatial shape `[K₁ … Kₛ]`; empty means "take it from the weight shape". When given it must match
+    /// the weight shape.
+    pub kernel: &'a [usize],
+    /// Stride per spatial axis.
+    pub strides: &'a [usize],
+    /// Dilation per spatial axis.
+    pub dilations: &'a [usize],
+    /// `[begin₁ … beginₛ, end₁ … endₛ]` padding.
+    pub pads: &'a [usize],
+    /// Number of groups (`C` and `M` must both be divisible by it); 0 is treated as 1.
+    pub group: usize,
+}
+
+/// Upper bound on the elements of one im2col tile (about 4 MiB of f32).
+const COL_TILE_ELEMS: usize = 1 << 20;
+
+/// Per-axis geometry of a convolution.
+struct Geometry {
+    in_sp: Vec<usize>,
+    out_sp: Vec<usize>,
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    pads_begin: Vec<usize>,
+    /// Row-major strides of the input spatial axes.
+    in_strides: Vec<usize>,
+}
+
+impl Geometry {
+    /// Fills `dst` (length `p1 - p0`) with row `(kidx)` of the im2col matrix of one input channel `src`:
+    /// `dst[p - p0] = src[o(p)·stride + k·dilation − pad_begin]`, or 0 where that falls outside the input,
+    /// for output positions `p0 ≤ p < p1` (row-major over the output spatial axes).
+    fn im2col_row<T: Float>(&self, src: &[T], kidx: &[usize], p0: usize, p1: usize, dst: &mut [T]) {
+        let s = self.out_sp.len();
+        if s == 0 {
+            dst.fill(src[0]);
+            return;
+        }
+        let last = s - 1;
+        let out_last = self.out_sp[last];
+        // Multi-index of p0 over the output spatial axes.
+        let mut o = vec![0usize; s];
+        let mut rem = p0;
+        for d in (0..s).rev() {
+            o[d] = rem % self.out_sp[d];
+            rem /= self.out_sp[d];
+        }
+        // Innermost axis: input coordinate of output j is j·stride + off; valid for j in [jlo, jhi).
+        let st = self.strides[last];
+        let off = (kidx[last] * self.dilations[last]) as isize - self.pads_begin[last] as isize;
+        let len = self.in_sp[last] as isize;
+        let jlo = if off >= 0 { 0 } else { ((-off) as usize).div_ceil(st) };
+        let jhi = if len - off <= 0 { 0 } else { ((len - 1 - off) as usize) / st + 1 };
+        let mut p = p0;
+        let mut w = 0;
+        while p < p1 {
+            let j0 = o[last];
+            let j1 = out_last.min(j0 + (p1 - p));
+            let seg = &mut dst[w..w + (j1 - j0)];
+            // Offset of the outer axes, if the tap lies inside the input on all of them.
+            let mut base = Some(0usize);
+            for d in 0..last {
+                let i = (o[d] * self.strides[d] + kidx[d] * self.dilations[d]) as isize - self.pads_begin[d] as isize;
+                if i < 0 || i >= self.in_sp[d] as isize {
+                    base = None;
+                    break;
+                }
+                base = base.map(|b| b + i as usize * self.in_strides[d]);
+            }
+            match base {
+                None => seg.fill(T::ZERO),
+                Some(base) => {
+                    let lo = jlo.clamp(j0, j1);
+                    let hi = jhi.clamp(lo, j1);
+                    seg[..lo - j0].fill(T::ZERO);
+                    seg[hi - j0..].fill(T::ZERO);
+                    if hi > lo {
+                        let start = (base as isize + lo as isize * st as isize + off) as usize;
+                        let out = &mut seg[lo - j0..hi - j0];
+                        if st == 1 {
+                            out.copy_from_slice(&src[start..start + (hi - lo)]);
+                        } else {
+                            for (t, v) in out.iter_mut().enumerate() {
+                                *v = src[start + t * st];
+                            }
+                        }
+                    }
+                }
+            }
+            w += j1 - j0;
+            p += j1 - j0;
+            // Advance the multi-index to the start of the next output row.
+            o[last] = j1;
+            let mut d = last;
+            while o[d] == self.out_sp[d] && d > 0 {
+                o[d] = 0;
+                d -= 1;
+                o[d] += 1;
+            }
+        }
+    }
+}
+
+/// ONNX `Conv` (see the module doc for layouts): `y[n, m, o] = bias[m] + Σ_{c, k} w[m, c, k] · x[n, g·C/G + c,
+/// o·stride + k·dilation − pad_begin]`, with taps in the padding reading 0. `y_shape` is the output shape the
+/// caller computed (`Oᵢ = ⌊(Dᵢ + beginᵢ + endᵢ − dilationᵢ·(Kᵢ − 1) − 1) / strideᵢ⌋ + 1`). With `threads > 1`,
+/// (batch item, group) blocks run in parallel when there are enough of them, otherwise each product is split.
+///
+/// # Panics
+/// On inconsistent shapes, attributes or slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn conv<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    w: &[T],
+    w_shape: &[usize],
+    bias: Option<&[T]>,
+    p: &ConvParams<'_>,
+    y: &mut [T],
+    y_shape: &[usize],
+    threads: usize,
+) {
+    assert!(x_shape.len() >= 2, "conv: input must have rank ≥ 2, got {x_shape:?}");
+    let s = x_shape.len() - 2;
+    assert_eq!(w_shape.len(), s + 2, "conv: weight rank");
+    assert_eq!(y_shape.len(), s + 2, "conv: output rank");
+    let (nb, c) = (x_shape[0], x_shape[1]);
+    let m = w_shape[0];
+    let cg = w_shape[1];
+    let g = p.group.max(1);
+    assert_eq!(cg * g, c, "conv: C = {c} is not group ({g}) × weight channels ({cg})");
+    assert_eq!(m % g, 0, "conv: M = {m} not divisible by group {g}");
+    assert_eq!(y_shape[0], nb, "conv: output batch");
+    assert_eq!(y_shape[1], m, "conv: output channels");
+    let mg = m / g;
+    let kernel = w_shape[2..].to_vec();
+    assert!(p.kernel.is_empty() || p.kernel == kernel.as_slice(), "conv: kernel_shape differs from the weights");
+    let attr = |v: &[usize], i: usize, default: usize| v.get(i).copied().unwrap_or(default);
+    let in_sp = x_shape[2..].to_vec();
+    let out_sp = y_shape[2..].to_vec();
+    let mut in_strides = vec![1; s];
+    for d in (0..s.saturating_sub(1)).rev() {
+        in_strides[d] = in_strides[d + 1] * in_sp[d + 1];
+    }
+    let geo = Geometry {
+        strides: (0..s).map(|i| attr(p.strides, i, 1).max(1)).collect(),
+        dilations: (0..s).map(|i| attr(p.dilations, i, 1).max(1)).collect(),
+        pads_begin: (0..s).map(|i| attr(p.pads, i, 0)).collect(),
+        in_sp,
+        out_sp,
+        kernel,
+        in_strides,
+    };
+    let pads_end: Vec<usize> = (0..s).map(|i| attr(p.pads, s + i, 0)).collect();
+    for (d, &pe) in pads_end.iter().enumerate() {
+        let span = geo.dilations[d] * (geo.kernel[d].max(1) - 1) + 1;
+        let padded = geo.in_sp[d] + geo.pads_begin[d] + pe;
+        let want = if padded >= span { (padded - span) / geo.strides[d] + 1 } else { 0 };
+        assert_eq!(geo.out_sp[d], want, "conv: output size of spatial axis {d}");
+    }
+    let p_in: usize = geo.in_sp.iter().product();
+    let p_out: usize = geo.out_sp.iter().product();
+    let kk: usize = geo.kernel.iter().product();
+    let kdim = cg * kk;
+    assert_eq!(x.len(), nb * c * p_in, "conv: X length");
+    assert_eq!(w.len(), m * kdim, "conv: W length");
+    assert_eq!(y.len(), nb * m * p_out, "conv: Y length");
+    if let Some(b) = bias {
+        assert_eq!(b.len(), m, "conv: bias length");
+    }
+    if y.is_empty() {
+        return;
+    }
+    let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
+    debug_assert!(!pointwise || p_in == p_out);
+
+    // One (batch item, group) block: y_blk is y[ni, gi·mg .. (gi+1)·mg, :], contiguous.
+    let block = |bi: usize, y_blk: &mut [T], threads: usize| {
+        let (ni, gi) = (bi / g, bi % g);
+        if let Some(b) = bias {
+            for (r, row) in y_blk.chunks_mut(p_out).enumerate() {
+                row.fill(b[gi * mg + r]);
+            }
+        }
+        let read = bias.is_some();
+        let w_g = &w[gi * mg * kdim..][..mg * kdim];
+        let x_g = &x[(ni * c + gi * cg) * p_in..][..cg * p_in];
+        if kdim == 0 {
+            if !read {
+                y_blk.fill(T::ZERO);
+            }
+            return;
+        }
+        if pointwise {
+            gemm_strided(mg, p_out, cg, y_blk, p_out, read, T::ONE, w_g, kdim, 1, x_g, p_out, 1, T::ONE, threads);
+            return;
+        }
+        let tile = (COL_TILE_ELEMS / kdim).clamp(1, p_out);
+        let mut cols = vec![T::ZERO; kdim * tile];
+        let mut kidx = vec![0usize; s];
+        for p0 in (0..p_out).step_by(tile) {
+            let p1 = (p0 + tile).min(p_out);
+            let width = p1 - p0;
+            let cols = &mut cols[..kdim * width];
+            let fill = |r: usize, row: &mut [T], kidx: &mut [usize]| {
+                let (ci, mut kr) = (r / kk, r % kk);
+                for d in (0..s).rev() {
+                    kidx[d] = kr % geo.kernel[d];
+                    kr /= geo.kernel[d];
+                }
+                geo.im2col_row(&x_g[ci * p_in..][..p_in], kidx, p0, p1, row);
+            };
+            if threads > 1 && kdim >= 2 * threads {
+                cols.par_chunks_mut(width).enumerate().for_each(|(r, row)| fill(r, row, &mut vec![0; s]));
+            } else {
+                for (r, row) in cols.chunks_mut(width).enumerate() {
+                    fill(r, row, &mut kidx);
+                }
+            }
+            gemm_strided(
+                mg,
+                width,
+                kdim,
+                &mut y_blk[p0..],
+                p_out,
+                read,
+                T::ONE,
+                w_g,
+                kdim,
+                1,
+                cols,
+                width,
+                1,
+                T::ONE,
+                threads,
+            );
+        }
+    };
+    let blocks = nb * g;
+    if threads > 1 && blocks >= threads {
+        y.par_chunks_mut(mg * p_out).enumerate().for_each(|(bi, blk)| block(bi, blk, 1));
+    } else {
+        for (bi, blk) in y.chunks_mut(mg * p_out).enumerate() {
+            block(bi, blk, threads);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Direct N-D convolution, written independently of the im2col path.
+    #[allow(clippy::too_many_arguments)]
+    fn naive(
+        x: &[f32],
+        xs: &[usize],
+        w: &[f32],
+        ws: &[usize],
+        bias: Option<&[f32]>,
+        strides: &[usize],
+        dil: &[usize],
+        pads: &[usize],
+        group: usize,
+        ys: &[usize],
+    ) -> Vec<f32> {
+        let s = xs.len() - 2;
+        let (nb, c, m) = (xs[0], xs[1], ws[0]);
+        let (cg, mg) = (c / group, m / group);
+        let p_out: usize = ys[2..].iter().product();
+        let kk: usize = ws[2..].iter().product();
+        let p_in: usize = xs[2..].iter().product();
+        let mut y = vec![0.0; nb * m * p_out];
+        for n in 0..nb {
+            for mo in 0..m {
+                let gi = mo / mg;
+                for po in 0..p_out {
+                    let mut o = vec![0; s];
+                    let mut r = po;
+                    for d in (0..s).rev() {
+                        o[d] = r % ys[2 + d];
+                        r /= ys[2 + d];
+                    }
+                    let mut acc = bias.map_or(0.0, |b| b[mo] as f64);
+                    for ci in 0..cg {
+                        for kp in 0..kk {
+                            let mut k = vec![0; s];
+                            let mut r = kp;
+                            for d in (0..s).rev() {
+                                k[d] = r % ws[2 + d];
+                                r /= ws[2 + d];
+                            }
+                            let mut idx = 0usize;
+                            let mut ok = true;
+                            for d in 0..s {
+                                let i = (o[d] * strides[d] + k[d] * dil[d]) as isize - pads[d] as isize;
+                                if i < 0 || i >= xs[2 + d] as isize {
+                                    ok = false;
+                                }
+                                idx = idx * xs[2 + d] + i.max(0) as usize;
+                            }
+                            if ok {
+                                let xv = x[(n * c + gi * cg + ci) * p_in + idx];
+                                let wv = w[(mo * cg + ci) * kk + kp];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[(n * m + mo) * p_out + po] = acc as f32;
+                }
+            }
+        }
+        y
+    }
+
+    fn close(a: &[f32], b: &[f32]) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn conv_3x3_by_hand() {
+        // 1×1×3×3 input 0..9, 3×3 kernel of ones, pad 1: each output sums its 3×3 neighbourhood.
+        let x: Vec<f32> = (0..9).map(|v| v as f32).collect();
+        let w = vec![1.0f32; 9];
+        let p = ConvParams { kernel: &[3, 3], strides: &[1, 1], dilations: &[1, 1], pads: &[1, 1, 1, 1], group: 1 };
+        let mut y = vec![0.0; 9];
+        conv(&x, &[1, 1, 3, 3], &w, &[1, 1, 3, 3], None, &p, &mut y, &[1, 1, 3, 3], 1);
+        assert_eq!(y, [8.0, 15.0, 12.0, 21.0, 36.0, 27.0, 20.0, 33.0, 24.0]);
+        // No padding, bias 0.5: one output.
+        let p = ConvParams { kernel: &[], strides: &[], dilations: &[], pads: &[], group: 1 };
+        let mut y = vec![0.0; 1];
+        conv(&x, &[1, 1, 3, 3], &w, &[1, 1, 3, 3], Some(&[0.5]), &p, &mut y, &[1, 1, 1, 1], 1);
+        assert_eq!(y, [36.5]);
+    }
+
+    #[test]
+    fn conv_matches_direct() {
+        struct Case {
+            xs: Vec<usize>,
+            ws: Vec<usize>,
+            strides: Vec<usize>,
+            dil: Vec<usize>,
+            pads: Vec<usize>,
+            group: usize,
+        }
+        let cases = [
+            // 2-D, strided, asymmetric padding.
+            Case {
+                xs: vec![2, 3, 7, 6],
+                ws: vec![4, 3, 3, 2],
+                strides: vec![2, 1],
+                dil: vec![1, 1],
+                pads: vec![1, 0, 2, 1],
+                group: 1,
+            },
+            // 2-D, dilated, grouped.
+            Case {
+                xs: vec![1, 4, 8, 8],
+                ws: vec![6, 2, 3, 3],
+                strides: vec![1, 2],
+                dil: vec![2, 1],
+                pads: vec![2, 1, 2, 1],
+                group: 2,
+            },
+            // Depthwise.
+            Case {
+                xs: vec![2, 3, 5, 5],
+                ws: vec![3, 1, 3, 3],
+                strides: vec![1, 1],
+                dil: vec![1, 1],
+                pads: vec![1, 1, 1, 1],
+                group: 3,
+            },
+            // Pointwise.
+            Case {
+                xs: vec![2, 5, 3, 4],
+                ws: vec![3, 5, 1, 1],
+                strides: vec![1, 1],
+                dil: vec![1, 1],
+                pads: vec![0, 0, 0, 0],
+                group: 1,
+            },
+            // 1-x1 with stride (not pointwise).
+            Case {
+                xs: vec![1, 2, 5, 5],
+                ws: vec![3, 2, 1, 1],
+                strides: vec![2, 2],
+                dil: vec![1, 1],
+                pads: vec![0, 0, 0, 0],
+                group: 1,
+            },
+            // 1-D.
+            Case { xs: vec![2, 2, 9], ws: vec![3, 2, 4], strides: vec![2], dil: vec![2], pads: vec![3, 1], group: 1 },
+            // 3-D.
+            Case {
+                xs: vec![1, 2, 4, 5, 3],
+                ws: vec![2, 2, 2, 3, 2],
+                strides: vec![1, 2, 1],
+                dil: vec![1, 1, 2],
+                pads: vec![0, 1, 1, 1, 0, 1],
+                group: 1,
+            },
+        ];
+        for (ci, case) in cases.iter().enumerate() {
+            let s = case.xs.len() - 2;
+            let mut ys = vec![case.xs[0], case.ws[0]];
+            for d in 0..s {
+                let span = case.dil[d] * (case.ws[2 + d] - 1) + 1;
+                ys.push((case.xs[2 + d] + case.pads[d] + case.pads[s + d] - span) / case.strides[d] + 1);
+            }
+            let x = values(case.xs.iter().product(), 10 + ci as u64);
+            let w = values(case.ws.iter().product(), 20 + ci as u64);
+            let b = values(case.ws[0], 30 + ci as u64);
+            let want =
+                naive(&x, &case.xs, &w, &case.ws, Some(&b), &case.strides, &case.dil, &case.pads, case.group, &ys);
+            let p = ConvParams {
+                kernel: &case.ws[2..],
+                strides: &case.strides,
+                dilations: &case.dil,
+                pads: &case.pads,
+                group: case.group,
+            };
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut y = vec![f32::NAN; want.len()];
+                pool.install(|| conv(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, threads));
+                close(&y, &want);
+            }
+            // f64 and no bias.
+            let want = naive(&x, &case.xs, &w, &case.ws, None, &case.strides, &case.dil, &case.pads, case.group, &ys);
+            let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+            let w64: Vec<f64> = w.iter().map(|&v| v as f64).collect();
+            let mut y = vec![f64::NAN; want.len()];
+            conv(&x64, &case.xs, &w64, &case.ws, None, &p, &mut y, &ys, 1);
+            close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
+        }
+    }
+
+    #[test]
+    fn conv_tiles_columns() {
+        // Enough columns × rows to need several im2col tiles.
+        let xs = [1, 8, 200, 200];
+        let ws = [2, 8, 3, 3];
+        let x = values(xs.iter().product(), 1);
+        let w = values(ws.iter().product(), 2);
+        let p = ConvParams { kernel: &[3, 3], strides: &[1, 1], dilations: &[1, 1], pads: &[1, 1, 1, 1], group: 1 };
+        let ys = [1, 2, 200, 200];
+        let mut y = vec![0.0; ys.iter().product()];
+        conv(&x, &xs, &w, &ws, None, &p, &mut y, &ys, 1);
+        let want = naive(&x, &xs, &w, &ws, None, &[1, 1], &[1, 1], &[1, 1, 1, 1], 1, &ys);
+        close(&y, &want);
+    }
+}

@@ -1,0 +1,117 @@
+//! Element types as Rust types: one trait for the arithmetic every numeric datum type supports, and the macros
+//! that dispatch a [`DatumType`](stowage_runtime::DatumType) to generic code.
+
+/// Arithmetic with the semantics ONNX kernels use: integers wrap, integer division by zero gives 0 (ONNX leaves it
+/// undefined; a kernel must not abort), floats follow IEEE.
+pub trait Arith: Copy + PartialOrd + Send + Sync + stowage_runtime::Datum + 'static {
+    /// `a + b`.
+    fn add(self, b: Self) -> Self;
+    /// `a - b`.
+    fn sub(self, b: Self) -> Self;
+    /// `a * b`.
+    fn mul(self, b: Self) -> Self;
+    /// `a / b`; integers truncate.
+    fn div(self, b: Self) -> Self;
+    /// The value as `f64`.
+    fn to_f64(self) -> f64;
+    /// The value from `f64` (integers truncate and saturate).
+    fn from_f64(x: f64) -> Self;
+    /// Zero.
+    fn zero() -> Self;
+    /// True for NaN.
+    fn is_nan(self) -> bool {
+        false
+    }
+}
+
+macro_rules! int_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            fn add(self, b: Self) -> Self { self.wrapping_add(b) }
+            fn sub(self, b: Self) -> Self { self.wrapping_sub(b) }
+            fn mul(self, b: Self) -> Self { self.wrapping_mul(b) }
+            fn div(self, b: Self) -> Self { if b == 0 { 0 } else { self.wrapping_div(b) } }
+            fn to_f64(self) -> f64 { self as f64 }
+            fn from_f64(x: f64) -> Self { x as $t }
+            fn zero() -> Self { 0 }
+        }
+    )*};
+}
+int_arith!(u8, u16, u32, u64, i8, i16, i32, i64);
+
+macro_rules! float_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            fn add(self, b: Self) -> Self { self + b }
+            fn sub(self, b: Self) -> Self { self - b }
+            fn mul(self, b: Self) -> Self { self * b }
+            fn div(self, b: Self) -> Self { self / b }
+            fn to_f64(self) -> f64 { self as f64 }
+            fn from_f64(x: f64) -> Self { x as $t }
+            fn zero() -> Self { 0.0 }
+            fn is_nan(self) -> bool { <$t>::is_nan(self) }
+        }
+    )*};
+}
+float_arith!(f32, f64);
+
+/// Runs `$body` with `$T` bound to the Rust type of a numeric datum type (not bool, f16 or bf16), else `$other`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! numeric {
+    ($dt:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $dt {
+            stowage_runtime::DatumType::U8 => {
+                type $T = u8;
+                $body
+            }
+            stowage_runtime::DatumType::U16 => {
+                type $T = u16;
+                $body
+            }
+            stowage_runtime::DatumType::U32 => {
+                type $T = u32;
+                $body
+            }
+            stowage_runtime::DatumType::U64 => {
+                type $T = u64;
+                $body
+            }
+            stowage_runtime::DatumType::I8 => {
+                type $T = i8;
+                $body
+            }
+            stowage_runtime::DatumType::I16 => {
+                type $T = i16;
+                $body
+            }
+            stowage_runtime::DatumType::I32 => {
+                type $T = i32;
+                $body
+            }
+            stowage_runtime::DatumType::I64 => {
+                type $T = i64;
+                $body
+            }
+            stowage_runtime::DatumType::F32 => {
+                type $T = f32;
+                $body
+            }
+            stowage_runtime::DatumType::F64 => {
+                type $T = f64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+/// A tensor's elements: borrowed when it is packed and aligned, copied otherwise.
+pub fn elems<'t, T: stowage_runtime::Datum>(
+    t: &'t stowage_runtime::Tensor<'_>,
+) -> stowage_runtime::Result<std::borrow::Cow<'t, [T]>> {
+    match t.as_slice::<T>() {
+        Ok(s) => Ok(std::borrow::Cow::Borrowed(s)),
+        Err(_) => Ok(std::borrow::Cow::Owned(t.to_vec::<T>()?)),
+    }
+}

@@ -1,0 +1,329 @@
+//! Elementwise ops with broadcasting, for every datum type ONNX allows them on. f16 and bf16 compute in f32.
+//! Inputs are packed row-major tensors of any shape; outputs are new packed tensors.
+
+use stowage_runtime::{DatumType, Tensor};
+
+use super::broadcast;
+use super::cast::cast;
+use super::dtype::{elems, Arith};
+use crate::error::{CpuError, Result};
+use crate::numeric;
+
+/// One-input elementwise functions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryFn {
+    /// `|x|`.
+    Abs,
+    /// Round up.
+    Ceil,
+    /// Cosine.
+    Cos,
+    /// Error function.
+    Erf,
+    /// `e^x`.
+    Exp,
+    /// Round down.
+    Floor,
+    /// Natural log.
+    Log,
+    /// `-x`.
+    Neg,
+    /// Logical not.
+    Not,
+    /// `1/x`.
+    Reciprocal,
+    /// `max(x, 0)`.
+    Relu,
+    /// Logistic.
+    Sigmoid,
+    /// -1, 0, 1.
+    Sign,
+    /// Sine.
+    Sin,
+    /// Square root.
+    Sqrt,
+    /// tanh.
+    Tanh,
+    /// `ln(1+e^x)`.
+    Softplus,
+    /// Leaky ReLU with slope alpha.
+    LeakyRelu(f32),
+    /// `max(0, min(1, alpha*x+beta))`.
+    HardSigmoid(f32, f32),
+    /// `x * hardsigmoid(x; 1/6, 1/2)`.
+    HardSwish,
+    /// GELU, erf form, or tanh form when true.
+    Gelu(bool),
+}
+
+/// Two-input elementwise functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryFn {
+    /// `a+b`.
+    Add,
+    /// `a-b`.
+    Sub,
+    /// `a*b`.
+    Mul,
+    /// `a/b`.
+    Div,
+    /// `a^b`.
+    Pow,
+    /// Logical and.
+    And,
+    /// Logical or.
+    Or,
+    /// `a==b`.
+    Equal,
+    /// `a>b`.
+    Greater,
+    /// `a<b`.
+    Less,
+    /// `a` if positive, else `a*b`.
+    PRelu,
+    /// Larger (NaN wins).
+    Max,
+    /// Smaller (NaN wins).
+    Min,
+}
+
+fn is_half(dt: DatumType) -> bool {
+    matches!(dt, DatumType::F16 | DatumType::BF16)
+}
+
+fn float_unary<T: Copy>(f: UnaryFn, x: f64) -> f64 {
+    let _ = std::marker::PhantomData::<T>;
+    match f {
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Ceil => x.ceil(),
+        UnaryFn::Cos => x.cos(),
+        UnaryFn::Erf => libm::erf(x),
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Floor => x.floor(),
+        UnaryFn::Log => x.ln(),
+        UnaryFn::Neg => -x,
+        UnaryFn::Not => f64::from(u8::from(x == 0.0)),
+        UnaryFn::Reciprocal => 1.0 / x,
+        UnaryFn::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryFn::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        UnaryFn::Sin => x.sin(),
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Softplus => {
+            if x > 0.0 {
+                x + (-x).exp().ln_1p()
+            } else {
+                x.exp().ln_1p()
+            }
+        }
+        UnaryFn::LeakyRelu(a) => {
+            if x >= 0.0 {
+                x
+            } else {
+                x * f64::from(a)
+            }
+        }
+        UnaryFn::HardSigmoid(a, b) => (f64::from(a) * x + f64::from(b)).clamp(0.0, 1.0),
+        UnaryFn::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryFn::Gelu(false) => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        UnaryFn::Gelu(true) => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+    }
+}
+
+/// f32 versions of the hot functions, so f32 models do not pay for f64.
+fn f32_unary(f: UnaryFn, x: f32) -> f32 {
+    match f {
+        UnaryFn::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        UnaryFn::Neg => -x,
+        UnaryFn::Abs => x.abs(),
+        UnaryFn::Exp => x.exp(),
+        UnaryFn::Sqrt => x.sqrt(),
+        UnaryFn::Reciprocal => 1.0 / x,
+        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Erf => libm::erff(x),
+        UnaryFn::Log => x.ln(),
+        UnaryFn::Floor => x.floor(),
+        UnaryFn::Ceil => x.ceil(),
+        UnaryFn::LeakyRelu(a) => {
+            if x >= 0.0 {
+                x
+            } else {
+                x * a
+            }
+        }
+        UnaryFn::Gelu(false) => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        other => float_unary::<f32>(other, f64::from(x)) as f32,
+    }
+}
+
+/// Applies a one-input function.
+pub fn unary(f: UnaryFn, x: &Tensor<'_>) -> Result<Tensor<'static>> {
+    let dt = x.dt();
+    let shape = x.shape();
+    if is_half(dt) {
+        return cast(&unary(f, &cast(x, DatumType::F32)?)?, dt);
+    }
+    if f == UnaryFn::Not {
+        let v: Vec<bool> = x.to_vec::<bool>()?.into_iter().map(|b| !b).collect();
+        return Ok(Tensor::from_vec(shape, v)?);
+    }
+    match dt {
+        DatumType::F32 => {
+            Ok(Tensor::from_vec(shape, x.to_vec::<f32>()?.into_iter().map(|v| f32_unary(f, v)).collect::<Vec<_>>())?)
+        }
+        DatumType::F64 => Ok(Tensor::from_vec(
+            shape,
+            x.to_vec::<f64>()?.into_iter().map(|v| float_unary::<f64>(f, v)).collect::<Vec<_>>(),
+        )?),
+        _ => numeric!(dt, T => {
+            let g: fn(T) -> T = match f {
+                UnaryFn::Abs => |v| if v < T::zero() { T::zero().sub(v) } else { v },
+                UnaryFn::Neg => |v| T::zero().sub(v),
+                UnaryFn::Relu => |v| if v < T::zero() { T::zero() } else { v },
+                UnaryFn::Sign => |v| T::from_f64(if v > T::zero() { 1.0 } else if v < T::zero() { -1.0 } else { 0.0 }),
+                _ => return Err(CpuError::Unsupported { op: "this elementwise function", dt }),
+            };
+            Ok(Tensor::from_vec(shape, x.to_vec::<T>()?.into_iter().map(g).collect::<Vec<_>>())?)
+        }, else Err(CpuError::Unsupported { op: "elementwise", dt })),
+    }
+}
+
+fn pow_f64(a: f64, b: f64) -> f64 {
+    a.powf(b)
+}
+
+/// Applies a two-input function, broadcasting both inputs to `out`.
+pub fn binary(f: BinaryFn, a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
+    let dt = a.dt();
+    if is_half(dt) && f != BinaryFn::And && f != BinaryFn::Or {
+        let a32 = cast(a, DatumType::F32)?;
+        let b32 = cast(b, DatumType::F32)?;
+        let r = binary(f, &a32, &b32, out)?;
+        return if r.dt() == DatumType::Bool { Ok(r) } else { cast(&r, dt) };
+    }
+    if matches!(f, BinaryFn::And | BinaryFn::Or) {
+        let (x, y) = (a.to_vec::<bool>()?, b.to_vec::<bool>()?);
+        let r = if f == BinaryFn::And {
+            broadcast::zip(&x, a.shape(), &y, b.shape(), out, |p, q| p && q)
+        } else {
+            broadcast::zip(&x, a.shape(), &y, b.shape(), out, |p, q| p || q)
+        };
+        return Ok(Tensor::from_vec(out, r)?);
+    }
+    if f == BinaryFn::Pow && b.dt() != dt {
+        // The exponent may have its own type: bring it to the base's.
+        let e = cast(b, if dt.is_float() { dt } else { DatumType::F64 })?;
+        if !dt.is_float() {
+            let base = cast(a, DatumType::F64)?;
+            return cast(&binary(f, &base, &e, out)?, dt);
+        }
+        return binary(f, a, &e, out);
+    }
+    if dt == DatumType::Bool && f == BinaryFn::Equal {
+        let (x, y) = (a.to_vec::<bool>()?, b.to_vec::<bool>()?);
+        return Ok(Tensor::from_vec(out, broadcast::zip(&x, a.shape(), &y, b.shape(), out, |p, q| p == q))?);
+    }
+    numeric!(dt, T => {
+        let (x, y) = (elems::<T>(a)?, elems::<T>(b)?);
+        let (ash, bsh) = (a.shape(), b.shape());
+        let cmp = |g: fn(T, T) -> bool| -> Result<Tensor<'static>> {
+            Ok(Tensor::from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
+        };
+        let num = |g: fn(T, T) -> T| -> Result<Tensor<'static>> {
+            Ok(Tensor::from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
+        };
+        match f {
+            BinaryFn::Add => num(T::add),
+            BinaryFn::Sub => num(T::sub),
+            BinaryFn::Mul => num(T::mul),
+            BinaryFn::Div => num(T::div),
+            BinaryFn::Pow => num(|p, q| T::from_f64(pow_f64(p.to_f64(), q.to_f64()))),
+            BinaryFn::Equal => cmp(|p, q| p == q),
+            BinaryFn::Greater => cmp(|p, q| p > q),
+            BinaryFn::Less => cmp(|p, q| p < q),
+            BinaryFn::PRelu => num(|p, q| if p < T::zero() { p.mul(q) } else { p }),
+            BinaryFn::Max => num(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q > p { q } else { p }),
+            BinaryFn::Min => num(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q < p { q } else { p }),
+            BinaryFn::And | BinaryFn::Or => unreachable!("handled above"),
+        }
+    }, else Err(CpuError::Unsupported { op: "elementwise", dt }))
+}
+
+/// Sum, Max, Min or Mean of any number of inputs, broadcast to `out`.
+pub fn variadic(f: BinaryFn, mean: bool, xs: &[&Tensor<'_>], out: &[usize]) -> Result<Tensor<'static>> {
+    let first = xs.first().ok_or_else(|| CpuError::NotImplemented("a variadic op needs an input".into()))?;
+    let mut acc = if first.shape() == out { first.to_row_major()? } else { expand(first, out)? };
+    for x in &xs[1..] {
+        acc = binary(f, &acc, x, out)?;
+    }
+    if mean {
+        let n = Tensor::from_vec(&[], vec![xs.len() as f64])?;
+        let n = cast(&n, acc.dt())?;
+        acc = binary(BinaryFn::Div, &acc, &n, out)?;
+    }
+    Ok(acc)
+}
+
+/// `x` broadcast to `out`, materialised.
+pub fn expand(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
+    let size = x.dt().size_of();
+    let bytes = x.to_row_major()?;
+    let src = bytes.as_bytes()?;
+    let count: usize = out.iter().product();
+    let mut r = Vec::with_capacity(count * size);
+    broadcast::for_each_offset(out, &[x.shape()], |_, o| r.extend_from_slice(&src[o[0] * size..(o[0] + 1) * size]));
+    Ok(Tensor::from_bytes(x.dt(), out, &r)?)
+}
+
+/// Clamps `x` to `[min, max]` (either may be absent).
+pub fn clip(x: &Tensor<'_>, min: Option<&Tensor<'_>>, max: Option<&Tensor<'_>>) -> Result<Tensor<'static>> {
+    let mut r = x.to_row_major()?;
+    let shape = x.shape().to_vec();
+    if let Some(lo) = min {
+        r = binary(BinaryFn::Max, &r, lo, &shape)?;
+    }
+    if let Some(hi) = max {
+        r = binary(BinaryFn::Min, &r, hi, &shape)?;
+    }
+    Ok(r)
+}
+
+/// `cond ? x : y`, broadcast to `out`.
+pub fn select(cond: &Tensor<'_>, x: &Tensor<'_>, y: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
+    let c = cond.to_vec::<bool>()?;
+    let size = x.dt().size_of();
+    let (xb, yb) = (x.to_row_major()?, y.to_row_major()?);
+    let (xs, ys) = (xb.as_bytes()?, yb.as_bytes()?);
+    let count: usize = out.iter().product();
+    let mut r = Vec::with_capacity(count * size);
+    broadcast::for_each_offset(out, &[cond.shape(), x.shape(), y.shape()], |_, o| {
+        let src = if c[o[0]] { &xs[o[1] * size..(o[1] + 1) * size] } else { &ys[o[2] * size..(o[2] + 1) * size] };
+        r.extend_from_slice(src);
+    });
+    Ok(Tensor::from_bytes(x.dt(), out, &r)?)
+}

@@ -1,0 +1,14 @@
+//! Kernels: functions over packed row-major data and their shapes. They take their attributes as plain numbers,
+//! so a generated binary can call them without the compiler.
+
+pub mod broadcast;
+pub mod cast;
+pub mod conv;
+pub mod dtype;
+pub mod elementwise;
+pub mod gemm;
+pub mod movement;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
+pub mod resize;

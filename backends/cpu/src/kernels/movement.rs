@@ -1,0 +1,210 @@
+//! Ops that move elements without arithmetic: Transpose, Concat, Split, Slice, Gather, Tile, Pad, and Range.
+//! They work on bytes, one element being `dt.size_of()` bytes, so every datum type is covered by one code path.
+//! Inputs are packed row-major tensors (a strided view is packed first).
+
+use stowage_runtime::{DatumType, Tensor};
+
+use super::broadcast;
+use crate::error::{CpuError, Result};
+
+fn packed_bytes(x: &Tensor<'_>) -> Result<Tensor<'static>> {
+    Ok(x.to_row_major()?)
+}
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut st = vec![1; shape.len()];
+    for a in (0..shape.len().saturating_sub(1)).rev() {
+        st[a] = st[a + 1] * shape[a + 1];
+    }
+    st
+}
+
+/// Copies element `source(i)` of `x` to element `i` of a new tensor of `shape`, for every `i` in row-major order.
+fn gather_elements(
+    x: &Tensor<'_>,
+    shape: &[usize],
+    mut source: impl FnMut(&[usize]) -> usize,
+) -> Result<Tensor<'static>> {
+    let size = x.dt().size_of();
+    let packed = packed_bytes(x)?;
+    let src = packed.as_bytes()?;
+    let count: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(count * size);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..count {
+        let at = source(&idx) * size;
+        out.extend_from_slice(&src[at..at + size]);
+        for a in (0..shape.len()).rev() {
+            idx[a] += 1;
+            if idx[a] < shape[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    Ok(Tensor::from_bytes(x.dt(), shape, &out)?)
+}
+
+/// Permutes axes: output axis `i` is input axis `perm[i]`.
+pub fn transpose(x: &Tensor<'_>, perm: &[usize]) -> Result<Tensor<'static>> {
+    let view = x.permute(perm)?;
+    Ok(view.to_row_major()?)
+}
+
+/// Joins tensors along `axis`.
+pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'static>> {
+    let first = xs.first().ok_or_else(|| CpuError::NotImplemented("Concat of nothing".into()))?;
+    let size = first.dt().size_of();
+    let outer: usize = out[..axis].iter().product();
+    let packed: Vec<Tensor<'static>> = xs.iter().map(|x| packed_bytes(x)).collect::<Result<_>>()?;
+    let chunks: Vec<(&[u8], usize)> = packed
+        .iter()
+        .map(|p| Ok((p.as_bytes()?, p.shape()[axis..].iter().product::<usize>() * size)))
+        .collect::<Result<_>>()?;
+    let mut r = Vec::with_capacity(out.iter().product::<usize>() * size);
+    for o in 0..outer {
+        for (bytes, chunk) in &chunks {
+            r.extend_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
+        }
+    }
+    Ok(Tensor::from_bytes(first.dt(), out, &r)?)
+}
+
+/// Cuts `x` along `axis` into parts of the given sizes.
+pub fn split(x: &Tensor<'_>, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor<'static>>> {
+    let mut start = 0;
+    let mut parts = Vec::with_capacity(sizes.len());
+    for &s in sizes {
+        parts.push(x.slice(axis, start..start + s)?.to_row_major()?);
+        start += s;
+    }
+    Ok(parts)
+}
+
+/// Strided slice: for each listed axis, elements `start, start+step, …` (resolved bounds), `out` elements long.
+pub fn slice(x: &Tensor<'_>, starts: &[i64], steps: &[i64], out: &[usize]) -> Result<Tensor<'static>> {
+    let st = strides(x.shape());
+    gather_elements(x, out, |idx| {
+        idx.iter().enumerate().map(|(a, &i)| (starts[a] + i as i64 * steps[a]) as usize * st[a]).sum()
+    })
+}
+
+/// Gathers slices of `x` along `axis` at `indices` (negative indices count from the end).
+pub fn gather(x: &Tensor<'_>, axis: usize, indices: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
+    let dim = x.shape()[axis] as i64;
+    let idx: Vec<i64> = match indices.dt() {
+        DatumType::I32 => indices.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
+        _ => indices.to_vec::<i64>()?,
+    };
+    let mut resolved = Vec::with_capacity(idx.len());
+    for &i in &idx {
+        let j = if i < 0 { i + dim } else { i };
+        if !(0..dim).contains(&j) {
+            return Err(CpuError::NotImplemented(format!("Gather index {i} is out of range for an axis of {dim}")));
+        }
+        resolved.push(j as usize);
+    }
+    let st = strides(x.shape());
+    let ist = strides(indices.shape());
+    let irank = indices.shape().len();
+    gather_elements(x, out, |o| {
+        let k: usize = o[axis..axis + irank].iter().zip(&ist).map(|(&i, &s)| i * s).sum();
+        let before: usize = o[..axis].iter().zip(&st).map(|(&i, &s)| i * s).sum();
+        let after: usize = o[axis + irank..].iter().zip(&st[axis + 1..]).map(|(&i, &s)| i * s).sum();
+        before + resolved[k] * st[axis] + after
+    })
+}
+
+/// Repeats `x` along each axis.
+pub fn tile(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
+    let st = strides(x.shape());
+    let shape = x.shape().to_vec();
+    gather_elements(x, out, |o| o.iter().enumerate().map(|(a, &i)| (i % shape[a]) * st[a]).sum())
+}
+
+/// How Pad fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadKind {
+    /// A constant.
+    Constant,
+    /// Mirror, edge not repeated.
+    Reflect,
+    /// Repeat the edge.
+    Edge,
+    /// Wrap around.
+    Wrap,
+}
+
+/// Pads (or, with negative pads, crops) `x`; `begins[a]` elements before axis `a`, to `out`.
+pub fn pad(
+    x: &Tensor<'_>,
+    begins: &[i64],
+    kind: PadKind,
+    value: Option<&Tensor<'_>>,
+    out: &[usize],
+) -> Result<Tensor<'static>> {
+    let size = x.dt().size_of();
+    let fill: Vec<u8> = match value {
+        Some(v) => v.to_row_major()?.as_bytes()?.get(..size).map(<[u8]>::to_vec).unwrap_or_else(|| vec![0; size]),
+        None => vec![0; size],
+    };
+    let shape = x.shape().to_vec();
+    if kind != PadKind::Constant && shape.iter().zip(out).any(|(&d, &o)| d == 0 && o > 0) {
+        return Err(CpuError::NotImplemented("Pad of an empty axis in reflect, edge or wrap mode".into()));
+    }
+    let st = strides(&shape);
+    let packed = packed_bytes(x)?;
+    let src = packed.as_bytes()?;
+    let count: usize = out.iter().product();
+    let mut r = Vec::with_capacity(count * size);
+    let mut idx = vec![0usize; out.len()];
+    for _ in 0..count {
+        let mut offset = Some(0usize);
+        for a in 0..out.len() {
+            let d = shape[a] as i64;
+            let mut i = idx[a] as i64 - begins[a];
+            if !(0..d).contains(&i) {
+                i = match kind {
+                    PadKind::Constant => {
+                        offset = None;
+                        break;
+                    }
+                    PadKind::Edge => i.clamp(0, d - 1),
+                    PadKind::Wrap => i.rem_euclid(d),
+                    PadKind::Reflect => {
+                        if d == 1 {
+                            0
+                        } else {
+                            let period = 2 * (d - 1);
+                            let m = i.rem_euclid(period);
+                            if m < d {
+                                m
+                            } else {
+                                period - m
+                            }
+                        }
+                    }
+                };
+            }
+            offset = offset.map(|o| o + i as usize * st[a]);
+        }
+        match offset {
+            Some(o) => r.extend_from_slice(&src[o * size..(o + 1) * size]),
+            None => r.extend_from_slice(&fill),
+        }
+        for a in (0..out.len()).rev() {
+            idx[a] += 1;
+            if idx[a] < out[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    Ok(Tensor::from_bytes(x.dt(), out, &r)?)
+}
+
+/// Broadcasts `x` to `out` (Expand).
+pub fn expand(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
+    let st = broadcast::strides_for(x.shape(), out);
+    gather_elements(x, out, |o| o.iter().zip(&st).map(|(&i, &s)| i * s).sum())
+}

@@ -1,0 +1,384 @@
+//! Normalisations: ONNX `BatchNormalization` (inference form), `LayerNormalization`, `LRN`, and `Softmax` /
+//! `LogSoftmax` (both the opset-13 single-axis form and the older flattened 2-D form).
+//!
+//! All tensors are packed row-major; outputs have the input's shape. Batch norm and LRN take the channel axis
+//! to be axis 1 (`[N, C, …]`, any rank ≥ 2).
+
+use super::gemm::Float;
+
+/// Splits `shape` at `axis` into `(outer, n, inner)`: the products of the axes before, at and after it.
+fn split3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    assert!(axis < shape.len(), "axis {axis} out of range for shape {shape:?}");
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+}
+
+/// ONNX `BatchNormalization` in inference mode: `y = scale[c]·(x − mean[c]) / √(var[c] + epsilon) + bias[c]`
+/// for channel `c` = axis 1 of `x` (`[N, C, …]`). `scale`, `bias`, `mean` and `var` hold `C` values each.
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    scale: &[T],
+    bias: &[T],
+    mean: &[T],
+    var: &[T],
+    epsilon: f32,
+    y: &mut [T],
+) {
+    assert!(x_shape.len() >= 2, "batch_norm: input must have rank ≥ 2, got {x_shape:?}");
+    let (n, c, inner) = split3(x_shape, 1);
+    assert_eq!(x.len(), n * c * inner, "batch_norm: X length");
+    assert_eq!(y.len(), x.len(), "batch_norm: Y length");
+    for (name, v) in [("scale", scale), ("bias", bias), ("mean", mean), ("var", var)] {
+        assert_eq!(v.len(), c, "batch_norm: {name} length");
+    }
+    if x.is_empty() {
+        return;
+    }
+    let eps = T::from_f32(epsilon);
+    let coef: Vec<(T, T)> = (0..c)
+        .map(|ch| {
+            let a = scale[ch] / (var[ch] + eps).sqrt();
+            (a, bias[ch] - mean[ch] * a)
+        })
+        .collect();
+    for (i, (yr, xr)) in y.chunks_mut(inner).zip(x.chunks(inner)).enumerate() {
+        let (a, b) = coef[i % c];
+        for (yv, &xv) in yr.iter_mut().zip(xr) {
+            *yv = xv * a + b;
+        }
+    }
+}
+
+/// Expands a broadcastable parameter (numpy rules, right-aligned) to the trailing shape `target`, returning it
+/// as a packed vector of `target`'s size.
+fn expand_to<T: Float>(v: &[T], shape: &[usize], target: &[usize], what: &str) -> Vec<T> {
+    assert_eq!(v.len(), shape.iter().product::<usize>(), "layer_norm: {what} length");
+    // Leading axes of size 1 beyond the target's rank are harmless.
+    let mut shape = shape;
+    while shape.len() > target.len() && shape[0] == 1 {
+        shape = &shape[1..];
+    }
+    assert!(shape.len() <= target.len(), "layer_norm: {what} shape {shape:?} does not broadcast to {target:?}");
+    let lead = target.len() - shape.len();
+    for (d, &s) in shape.iter().enumerate() {
+        assert!(s == 1 || s == target[lead + d], "layer_norm: {what} shape {shape:?} does not broadcast to {target:?}");
+    }
+    let size: usize = target.iter().product();
+    if v.len() == size {
+        return v.to_vec();
+    }
+    // Source strides over the target axes (0 on broadcast axes).
+    let mut src_strides = vec![0usize; target.len()];
+    let mut acc = 1;
+    for d in (0..shape.len()).rev() {
+        if shape[d] != 1 {
+            src_strides[lead + d] = acc;
+        }
+        acc *= shape[d];
+    }
+    let mut out = Vec::with_capacity(size);
+    let mut idx = vec![0usize; target.len()];
+    for _ in 0..size {
+        out.push(v[idx.iter().zip(&src_strides).map(|(i, s)| i * s).sum::<usize>()]);
+        for d in (0..target.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < target[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// ONNX `LayerNormalization`: each row `x[i, :]` of `x` viewed as `[Π dims[..axis], Π dims[axis..]]` is
+/// normalised to zero mean and unit variance (`(x − mean) / √(var + epsilon)`, population variance), then
+/// multiplied by `scale` and offset by `bias`, both (data, shape) broadcast to `x_shape[axis..]`.
+/// The statistics are computed in f64 (at least the stash type f32 requires); if given, `mean` and
+/// `inv_std_dev` receive each row's mean and `1 / √(var + epsilon)` (one value per row).
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    axis: usize,
+    scale: &[T],
+    scale_shape: &[usize],
+    bias: Option<(&[T], &[usize])>,
+    epsilon: f32,
+    y: &mut [T],
+    mut mean: Option<&mut [f32]>,
+    mut inv_std_dev: Option<&mut [f32]>,
+) {
+    assert!(axis <= x_shape.len(), "layer_norm: axis {axis} out of range for {x_shape:?}");
+    let rows: usize = x_shape[..axis].iter().product();
+    let cols: usize = x_shape[axis..].iter().product();
+    assert_eq!(x.len(), rows * cols, "layer_norm: X length");
+    assert_eq!(y.len(), x.len(), "layer_norm: Y length");
+    for out in [&mean, &inv_std_dev].into_iter().flatten() {
+        assert_eq!(out.len(), rows, "layer_norm: statistics length");
+    }
+    let target = &x_shape[axis..];
+    let scale = expand_to(scale, scale_shape, target, "scale");
+    let bias = bias.map(|(b, s)| expand_to(b, s, target, "bias"));
+    if cols == 0 {
+        return;
+    }
+    let eps = epsilon as f64;
+    for (r, (yr, xr)) in y.chunks_mut(cols).zip(x.chunks(cols)).enumerate() {
+        let mu = xr.iter().map(|v| v.to_f64()).sum::<f64>() / cols as f64;
+        let var = xr
+            .iter()
+            .map(|v| {
+                let d = v.to_f64() - mu;
+                d * d
+            })
+            .sum::<f64>()
+            / cols as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        if let Some(m) = mean.as_deref_mut() {
+            m[r] = mu as f32;
+        }
+        if let Some(s) = inv_std_dev.as_deref_mut() {
+            s[r] = inv as f32;
+        }
+        let (mu_t, inv_t) = (T::from_f64(mu), T::from_f64(inv));
+        match &bias {
+            Some(b) => {
+                for (((yv, &xv), &sv), &bv) in yr.iter_mut().zip(xr).zip(&scale).zip(b) {
+                    *yv = (xv - mu_t) * inv_t * sv + bv;
+                }
+            }
+            None => {
+                for ((yv, &xv), &sv) in yr.iter_mut().zip(xr).zip(&scale) {
+                    *yv = (xv - mu_t) * inv_t * sv;
+                }
+            }
+        }
+    }
+}
+
+/// ONNX `LRN` (local response normalisation across channels, axis 1 of `[N, C, …]`):
+/// `y = x / (bias + alpha / size · Σ x²)^beta`, the sum running over channels
+/// `c − ⌊(size − 1) / 2⌋ ..= c + ⌈(size − 1) / 2⌉` that exist.
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn lrn<T: Float>(x: &[T], x_shape: &[usize], size: usize, alpha: f32, beta: f32, bias: f32, y: &mut [T]) {
+    assert!(x_shape.len() >= 2, "lrn: input must have rank ≥ 2, got {x_shape:?}");
+    assert!(size >= 1, "lrn: size must be ≥ 1");
+    let (n, c, inner) = split3(x_shape, 1);
+    assert_eq!(x.len(), n * c * inner, "lrn: X length");
+    assert_eq!(y.len(), x.len(), "lrn: Y length");
+    if x.is_empty() {
+        return;
+    }
+    let before = (size - 1) / 2;
+    let after = size / 2; // ⌈(size − 1) / 2⌉
+    let coef = T::from_f64(alpha as f64 / size as f64);
+    let (bias, beta) = (T::from_f32(bias), T::from_f32(beta));
+    let mut sq = vec![T::ZERO; c * inner];
+    let mut acc = vec![T::ZERO; inner];
+    for (xb, yb) in x.chunks(c * inner).zip(y.chunks_mut(c * inner)) {
+        for (s, &v) in sq.iter_mut().zip(xb) {
+            *s = v * v;
+        }
+        for ch in 0..c {
+            acc.fill(T::ZERO);
+            for k in ch.saturating_sub(before)..(ch + after + 1).min(c) {
+                for (a, &s) in acc.iter_mut().zip(&sq[k * inner..][..inner]) {
+                    *a += s;
+                }
+            }
+            let xr = &xb[ch * inner..][..inner];
+            for ((yv, &xv), &a) in yb[ch * inner..][..inner].iter_mut().zip(xr).zip(&acc) {
+                *yv = xv / (bias + coef * a).powf(beta);
+            }
+        }
+    }
+}
+
+/// ONNX `Softmax` (`log = false`) or `LogSoftmax` (`log = true`). With `flatten = false` (opset ≥ 13) each
+/// 1-D slice along `axis` is normalised; with `flatten = true` (opset < 13) the input is viewed as the 2-D
+/// `[Π dims[..axis], Π dims[axis..]]` and each row is normalised. The maximum is subtracted first, so large
+/// inputs do not overflow; the sums are accumulated in f64.
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+pub fn softmax<T: Float>(x: &[T], x_shape: &[usize], axis: usize, flatten: bool, log: bool, y: &mut [T]) {
+    assert_eq!(x.len(), x_shape.iter().product::<usize>(), "softmax: X length");
+    assert_eq!(y.len(), x.len(), "softmax: Y length");
+    if x.is_empty() {
+        return;
+    }
+    let (outer, n, inner) = if flatten {
+        assert!(axis <= x_shape.len(), "softmax: axis {axis} out of range for {x_shape:?}");
+        (x_shape[..axis].iter().product(), x_shape[axis..].iter().product(), 1)
+    } else if x_shape.is_empty() {
+        (1, 1, 1)
+    } else {
+        split3(x_shape, axis)
+    };
+    if inner == 1 {
+        for (yr, xr) in y.chunks_mut(n).zip(x.chunks(n)) {
+            let max = xr.iter().copied().fold(T::NEG_INFINITY, |m, v| if v > m { v } else { m });
+            let mut sum = 0.0f64;
+            for (yv, &xv) in yr.iter_mut().zip(xr) {
+                let e = (xv - max).exp();
+                sum += e.to_f64();
+                *yv = if log { xv - max } else { e };
+            }
+            if log {
+                let l = T::from_f64(sum.ln());
+                for v in yr.iter_mut() {
+                    *v -= l;
+                }
+            } else {
+                let inv = T::from_f64(1.0 / sum);
+                for v in yr.iter_mut() {
+                    *v *= inv;
+                }
+            }
+        }
+        return;
+    }
+    // Strided: process `inner` lanes at once, row by row along the axis.
+    let mut max = vec![T::ZERO; inner];
+    let mut sum = vec![0.0f64; inner];
+    for o in 0..outer {
+        let xb = &x[o * n * inner..][..n * inner];
+        let yb = &mut y[o * n * inner..][..n * inner];
+        max.fill(T::NEG_INFINITY);
+        for xr in xb.chunks(inner) {
+            for (m, &v) in max.iter_mut().zip(xr) {
+                if v > *m {
+                    *m = v;
+                }
+            }
+        }
+        sum.fill(0.0);
+        for (yr, xr) in yb.chunks_mut(inner).zip(xb.chunks(inner)) {
+            for (((yv, &xv), &m), s) in yr.iter_mut().zip(xr).zip(&max).zip(sum.iter_mut()) {
+                let e = (xv - m).exp();
+                *s += e.to_f64();
+                *yv = if log { xv - m } else { e };
+            }
+        }
+        let fix: Vec<T> = sum.iter().map(|&s| T::from_f64(if log { s.ln() } else { 1.0 / s })).collect();
+        for yr in yb.chunks_mut(inner) {
+            for (v, &f) in yr.iter_mut().zip(&fix) {
+                if log {
+                    *v -= f;
+                } else {
+                    *v *= f;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: &[f32], b: &[f32], tol: f32) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn batch_norm_by_hand() {
+        // [1, 2, 2]: channel 0 scale 2, bias 1, mean 1, var 3 (eps 1 -> std 2); channel 1 identity-ish.
+        let x = [1.0f32, 3.0, 5.0, -5.0];
+        let mut y = [0.0; 4];
+        batch_norm(&x, &[1, 2, 2], &[2.0, 1.0], &[1.0, 0.5], &[1.0, 0.0], &[3.0, 0.0], 1.0, &mut y);
+        assert_eq!(y, [1.0, 3.0, 5.5, -4.5]);
+    }
+
+    #[test]
+    fn layer_norm_by_hand() {
+        // Two rows of [1, 2, 3, 4] and [2, 2, 2, 2]; mean 2.5, var 1.25.
+        let x = [1.0f32, 2.0, 3.0, 4.0, 2.0, 2.0, 2.0, 2.0];
+        let scale = [1.0f32, 2.0, 1.0, 2.0];
+        let bias = [0.0f32, 0.0, 1.0, 1.0];
+        let mut y = [0.0; 8];
+        let mut mean = [0.0f32; 2];
+        let mut inv = [0.0f32; 2];
+        let eps = 1e-5f32;
+        layer_norm(&x, &[2, 4], 1, &scale, &[4], Some((&bias, &[4])), eps, &mut y, Some(&mut mean), Some(&mut inv));
+        let i0 = 1.0 / (1.25f64 + eps as f64).sqrt();
+        let want: Vec<f32> = [(-1.5, 1.0, 0.0), (-0.5, 2.0, 0.0), (0.5, 1.0, 1.0), (1.5, 2.0, 1.0)]
+            .iter()
+            .map(|&(d, s, b)| (d * i0 * s + b) as f32)
+            .chain([0.0, 0.0, 1.0, 1.0])
+            .collect();
+        close(&y, &want, 1e-6);
+        assert_eq!(mean, [2.5, 2.0]);
+        close(&inv, &[i0 as f32, (1.0 / (eps as f64).sqrt()) as f32], 1e-6);
+        // axis 1 of [1, 2, 2] with scale broadcast from [2] (over the last axis) and no bias.
+        let mut y = [0.0; 4];
+        layer_norm(&[1.0f64, 3.0, 1.0, 3.0], &[1, 2, 2], 1, &[1.0, 2.0], &[2], None, 0.0, &mut y, None, None);
+        assert_eq!(y, [-1.0, 2.0, -1.0, 2.0]);
+    }
+
+    #[test]
+    fn lrn_by_hand() {
+        // [1, 3, 1, 1], size 2: window for channel c is [c, c + 1].
+        let x = [1.0f32, 2.0, 3.0];
+        let mut y = [0.0; 3];
+        lrn(&x, &[1, 3, 1, 1], 2, 2.0, 1.0, 1.0, &mut y);
+        // divisors: 1 + 1·(1 + 4) = 6, 1 + (4 + 9) = 14, 1 + 9 = 10.
+        close(&y, &[1.0 / 6.0, 2.0 / 14.0, 3.0 / 10.0], 1e-6);
+        // size 3: window [c − 1, c + 1]; beta 0.5, alpha 3 (coefficient 1).
+        lrn(&x, &[1, 3, 1, 1], 3, 3.0, 0.5, 2.0, &mut y);
+        close(&y, &[1.0 / 7.0f32.sqrt(), 2.0 / 16.0f32.sqrt(), 3.0 / 15.0f32.sqrt()], 1e-6);
+    }
+
+    #[test]
+    fn softmax_rows_and_axes() {
+        let x: Vec<f32> = (0..24).map(|v| (v as f32 * 0.37).sin() * 5.0).collect();
+        let shape = [2, 3, 4];
+        for axis in 0..3 {
+            let mut y = vec![0.0; 24];
+            softmax(&x, &shape, axis, false, false, &mut y);
+            let (outer, n, inner) = split3(&shape, axis);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |k: usize| (o * n + k) * inner + i;
+                    let total: f32 = (0..n).map(|k| y[at(k)]).sum();
+                    assert!((total - 1.0).abs() < 1e-6, "axis {axis}: {total}");
+                    let max = (0..n).map(|k| x[at(k)]).fold(f32::NEG_INFINITY, f32::max);
+                    let denom: f64 = (0..n).map(|k| ((x[at(k)] - max) as f64).exp()).sum();
+                    for k in 0..n {
+                        let want = ((x[at(k)] - max) as f64).exp() / denom;
+                        assert!((y[at(k)] as f64 - want).abs() < 1e-6);
+                    }
+                }
+            }
+            let mut ly = vec![0.0; 24];
+            softmax(&x, &shape, axis, false, true, &mut ly);
+            close(&ly, &y.iter().map(|v| v.ln()).collect::<Vec<_>>(), 1e-5);
+        }
+        // Flattened (opset < 13) at axis 1: rows of 12.
+        let mut y = vec![0.0; 24];
+        softmax(&x, &shape, 1, true, false, &mut y);
+        for r in y.chunks(12) {
+            assert!((r.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        }
+        // Large inputs do not overflow.
+        let mut y = [0.0f32; 2];
+        softmax(&[1000.0, 1000.0], &[2], 0, false, false, &mut y);
+        assert_eq!(y, [0.5, 0.5]);
+        softmax(&[1000.0, 1000.0], &[2], 0, false, true, &mut y);
+        close(&y, &[-(2.0f32.ln()); 2], 1e-6);
+    }
+}

@@ -1,0 +1,434 @@
+//! ONNX pooling: `MaxPool` (with its optional `Indices` output), `AveragePool`, `GlobalMaxPool` and
+//! `GlobalAveragePool`, over any number of spatial axes.
+//!
+//! Layouts are packed row-major: `x` is `[N, C, D₁ … Dₛ]` and `y` is `[N, C, O₁ … Oₛ]` (all `Oᵢ = 1` for the global
+//! pools). Attributes arrive resolved: explicit begin/end padding (no `auto_pad`) and the output shape, which the
+//! caller computed (with `ceil_mode` if set). Window `o` along an axis covers input coordinates
+//! `o·stride − pad_begin + t·dilation` for `t < kernel`; taps outside the input are skipped, whether they fall in
+//! the padding or (with `ceil_mode`) past it, so padding never wins a max and is never summed.
+
+use rayon::prelude::*;
+
+use super::gemm::Float;
+
+/// Pooling attributes, one entry per spatial axis except `pads`: begin padding of every spatial axis, then end
+/// padding of every spatial axis (ONNX order). Empty `strides` / `dilations` / `pads` mean 1 / 1 / 0.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolParams<'a> {
+    /// Window shape.
+    pub kernel: &'a [usize],
+    /// Stride per spatial axis.
+    pub strides: &'a [usize],
+    /// Dilation per spatial axis.
+    pub dilations: &'a [usize],
+    /// `[begin₁ … beginₛ, end₁ … endₛ]` padding.
+    pub pads: &'a [usize],
+}
+
+/// The valid taps of every window along one spatial axis.
+struct AxisTaps {
+    /// `coords[offsets[o]..offsets[o + 1]]`: input coordinates read by window `o`, ascending.
+    offsets: Vec<usize>,
+    coords: Vec<usize>,
+    /// Per window: taps inside the padded extent `[−pad_begin, D + pad_end)` (the `count_include_pad` divisor).
+    padded: Vec<usize>,
+}
+
+impl AxisTaps {
+    fn new(d_in: usize, d_out: usize, kernel: usize, stride: usize, dilation: usize, pb: usize, pe: usize) -> Self {
+        let mut offsets = Vec::with_capacity(d_out + 1);
+        let mut coords = Vec::new();
+        let mut padded = Vec::with_capacity(d_out);
+        offsets.push(0);
+        for o in 0..d_out {
+            let mut in_pad = 0;
+            for t in 0..kernel {
+                // Coordinate in the padded frame: the input starts at pb.
+                let q = o * stride + t * dilation;
+                if q < pb + d_in + pe {
+                    in_pad += 1;
+                }
+                if q >= pb && q < pb + d_in {
+                    coords.push(q - pb);
+                }
+            }
+            offsets.push(coords.len());
+            padded.push(in_pad);
+        }
+        AxisTaps { offsets, coords, padded }
+    }
+
+    fn window(&self, o: usize) -> &[usize] {
+        &self.coords[self.offsets[o]..self.offsets[o + 1]]
+    }
+}
+
+/// Geometry shared by the windowed pools.
+struct Windows {
+    taps: Vec<AxisTaps>,
+    out_sp: Vec<usize>,
+    /// Row-major strides of the input spatial axes.
+    rm: Vec<usize>,
+    /// Column-major strides of the input spatial axes (for `storage_order = 1` indices).
+    cm: Vec<usize>,
+    in_size: usize,
+    out_size: usize,
+}
+
+impl Windows {
+    fn new(x_shape: &[usize], p: &PoolParams<'_>, y_shape: &[usize]) -> Self {
+        assert!(x_shape.len() >= 2, "pool: input must have rank ≥ 2, got {x_shape:?}");
+        assert_eq!(x_shape.len(), y_shape.len(), "pool: output rank");
+        assert_eq!(x_shape[..2], y_shape[..2], "pool: output batch and channels");
+        let s = x_shape.len() - 2;
+        assert_eq!(p.kernel.len(), s, "pool: kernel_shape length");
+        let attr = |v: &[usize], i: usize, default: usize| v.get(i).copied().unwrap_or(default);
+        let in_sp = &x_shape[2..];
+        let out_sp = y_shape[2..].to_vec();
+        let taps = (0..s)
+            .map(|d| {
+                AxisTaps::new(
+                    in_sp[d],
+                    out_sp[d],
+                    p.kernel[d],
+                    attr(p.strides, d, 1).max(1),
+                    attr(p.dilations, d, 1).max(1),
+                    attr(p.pads, d, 0),
+                    attr(p.pads, s + d, 0),
+                )
+            })
+            .collect();
+        let mut rm = vec![1; s];
+        for d in (0..s.saturating_sub(1)).rev() {
+            rm[d] = rm[d + 1] * in_sp[d + 1];
+        }
+        let mut cm = vec![1; s];
+        for d in 1..s {
+            cm[d] = cm[d - 1] * in_sp[d - 1];
+        }
+        Windows { taps, out_sp, rm, cm, in_size: in_sp.iter().product(), out_size: y_shape[2..].iter().product() }
+    }
+
+    /// Calls `f(q, lists)` for every output position `q` (row-major) with the tap lists of its window.
+    fn for_each_output(&self, mut f: impl FnMut(usize, &[&[usize]])) {
+        let s = self.out_sp.len();
+        let mut o = vec![0usize; s];
+        let mut lists: Vec<&[usize]> = (0..s).map(|d| self.taps[d].window(0)).collect();
+        if self.out_size == 0 {
+            return;
+        }
+        for q in 0..self.out_size {
+            f(q, &lists);
+            // Advance the output multi-index.
+            let mut d = s;
+            while d > 0 {
+                d -= 1;
+                o[d] += 1;
+                if o[d] < self.out_sp[d] {
+                    lists[d] = self.taps[d].window(o[d]);
+                    break;
+                }
+                o[d] = 0;
+                lists[d] = self.taps[d].window(0);
+            }
+        }
+    }
+}
+
+/// Calls `f(row_major_offset, col_major_offset)` for every tap of a window (cartesian product of the per-axis
+/// coordinate lists), in row-major order.
+fn visit(lists: &[&[usize]], rm: &[usize], cm: &[usize], acc: (usize, usize), f: &mut impl FnMut(usize, usize)) {
+    match lists.split_first() {
+        None => f(acc.0, acc.1),
+        Some((first, rest)) => {
+            for &c in *first {
+                visit(rest, &rm[1..], &cm[1..], (acc.0 + c * rm[0], acc.1 + c * cm[0]), f);
+            }
+        }
+    }
+}
+
+/// Whether a value is unordered with itself (NaN).
+#[inline]
+fn unordered<T: PartialOrd>(v: &T) -> bool {
+    v.partial_cmp(v).is_none()
+}
+
+/// Splits `y` (and the optional indices) into channel blocks of `block` elements and runs `f(channel, y, ind)` on
+/// each, in parallel when `threads > 1`.
+fn per_channel<T: Send>(
+    y: &mut [T],
+    indices: Option<&mut [i64]>,
+    block: usize,
+    threads: usize,
+    f: impl Fn(usize, &mut [T], Option<&mut [i64]>) + Sync,
+) {
+    if block == 0 {
+        return;
+    }
+    match indices {
+        Some(ind) if threads > 1 => y
+            .par_chunks_mut(block)
+            .zip(ind.par_chunks_mut(block))
+            .enumerate()
+            .for_each(|(c, (yc, ic))| f(c, yc, Some(ic))),
+        Some(ind) => {
+            y.chunks_mut(block).zip(ind.chunks_mut(block)).enumerate().for_each(|(c, (yc, ic))| f(c, yc, Some(ic)))
+        }
+        None if threads > 1 => y.par_chunks_mut(block).enumerate().for_each(|(c, yc)| f(c, yc, None)),
+        None => y.chunks_mut(block).enumerate().for_each(|(c, yc)| f(c, yc, None)),
+    }
+}
+
+/// ONNX `MaxPool`: `y[n, c, o]` is the largest input in window `o` (see the module doc), the first one in
+/// row-major window order on ties. NaN inputs lose against numbers (a window of NaNs gives NaN); a window with
+/// no input element at all (possible only through padding) gives `T::default()` (0) and index −1.
+///
+/// `indices`, if given (same length as `y`), receives the ONNX `Indices` output: the flat position of the
+/// chosen element in `x`, i.e. `(n·C + c)·(D₁⋯Dₛ) + spatial`, where `spatial` is row-major over the spatial axes,
+/// or column-major when `column_major_indices` (`storage_order = 1`).
+///
+/// Works for any ordered element type (f32, f64 and the integer types MaxPool accepts).
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
+    x: &[T],
+    x_shape: &[usize],
+    p: &PoolParams<'_>,
+    y: &mut [T],
+    y_shape: &[usize],
+    indices: Option<&mut [i64]>,
+    column_major_indices: bool,
+    threads: usize,
+) {
+    let win = Windows::new(x_shape, p, y_shape);
+    let channels = x_shape[0] * x_shape[1];
+    assert_eq!(x.len(), channels * win.in_size, "max_pool: X length");
+    assert_eq!(y.len(), channels * win.out_size, "max_pool: Y length");
+    if let Some(ind) = &indices {
+        assert_eq!(ind.len(), y.len(), "max_pool: Indices length");
+    }
+    per_channel(y, indices, win.out_size, threads, |c, yc, mut ic| {
+        let xc = &x[c * win.in_size..][..win.in_size];
+        let base = (c * win.in_size) as i64;
+        win.for_each_output(|q, lists| {
+            let mut best: Option<(T, usize, usize)> = None;
+            visit(lists, &win.rm, &win.cm, (0, 0), &mut |r, k| {
+                let v = xc[r];
+                let better = match &best {
+                    None => true,
+                    Some((b, _, _)) => v > *b || (unordered(b) && !unordered(&v)),
+                };
+                if better {
+                    best = Some((v, r, k));
+                }
+            });
+            let (v, idx) = match best {
+                Some((v, r, k)) => (v, base + if column_major_indices { k } else { r } as i64),
+                None => (T::default(), -1),
+            };
+            yc[q] = v;
+            if let Some(ic) = ic.as_deref_mut() {
+                ic[q] = idx;
+            }
+        });
+    });
+}
+
+/// ONNX `AveragePool`: `y[n, c, o]` is the mean of the input elements in window `o`. With `count_include_pad`
+/// the divisor also counts window taps in the padding — but only inside the padded extent
+/// `[−pad_begin, D + pad_end)` per axis, not the taps past it that exist only because of `ceil_mode` (as the
+/// ONNX reference does). Without it the divisor is the number of input elements in the window (a window without
+/// any gives NaN). Sums are accumulated in f64.
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+#[allow(clippy::too_many_arguments)]
+pub fn average_pool<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    p: &PoolParams<'_>,
+    count_include_pad: bool,
+    y: &mut [T],
+    y_shape: &[usize],
+    threads: usize,
+) {
+    let win = Windows::new(x_shape, p, y_shape);
+    let channels = x_shape[0] * x_shape[1];
+    assert_eq!(x.len(), channels * win.in_size, "average_pool: X length");
+    assert_eq!(y.len(), channels * win.out_size, "average_pool: Y length");
+    let s = win.out_sp.len();
+    // Divisors depend only on the output position: precompute them once.
+    let mut divisors = vec![0.0f64; win.out_size];
+    {
+        let mut o = vec![0usize; s];
+        for dv in divisors.iter_mut() {
+            let mut count = 1usize;
+            for (t, &od) in win.taps.iter().zip(&o) {
+                count *= if count_include_pad { t.padded[od] } else { t.window(od).len() };
+            }
+            *dv = count as f64;
+            let mut d = s;
+            while d > 0 {
+                d -= 1;
+                o[d] += 1;
+                if o[d] < win.out_sp[d] {
+                    break;
+                }
+                o[d] = 0;
+            }
+        }
+    }
+    per_channel(y, None, win.out_size, threads, |c, yc, _| {
+        let xc = &x[c * win.in_size..][..win.in_size];
+        win.for_each_output(|q, lists| {
+            let mut sum = 0.0f64;
+            visit(lists, &win.rm, &win.cm, (0, 0), &mut |r, _| sum += xc[r].to_f64());
+            yc[q] = T::from_f64(sum / divisors[q]);
+        });
+    });
+}
+
+/// ONNX `GlobalMaxPool` (`max`) or `GlobalAveragePool`: reduces all spatial axes of `x` (`[N, C, D₁ … Dₛ]`) to
+/// one value per channel, written to `y` (`N·C` elements, shape `[N, C, 1 … 1]`). The max propagates NaN, like
+/// numpy's; the mean is accumulated in f64.
+///
+/// # Panics
+/// On inconsistent shapes or slice lengths.
+pub fn global_pool<T: Float>(x: &[T], x_shape: &[usize], max: bool, y: &mut [T]) {
+    assert!(x_shape.len() >= 2, "global_pool: input must have rank ≥ 2, got {x_shape:?}");
+    let channels = x_shape[0] * x_shape[1];
+    let size: usize = x_shape[2..].iter().product();
+    assert_eq!(x.len(), channels * size, "global_pool: X length");
+    assert_eq!(y.len(), channels, "global_pool: Y length");
+    for (c, out) in y.iter_mut().enumerate() {
+        let xc = &x[c * size..][..size];
+        *out = if max {
+            let mut m = T::NEG_INFINITY;
+            for &v in xc {
+                if v.is_nan() {
+                    m = v;
+                    break;
+                }
+                if v > m {
+                    m = v;
+                }
+            }
+            m
+        } else {
+            T::from_f64(xc.iter().map(|v| v.to_f64()).sum::<f64>() / size as f64)
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_pool_ceil_mode_with_indices() {
+        // 1×1×4×4, kernel 3, stride 2, ceil_mode: 2×2 output, last windows run past the input.
+        let x: Vec<f32> = (1..=16).map(|v| v as f32).collect();
+        let p = PoolParams { kernel: &[3, 3], strides: &[2, 2], dilations: &[1, 1], pads: &[0, 0, 0, 0] };
+        let mut y = vec![0.0; 4];
+        let mut ind = vec![0i64; 4];
+        max_pool(&x, &[1, 1, 4, 4], &p, &mut y, &[1, 1, 2, 2], Some(&mut ind), false, 1);
+        assert_eq!(y, [11.0, 12.0, 15.0, 16.0]);
+        assert_eq!(ind, [10, 11, 14, 15]);
+        // Column-major indices: (h, w) -> h + w·4.
+        let mut ind = vec![0i64; 4];
+        max_pool(&x, &[1, 1, 4, 4], &p, &mut y, &[1, 1, 2, 2], Some(&mut ind), true, 1);
+        assert_eq!(ind, [2 + 2 * 4, 2 + 3 * 4, 3 + 2 * 4, 3 + 3 * 4]);
+    }
+
+    #[test]
+    fn max_pool_padding_dilation_and_batches() {
+        // Negative inputs with padding: padded positions never win.
+        let x: Vec<f32> = (0..18).map(|v| -(v as f32) - 1.0).collect(); // [2 channels, 3×3]
+        let p = PoolParams { kernel: &[2, 2], strides: &[1, 1], dilations: &[1, 1], pads: &[1, 1, 0, 0] };
+        let mut y = vec![0.0; 18];
+        let mut ind = vec![0i64; 18];
+        max_pool(&x, &[1, 2, 3, 3], &p, &mut y, &[1, 2, 3, 3], Some(&mut ind), false, 2);
+        // Window at (0,0) covers only x[0,0]; window (1,1) covers (0,0),(0,1),(1,0),(1,1) -> -1.
+        assert_eq!(&y[..9], &[-1.0, -1.0, -2.0, -1.0, -1.0, -2.0, -4.0, -4.0, -5.0]);
+        assert_eq!(&ind[..9], &[0, 0, 1, 0, 0, 1, 3, 3, 4]);
+        assert_eq!(y[9], -10.0);
+        assert_eq!(ind[9], 9);
+        // Dilation 2 on a 1-D row: windows {0, 2}, {1, 3}, {2, 4}.
+        let x = [3.0f64, 1.0, 2.0, 5.0, 4.0];
+        let p = PoolParams { kernel: &[2], strides: &[1], dilations: &[2], pads: &[0, 0] };
+        let mut y = [0.0; 3];
+        max_pool(&x, &[1, 1, 5], &p, &mut y, &[1, 1, 3], None, false, 1);
+        assert_eq!(y, [3.0, 5.0, 4.0]);
+        // Integers, 3-D, ties keep the first.
+        let x = [1i8, 7, 7, 2, 0, 7, 1, 1];
+        let p = PoolParams { kernel: &[2, 2, 2], strides: &[], dilations: &[], pads: &[] };
+        let mut y = [0i8; 1];
+        let mut ind = [0i64; 1];
+        max_pool(&x, &[1, 1, 2, 2, 2], &p, &mut y, &[1, 1, 1, 1, 1], Some(&mut ind), false, 1);
+        assert_eq!((y[0], ind[0]), (7, 1));
+    }
+
+    #[test]
+    fn max_pool_nan_loses() {
+        let x = [f32::NAN, 1.0, f32::NAN, f32::NAN];
+        let p = PoolParams { kernel: &[2], strides: &[2], dilations: &[], pads: &[] };
+        let mut y = [0.0; 2];
+        max_pool(&x, &[1, 1, 4], &p, &mut y, &[1, 1, 2], None, false, 1);
+        assert_eq!(y[0], 1.0);
+        assert!(y[1].is_nan());
+    }
+
+    #[test]
+    fn average_pool_divisors() {
+        let x: Vec<f32> = (1..=16).map(|v| v as f32).collect();
+        // ONNX test_averagepool_2d_ceil.
+        let p = PoolParams { kernel: &[3, 3], strides: &[2, 2], dilations: &[], pads: &[0, 0, 0, 0] };
+        let mut y = vec![0.0; 4];
+        average_pool(&x, &[1, 1, 4, 4], &p, false, &mut y, &[1, 1, 2, 2], 1);
+        assert_eq!(y, [6.0, 7.5, 12.0, 13.5]);
+        // Same with count_include_pad: no padding, so the ceil-mode overhang is still not counted.
+        average_pool(&x, &[1, 1, 4, 4], &p, true, &mut y, &[1, 1, 2, 2], 1);
+        assert_eq!(y, [6.0, 7.5, 12.0, 13.5]);
+        // ONNX test_averagepool_2d_ceil_last_window_starts_on_pad: pads 1, kernel 3, stride 3, count pads.
+        let x = [0.8580f32, 0.0786, 0.2692, 0.1537];
+        let p = PoolParams { kernel: &[3, 3], strides: &[3, 3], dilations: &[], pads: &[1, 1, 1, 1] };
+        let mut y = [0.0; 1];
+        average_pool(&x, &[1, 1, 2, 2], &p, true, &mut y, &[1, 1, 1, 1], 1);
+        assert!((y[0] - 0.1511).abs() < 1e-4, "{}", y[0]);
+        // 1-D, pads 1 each side, kernel 3, stride 1 on [1, 2, 3].
+        let x = [1.0f32, 2.0, 3.0];
+        let p = PoolParams { kernel: &[3], strides: &[1], dilations: &[], pads: &[1, 1] };
+        let mut y = [0.0; 3];
+        average_pool(&x, &[1, 1, 3], &p, false, &mut y, &[1, 1, 3], 1);
+        assert_eq!(y, [1.5, 2.0, 2.5]);
+        average_pool(&x, &[1, 1, 3], &p, true, &mut y, &[1, 1, 3], 2);
+        assert_eq!(y[..2], [1.0, 2.0]);
+        assert!((y[2] - 5.0 / 3.0).abs() < 1e-6);
+        // ceil_mode with begin padding: x len 5, kernel 3, stride 2, pads [1, 0] -> 3 outputs; the last window
+        // covers x[3], x[4] and one tap past the padded extent, which is not counted.
+        let x = [1.0f32, 2.0, 3.0, 4.0, 5.0];
+        let p = PoolParams { kernel: &[3], strides: &[2], dilations: &[], pads: &[1, 0] };
+        let mut y = [0.0; 3];
+        average_pool(&x, &[1, 1, 5], &p, true, &mut y, &[1, 1, 3], 1);
+        assert_eq!(y, [1.0, 3.0, 4.5]);
+        average_pool(&x, &[1, 1, 5], &p, false, &mut y, &[1, 1, 3], 1);
+        assert_eq!(y, [1.5, 3.0, 4.5]);
+    }
+
+    #[test]
+    fn global_pools() {
+        let x = [1.0f32, 5.0, 3.0, -1.0, -2.0, -3.0];
+        let mut y = [0.0; 2];
+        global_pool(&x, &[1, 2, 3], true, &mut y);
+        assert_eq!(y, [5.0, -1.0]);
+        global_pool(&x, &[1, 2, 3], false, &mut y);
+        assert_eq!(y, [3.0, -2.0]);
+        let x = [1.0f32, f32::NAN, 3.0];
+        let mut y = [0.0; 1];
+        global_pool(&x, &[1, 1, 3], true, &mut y);
+        assert!(y[0].is_nan());
+    }
+}

@@ -1,0 +1,642 @@
+//! ONNX `Resize` (opset 19 semantics, which also covers the older opsets' attribute subsets): nearest, linear
+//! and cubic interpolation over any number of axes, every coordinate transformation mode, `exclude_outside`,
+//! `extrapolation_value` and antialiasing (linear and cubic, when downscaling).
+//!
+//! `x` and `y` are packed row-major tensors of the same rank. The resize is separable: it runs one axis at a time
+//! (axes whose scale is 1 and whose size does not change are skipped), each output coordinate being a weighted
+//! sum of a few input coordinates along that axis — the weights and source indices are computed once per axis.
+//! Like the ONNX reference, intermediate values and weights are f64 and edge taps clamp to the border
+//! (edge padding).
+
+use super::gemm::Float;
+
+/// Interpolation kind (`mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResizeMode {
+    /// Nearest neighbour, rounded per [`NearestMode`].
+    Nearest,
+    /// Linear (bilinear, trilinear, …) interpolation.
+    Linear,
+    /// Cubic convolution with coefficient `cubic_coeff_a`.
+    Cubic,
+}
+
+/// How an output coordinate maps back to an input coordinate (`coordinate_transformation_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoordinateTransform {
+    /// `x = (y + 0.5) / scale − 0.5`.
+    HalfPixel,
+    /// Like `HalfPixel`, shifted so that the centres of input and output coincide when the output size was
+    /// rounded: `x = in/2 · (1 − out / (scale·in)) + (y + 0.5) / scale − 0.5`.
+    HalfPixelSymmetric,
+    /// Like `HalfPixel`, except that `x = −0.5` when the output length is 1 (as PyTorch does).
+    PytorchHalfPixel,
+    /// `x = y · (in − 1) / (out − 1)` (0 when the output length is 1).
+    AlignCorners,
+    /// `x = y / scale`.
+    Asymmetric,
+    /// TensorFlow's crop-and-resize over the region of interest `roi`; coordinates outside the input give
+    /// `extrapolation_value`.
+    TfCropAndResize,
+}
+
+/// Rounding of the source coordinate for [`ResizeMode::Nearest`] (`nearest_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NearestMode {
+    /// Round half down.
+    RoundPreferFloor,
+    /// Round half up.
+    RoundPreferCeil,
+    /// Round down.
+    Floor,
+    /// Round up.
+    Ceil,
+}
+
+/// Resize attributes, resolved by the caller.
+#[derive(Clone, Copy, Debug)]
+pub struct ResizeParams<'a> {
+    /// Interpolation kind.
+    pub mode: ResizeMode,
+    /// Output-to-input coordinate mapping.
+    pub coordinate_transform: CoordinateTransform,
+    /// Rounding for nearest mode.
+    pub nearest_mode: NearestMode,
+    /// Antialiasing (widened linear / cubic kernels when downscaling); ignored for nearest.
+    pub antialias: bool,
+    /// One scale per axis of `x`: the scale the output shape was computed with, as the model gave it (the
+    /// reference uses the f32 value), 1.0 on axes not resized. When the output shape came from `sizes` (with the
+    /// default `stretch` aspect-ratio policy), pass 0.0: the kernel then uses the exact ratio `out / in` in f64,
+    /// as the reference does (an f32 `out / in` can tip nearest-neighbour rounding at exact ties). For the
+    /// `not_larger` / `not_smaller` policies pass the policy's scale.
+    pub scales: &'a [f32],
+    /// For `tf_crop_and_resize`: `[start₀ … start_{r−1}, end₀ … end_{r−1}]` over all `r` axes of `x`
+    /// (normalised coordinates). Ignored by the other modes; `None` means the whole input.
+    pub roi: Option<&'a [f32]>,
+    /// Value of output elements whose source lies outside the input (`tf_crop_and_resize` only).
+    pub extrapolation_value: f32,
+    /// Cubic coefficient `A` (usually −0.75).
+    pub cubic_coeff_a: f32,
+    /// Give taps outside the input weight 0 and renormalise the others.
+    pub exclude_outside: bool,
+}
+
+/// The interpolation of one axis: for output coordinate `o`, `Σⱼ coef[o·taps + j] · in[idx[o·taps + j]]`, or the
+/// extrapolation value where `extrapolate[o]`.
+struct AxisPlan {
+    taps: usize,
+    idx: Vec<usize>,
+    coef: Vec<f64>,
+    extrapolate: Vec<bool>,
+}
+
+/// The scale of an axis in f64: the given one, or the exact ratio `out / in` when it is not positive (the output
+/// size came from `sizes`).
+fn effective_scale(scale: f32, in_len: usize, out_len: usize) -> f64 {
+    if scale > 0.0 {
+        scale as f64
+    } else {
+        out_len as f64 / in_len as f64
+    }
+}
+
+/// Weights of the cubic convolution kernel at distance `x` (Keys' kernel with parameter `a`).
+fn cubic_weight(x: f64, a: f64) -> f64 {
+    let x = x.abs();
+    if x <= 1.0 {
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    } else {
+        0.0
+    }
+}
+
+/// Interpolation weights for a source coordinate at fraction `r ∈ (0, 1]` past tap `first + taps/2 − 1`, i.e.
+/// the taps are at relative positions `first, first + 1, …` measured from the base coordinate `x − r`.
+/// Returns `(first, weights)`.
+fn kernel_weights(p: &ResizeParams<'_>, r: f64, scale: f64) -> (i64, Vec<f64>) {
+    let a = p.cubic_coeff_a as f64;
+    match (p.mode, p.antialias) {
+        (ResizeMode::Nearest, _) => {
+            let upper = if r == 1.0 {
+                true
+            } else {
+                match p.nearest_mode {
+                    NearestMode::RoundPreferFloor => r > 0.5,
+                    NearestMode::RoundPreferCeil => r >= 0.5,
+                    NearestMode::Floor => false,
+                    NearestMode::Ceil => true,
+                }
+            };
+            (0, if upper { vec![0.0, 1.0] } else { vec![1.0, 0.0] })
+        }
+        (ResizeMode::Linear, false) => (0, vec![1.0 - r, r]),
+        (ResizeMode::Cubic, false) => {
+            (-1, [r + 1.0, r, 1.0 - r, 2.0 - r].iter().map(|&d| cubic_weight(d, a)).collect())
+        }
+        (ResizeMode::Linear, true) => {
+            let s = scale.min(1.0);
+            let first = (-1.0 / s).floor() as i64 + 1;
+            let n = 2 - 2 * first;
+            let w: Vec<f64> = (0..n).map(|j| (1.0 - (((first + j) as f64 - r) * s).abs()).clamp(0.0, 1.0)).collect();
+            let sum: f64 = w.iter().sum();
+            (first, w.iter().map(|v| v / sum).collect())
+        }
+        (ResizeMode::Cubic, true) => {
+            let s = scale.min(1.0);
+            let first = (-2.0 / s).floor() as i64 + 1;
+            let n = 2 - 2 * first;
+            let w: Vec<f64> = (0..n).map(|j| cubic_weight(s * ((first + j) as f64 - r), a)).collect();
+            let sum: f64 = w.iter().sum();
+            (first, w.iter().map(|v| v / sum).collect())
+        }
+    }
+}
+
+/// Plans the interpolation of `axis` (of `rank`) from `in_len` to `out_len`; `None` if it is the identity.
+fn plan_axis(p: &ResizeParams<'_>, axis: usize, rank: usize, in_len: usize, out_len: usize) -> Option<AxisPlan> {
+    let tf = p.coordinate_transform == CoordinateTransform::TfCropAndResize;
+    let roi = match p.roi {
+        Some(roi) if tf => {
+            assert_eq!(roi.len(), 2 * rank, "resize: roi must hold 2·rank values");
+            (roi[axis], roi[rank + axis])
+        }
+        _ => (0.0, 1.0),
+    };
+    let scale = effective_scale(p.scales[axis], in_len, out_len);
+    if (scale - 1.0).abs() <= 1e-9 * scale.abs().max(1.0) && out_len == in_len && roi == (0.0, 1.0) {
+        return None;
+    }
+    let in_f = in_len as f64;
+    let out_w = scale * in_f;
+    let last = in_f - 1.0;
+    let mut plan = AxisPlan { taps: 0, idx: Vec::new(), coef: Vec::new(), extrapolate: vec![false; out_len] };
+    for o in 0..out_len {
+        let y = o as f64;
+        let x = match p.coordinate_transform {
+            CoordinateTransform::HalfPixel => (y + 0.5) / scale - 0.5,
+            CoordinateTransform::HalfPixelSymmetric => {
+                let adjustment = out_len as f64 / out_w;
+                let offset = in_f / 2.0 * (1.0 - adjustment);
+                offset + (y + 0.5) / scale - 0.5
+            }
+            CoordinateTransform::PytorchHalfPixel => {
+                if out_w == 1.0 {
+                    -0.5
+                } else {
+                    (y + 0.5) / scale - 0.5
+                }
+            }
+            CoordinateTransform::AlignCorners => {
+                if out_w == 1.0 {
+                    0.0
+                } else {
+                    y * last / (out_w - 1.0)
+                }
+            }
+            CoordinateTransform::Asymmetric => y / scale,
+            CoordinateTransform::TfCropAndResize => {
+                // As in the reference, the roi arithmetic is f32 (it decides which border outputs extrapolate).
+                let (start, end) = roi;
+                let last32 = in_len as f32 - 1.0;
+                let x = if out_w == 1.0 {
+                    ((end - start) * last32 / 2.0) as f64
+                } else {
+                    y * (end - start) as f64 * last / (out_w - 1.0)
+                };
+                x + (start * last32) as f64
+            }
+        };
+        if tf && (x < 0.0 || x > last) {
+            plan.extrapolate[o] = true;
+        }
+        // The taps are taken left of x: at an integer x the fraction is 1 from the previous coordinate.
+        let fl = x.floor();
+        let (base, r) = if x == fl { (fl as i64 - 1, 1.0) } else { (fl as i64, x - fl) };
+        let (first, mut w) = kernel_weights(p, r, scale);
+        let n = w.len();
+        if plan.taps == 0 {
+            plan.taps = n;
+            plan.idx.reserve(out_len * n);
+            plan.coef.reserve(out_len * n);
+        }
+        assert_eq!(n, plan.taps, "resize: kernel size changed along an axis");
+        if p.exclude_outside {
+            for (j, wj) in w.iter_mut().enumerate() {
+                let i = base + first + j as i64;
+                if i < 0 || i >= in_len as i64 {
+                    *wj = 0.0;
+                }
+            }
+            let sum: f64 = w.iter().sum();
+            let sum = if sum == 0.0 { 1.0 } else { sum };
+            for wj in &mut w {
+                *wj /= sum;
+            }
+        }
+        for (j, &wj) in w.iter().enumerate() {
+            let i = (base + first + j as i64).clamp(0, in_len as i64 - 1);
+            plan.idx.push(i as usize);
+            plan.coef.push(wj);
+        }
+    }
+    if p.mode == ResizeMode::Nearest {
+        // Keep only the chosen tap (weight 1, or 0 if exclude_outside removed it): no 0·x products.
+        let mut idx = Vec::with_capacity(out_len);
+        let mut coef = Vec::with_capacity(out_len);
+        for o in 0..out_len {
+            let (i, c) = (&plan.idx[o * 2..o * 2 + 2], &plan.coef[o * 2..o * 2 + 2]);
+            let j = if c[1] > c[0] || (c[0] == 0.0 && c[1] == 0.0) { 1 } else { 0 };
+            idx.push(i[j]);
+            coef.push(c[j]);
+        }
+        plan.taps = 1;
+        plan.idx = idx;
+        plan.coef = coef;
+    }
+    Some(plan)
+}
+
+/// Applies one axis plan to `src` viewed as `[outer, in_len, inner]`, producing `[outer, out_len, inner]`.
+fn apply_axis(src: &[f64], outer: usize, in_len: usize, inner: usize, plan: &AxisPlan, extrapolation: f64) -> Vec<f64> {
+    let out_len = plan.extrapolate.len();
+    let mut dst = vec![0.0f64; outer * out_len * inner];
+    if dst.is_empty() {
+        return dst;
+    }
+    let n = plan.taps;
+    for (sb, db) in src.chunks(in_len * inner).zip(dst.chunks_mut(out_len * inner)) {
+        for (o, row) in db.chunks_mut(inner).enumerate() {
+            if plan.extrapolate[o] {
+                row.fill(extrapolation);
+                continue;
+            }
+            let (idx, coef) = (&plan.idx[o * n..][..n], &plan.coef[o * n..][..n]);
+            if inner == 1 {
+                row[0] = idx.iter().zip(coef).map(|(&i, &c)| c * sb[i]).sum();
+                continue;
+            }
+            for (&i, &c) in idx.iter().zip(coef) {
+                for (d, &s) in row.iter_mut().zip(&sb[i * inner..][..inner]) {
+                    *d += c * s;
+                }
+            }
+        }
+    }
+    dst
+}
+
+/// ONNX `Resize` of `x` (shape `x_shape`) to `y` (shape `y_shape`, same rank); see [`ResizeParams`] for the
+/// attributes. Output sizes come from `y_shape`, the coordinate mapping from `p.scales`.
+///
+/// # Panics
+/// On inconsistent shapes, parameters or slice lengths.
+pub fn resize<T: Float>(x: &[T], x_shape: &[usize], p: &ResizeParams<'_>, y: &mut [T], y_shape: &[usize]) {
+    let rank = x_shape.len();
+    assert_eq!(y_shape.len(), rank, "resize: output rank");
+    assert_eq!(p.scales.len(), rank, "resize: one scale per axis");
+    assert_eq!(x.len(), x_shape.iter().product::<usize>(), "resize: X length");
+    assert_eq!(y.len(), y_shape.iter().product::<usize>(), "resize: Y length");
+    if y.is_empty() {
+        return;
+    }
+    assert!(!x.is_empty(), "resize: empty input with a non-empty output");
+    let mut cur: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
+    let mut shape = x_shape.to_vec();
+    for axis in 0..rank {
+        if let Some(plan) = plan_axis(p, axis, rank, x_shape[axis], y_shape[axis]) {
+            let outer: usize = shape[..axis].iter().product();
+            let inner: usize = shape[axis + 1..].iter().product();
+            cur = apply_axis(&cur, outer, shape[axis], inner, &plan, p.extrapolation_value as f64);
+        } else {
+            assert_eq!(x_shape[axis], y_shape[axis]);
+        }
+        shape[axis] = y_shape[axis];
+    }
+    for (yv, &v) in y.iter_mut().zip(&cur) {
+        *yv = T::from_f64(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(mode: ResizeMode, ct: CoordinateTransform, scales: &[f32]) -> ResizeParams<'_> {
+        ResizeParams {
+            mode,
+            coordinate_transform: ct,
+            nearest_mode: NearestMode::RoundPreferFloor,
+            antialias: false,
+            scales,
+            roi: None,
+            extrapolation_value: 0.0,
+            cubic_coeff_a: -0.75,
+            exclude_outside: false,
+        }
+    }
+
+    fn close(a: &[f32], b: &[f32], tol: f32) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol, "at {i}: {x} vs {y}\n{a:?}\n{b:?}");
+        }
+    }
+
+    const DATA_2X2: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
+
+    #[test]
+    fn nearest_2x2_to_4x4() {
+        let scales = [1.0, 1.0, 2.0, 2.0];
+        let p = params(ResizeMode::Nearest, CoordinateTransform::HalfPixel, &scales);
+        let mut y = vec![0.0; 16];
+        resize(&DATA_2X2, &[1, 1, 2, 2], &p, &mut y, &[1, 1, 4, 4]);
+        #[rustfmt::skip]
+        let want = [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 3.0, 3.0, 4.0, 4.0];
+        assert_eq!(y, want);
+        // ONNX test_resize_upsample_scales_nearest: scales 2 × 3.
+        let scales = [1.0, 1.0, 2.0, 3.0];
+        let p = params(ResizeMode::Nearest, CoordinateTransform::HalfPixel, &scales);
+        let mut y = vec![0.0; 24];
+        resize(&DATA_2X2, &[1, 1, 2, 2], &p, &mut y, &[1, 1, 4, 6]);
+        let row = |a: f32, b: f32| [a, a, a, b, b, b];
+        let want: Vec<f32> = [row(1.0, 2.0), row(1.0, 2.0), row(3.0, 4.0), row(3.0, 4.0)].concat();
+        assert_eq!(y, want);
+    }
+
+    #[test]
+    fn linear_2x2_to_4x4() {
+        let scales = [1.0, 1.0, 2.0, 2.0];
+        let p = params(ResizeMode::Linear, CoordinateTransform::HalfPixel, &scales);
+        let mut y = vec![0.0; 16];
+        resize(&DATA_2X2, &[1, 1, 2, 2], &p, &mut y, &[1, 1, 4, 4]);
+        #[rustfmt::skip]
+        let want = [
+            1.0, 1.25, 1.75, 2.0,
+            1.5, 1.75, 2.25, 2.5,
+            2.5, 2.75, 3.25, 3.5,
+            3.0, 3.25, 3.75, 4.0,
+        ];
+        assert_eq!(y, want);
+        // align_corners: the corners map onto each other, thirds in between.
+        let p = params(ResizeMode::Linear, CoordinateTransform::AlignCorners, &scales);
+        resize(&DATA_2X2, &[1, 1, 2, 2], &p, &mut y, &[1, 1, 4, 4]);
+        let t = 1.0 / 3.0;
+        let row = |a: f32| [a, a + t, a + 2.0 * t, a + 1.0];
+        let want: Vec<f32> = [row(1.0), row(1.0 + 2.0 * t), row(1.0 + 4.0 * t), row(3.0)].concat();
+        close(&y, &want, 1e-6);
+    }
+
+    #[test]
+    fn nearest_modes_and_asymmetric() {
+        // 1-D [0, 10, 20, 30] downscaled by 0.5 with asymmetric: x = 2y -> [0, 20].
+        let x = [0.0f32, 10.0, 20.0, 30.0];
+        let scales = [0.5];
+        let p = params(ResizeMode::Nearest, CoordinateTransform::Asymmetric, &scales);
+        let mut y = [0.0; 2];
+        resize(&x, &[4], &p, &mut y, &[2]);
+        assert_eq!(y, [0.0, 20.0]);
+        // Upscale 1-D by 4 with asymmetric: x = y / 4 -> 0, .25, .5, .75, 1, ...
+        let scales = [4.0];
+        let mut y = [0.0; 8];
+        let x2 = [0.0f32, 1.0];
+        for (mode, want) in [
+            (NearestMode::RoundPreferFloor, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+            (NearestMode::RoundPreferCeil, [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+            (NearestMode::Floor, [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]),
+            (NearestMode::Ceil, [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+        ] {
+            let p = ResizeParams {
+                nearest_mode: mode,
+                ..params(ResizeMode::Nearest, CoordinateTransform::Asymmetric, &scales)
+            };
+            resize(&x2, &[2], &p, &mut y, &[8]);
+            assert_eq!(y, want, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn tf_crop_and_resize_extrapolates() {
+        // 1-D [0, 1, 2, 3, 4], roi [0.5, 1.5] -> 3 outputs at x = 2, 4, 6: the last is outside.
+        let x = [0.0f32, 1.0, 2.0, 3.0, 4.0];
+        let scales = [0.6];
+        let roi = [0.5, 1.5];
+        let p = ResizeParams {
+            roi: Some(&roi),
+            extrapolation_value: 10.0,
+            ..params(ResizeMode::Linear, CoordinateTransform::TfCropAndResize, &scales)
+        };
+        let mut y = [0.0; 3];
+        resize(&x, &[5], &p, &mut y, &[3]);
+        // out_w = 3, x = y · 1 · 4 / 2 + 2.
+        assert_eq!(y, [2.0, 4.0, 10.0]);
+    }
+
+    #[test]
+    fn identity_and_f64() {
+        let x: Vec<f64> = (0..12).map(|v| v as f64).collect();
+        let scales = [1.0, 1.0, 1.0];
+        for mode in [ResizeMode::Nearest, ResizeMode::Linear, ResizeMode::Cubic] {
+            let p = params(mode, CoordinateTransform::HalfPixel, &scales);
+            let mut y = vec![0.0; 12];
+            resize(&x, &[2, 2, 3], &p, &mut y, &[2, 2, 3]);
+            assert_eq!(y, x);
+        }
+    }
+
+    #[test]
+    fn exclude_outside_renormalises() {
+        // Cubic (A = −0.75) upscaling of [1, 2, 3, 4] by 2, half_pixel: x(0) = −0.25, taps −2, −1, 0, 1 with
+        // weights w(1.75) = −0.03515625, w(0.75) = 0.26171875, w(0.25) = 0.87890625, w(1.25) = −0.10546875.
+        let scales = [2.0];
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let mut y = [0.0f32; 8];
+        let p = params(ResizeMode::Cubic, CoordinateTransform::HalfPixel, &scales);
+        resize(&x, &[4], &p, &mut y, &[8]);
+        // Edge-clamped: taps −2 and −1 read x[0].
+        assert!((y[0] - 0.894_531_25).abs() < 1e-7, "{y:?}");
+        let p = ResizeParams { exclude_outside: true, ..p };
+        resize(&x, &[4], &p, &mut y, &[8]);
+        // Excluded and renormalised: (0.87890625·1 − 0.10546875·2) / 0.7734375 = 19/22.
+        assert!((y[0] - 19.0 / 22.0).abs() < 1e-6, "{y:?}");
+    }
+
+    /// Outputs of the ONNX reference implementation (onnx 1.23.2, `Resize` opset 19) on a 1×1×3×4 input; the
+    /// `sizes`-driven cases pass 0.0 as the scale. The reference computes the cubic
+    /// weights partly in f32, hence the tolerance.
+    #[test]
+    fn matches_onnx_reference() {
+        let x = [0.5f32, 2.0, -1.0, 3.5, 1.0, 4.0, 2.5, -2.0, 3.0, -0.5, 1.5, 0.0];
+        #[rustfmt::skip]
+        let cases: [(ResizeParams<'_>, &[usize], &[f64]); 10] = [
+        // cubic_half_pixel_up
+        (
+            ResizeParams {
+                mode: ResizeMode::Cubic,
+                coordinate_transform: CoordinateTransform::HalfPixel,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: false,
+                scales: &[1.0, 1.0, 2.0, 1.5],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 6, 6],
+            &[0.33079034090042114, 1.41424560546875, 1.3576743602752686, -1.3656071424484253, 1.05938720703125, 4.553102493286133, 0.36342382431030273, 1.83807373046875, 2.350539207458496, 0.05900771915912628, 0.74493408203125, 2.3880624771118164, 0.3853558301925659, 2.55572509765625, 4.043097019195557, 2.4287045001983643, 0.21673583984375, -1.2059330940246582, 1.359545111656189, 2.40008544921875, 3.3417575359344482, 3.164630651473999, 0.20635986328125, -2.540976047515869, 2.735861301422119, 1.45904541015625, 0.6425710916519165, 1.8512041568756104, 0.71966552734375, -0.8631595373153687, 3.574267625808716, 0.89605712890625, -0.9773739576339722, 1.0845937728881836, 1.02484130859375, 0.10819504410028458],
+        ),
+        // cubic_a05_exclude_down
+        (
+            ResizeParams {
+                mode: ResizeMode::Cubic,
+                coordinate_transform: CoordinateTransform::HalfPixel,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: false,
+                scales: &[1.0, 1.0, 0.7, 0.6],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.5,
+                exclude_outside: true,
+            },
+            &[1, 1, 2, 2],
+            &[1.1501539945602417, -0.43753182888031006, 1.9723924398422241, 1.935685396194458],
+        ),
+        // linear_antialias_sizes
+        (
+            ResizeParams {
+                mode: ResizeMode::Linear,
+                coordinate_transform: CoordinateTransform::HalfPixel,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: true,
+                scales: &[0.0, 0.0, 0.0, 0.0],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 2, 3],
+            &[1.2121212482452393, 1.4166666269302368, 1.2575757503509521, 1.9696969985961914, 1.4166666269302368, 0.01515151560306549],
+        ),
+        // cubic_antialias_scales
+        (
+            ResizeParams {
+                mode: ResizeMode::Cubic,
+                coordinate_transform: CoordinateTransform::HalfPixel,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: true,
+                scales: &[1.0, 1.0, 0.6, 0.5],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 1, 2],
+            &[1.5765578746795654, 1.1597939729690552],
+        ),
+        // linear_half_pixel_symmetric
+        (
+            ResizeParams {
+                mode: ResizeMode::Linear,
+                coordinate_transform: CoordinateTransform::HalfPixelSymmetric,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: false,
+                scales: &[1.0, 1.0, 1.7, 0.6],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 5, 2],
+            &[1.5, 0.49999985098838806, 2.117647171020508, 0.7058823108673096, 3.0, 1.0000001192092896, 1.627450942993164, 1.0000001192092896, 0.666666567325592, 1.0],
+        ),
+        // linear_pytorch_one
+        (
+            ResizeParams {
+                mode: ResizeMode::Linear,
+                coordinate_transform: CoordinateTransform::PytorchHalfPixel,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: false,
+                scales: &[0.0, 0.0, 0.0, 0.0],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 1, 3],
+            &[0.75, 0.5, 2.75],
+        ),
+        // cubic_tf_crop
+        (
+            ResizeParams {
+                mode: ResizeMode::Cubic,
+                coordinate_transform: CoordinateTransform::TfCropAndResize,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: false,
+                scales: &[0.0, 0.0, 0.0, 0.0],
+                roi: Some(&[0.0, 0.0, 0.2, 0.3, 1.0, 1.0, 1.3, 0.9]),
+                extrapolation_value: 7.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 3, 3],
+            &[3.053102493286133, 0.8850881457328796, 0.8748723268508911, 1.9227389097213745, 2.62575101852417, -0.42476344108581543, 7.000000476837158, 7.000002861022949, 6.999996662139893],
+        ),
+        // nearest_ceil_sizes
+        (
+            ResizeParams {
+                mode: ResizeMode::Nearest,
+                coordinate_transform: CoordinateTransform::HalfPixel,
+                nearest_mode: NearestMode::RoundPreferCeil,
+                antialias: false,
+                scales: &[0.0, 0.0, 0.0, 0.0],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 2, 5],
+            &[0.5, 2.0, -1.0, -1.0, 3.5, 3.0, -0.5, 1.5, 1.5, 0.0],
+        ),
+        // nearest_floor_align
+        (
+            ResizeParams {
+                mode: ResizeMode::Nearest,
+                coordinate_transform: CoordinateTransform::AlignCorners,
+                nearest_mode: NearestMode::Floor,
+                antialias: false,
+                scales: &[1.0, 1.0, 1.5, 1.5],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 4, 6],
+            &[0.5, 0.5, 2.0, 2.0, -1.0, 3.5, 0.5, 0.5, 2.0, 2.0, -1.0, 3.5, 1.0, 1.0, 4.0, 4.0, 2.5, -2.0, 1.0, 1.0, 4.0, 4.0, 2.5, -2.0],
+        ),
+        // linear_asymmetric_up
+        (
+            ResizeParams {
+                mode: ResizeMode::Linear,
+                coordinate_transform: CoordinateTransform::Asymmetric,
+                nearest_mode: NearestMode::RoundPreferFloor,
+                antialias: false,
+                scales: &[1.0, 1.0, 1.5, 2.25],
+                roi: None,
+                extrapolation_value: 0.0,
+                cubic_coeff_a: -0.75,
+                exclude_outside: false,
+            },
+            &[1, 1, 4, 9],
+            &[0.5, 1.1666666269302368, 1.8333333730697632, 1.0, -0.3333333432674408, 4.440892098500626e-16, 2.0, 3.5, 3.5, 0.8333333134651184, 1.9444444179534912, 3.055555582046509, 2.6666667461395264, 1.7777777910232544, 1.0, 0.3333333432674408, -0.1666666716337204, -0.1666666716337204, 1.6666666269302368, 2.0370371341705322, 2.407407522201538, 2.3888888359069824, 2.2407407760620117, 1.3888888359069824, -0.1666666716337204, -1.3333333730697632, -1.3333333730697632, 3.0, 1.4444444179534912, -0.1111111119389534, 0.1666666716337204, 1.0555555820465088, 1.1666666269302368, 0.5, 0.0, 0.0],
+        ),
+        ];
+        for (i, (p, shape, want)) in cases.iter().enumerate() {
+            let mut y = vec![0.0f32; want.len()];
+            resize(&x, &[1, 1, 3, 4], p, &mut y, shape);
+            for (j, (a, b)) in y.iter().zip(want.iter()).enumerate() {
+                assert!((*a as f64 - b).abs() < 2e-5, "case {i} at {j}: {a} vs {b}\n{y:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Fusion: runs of f32 elementwise nodes become one [`Chain`] each, compiled by the JIT into one loop.
+//!
+//! A node joins the chain of an input's producer when that input feeds nothing else, is not a graph output, and
+//! has the node's own shape; the chain's result is its last node's output. Inputs of a chain are either of that
+//! shape or single elements (constant scalars become immediates). Broadcasting other than from a single element
+//! stays with the interpreter kernels.
+
+use std::collections::HashMap;
+
+use stowage_compiler::consts;
+use stowage_compiler::ir::{self, Graph, NodeId, Op, ValueId};
+use stowage_runtime::DatumType;
+
+use super::{binary_fn, unary_fn};
+use crate::jit::{fusable_binary, fusable_unary, Chain, Inst};
+use crate::kernels::elementwise::{BinaryFn, UnaryFn};
+
+/// A chain to emit at its root node.
+pub(super) struct Planned {
+    /// The chain's program.
+    pub chain: Chain,
+    /// External inputs, in `Inst::Input` order.
+    pub inputs: Vec<ValueId>,
+    /// Every node folded into the chain (the root included).
+    pub members: Vec<NodeId>,
+}
+
+/// The function one node applies, if it can be fused: (instruction builder, its data inputs).
+fn node_fn(op: &Op) -> Option<Vec<Step>> {
+    Some(match op {
+        Op::Unary(u) if fusable_unary(unary_fn(*u)) => vec![Step::Unary(unary_fn(*u))],
+        Op::Binary(b) if fusable_binary(binary_fn(*b)) => vec![Step::Binary(binary_fn(*b))],
+        Op::Variadic(v) => match v {
+            ir::Variadic::Max => vec![Step::Fold(BinaryFn::Max)],
+            ir::Variadic::Min => vec![Step::Fold(BinaryFn::Min)],
+            ir::Variadic::Sum => vec![Step::Fold(BinaryFn::Add)],
+            ir::Variadic::Mean => vec![Step::Fold(BinaryFn::Add), Step::Mean],
+        },
+        Op::Clip => vec![Step::Clip],
+        _ => return None,
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Step {
+    Unary(UnaryFn),
+    Binary(BinaryFn),
+    Fold(BinaryFn),
+    Mean,
+    Clip,
+}
+
+/// Plans the chains of `graph`: one per root node.
+pub(super) fn plan(graph: &Graph) -> HashMap<NodeId, Planned> {
+    let uses = graph.use_counts();
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;
+    // chain id of each fused node; chains as member lists.
+    let mut chain_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut chains: Vec<Option<Vec<NodeId>>> = Vec::new();
+    for &n in graph.order() {
+        let node = graph.node(n);
+        let Some(Some(out)) = node.outputs.first().copied() else { continue };
+        if node.outputs.len() != 1 || node_fn(&node.op).is_none() || !f32_of(out) {
+            continue;
+        }
+        let shape = &graph.ty(out).shape;
+        let inputs_ok = node
+            .inputs
+            .iter()
+            .flatten()
+            .all(|&v| f32_of(v) && (graph.ty(v).shape == *shape || graph.ty(v).element_count() == Some(1)));
+        let clip_ok =
+            !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
+        if !inputs_ok || !clip_ok {
+            continue;
+        }
+        let mut members = vec![n];
+        for &v in node.inputs.iter().flatten() {
+            let Some(p) = graph.producer(v) else { continue };
+            let absorbable = uses[v] == 1 && !outputs.contains(&v) && graph.ty(v).shape == *shape;
+            if let (true, Some(&c)) = (absorbable, chain_of.get(&p)) {
+                if let Some(m) = chains[c].take() {
+                    members.extend(m);
+                }
+            }
+        }
+        let id = chains.len();
+        for &m in &members {
+            chain_of.insert(m, id);
+        }
+        chains.push(Some(members));
+    }
+    let mut planned = HashMap::new();
+    for members in chains.into_iter().flatten() {
+        let root = *members.iter().max_by_key(|m| graph.order().iter().position(|o| o == *m)).expect("a member");
+        if let Some(p) = build(graph, root, &members) {
+            planned.insert(root, p);
+        }
+    }
+    planned
+}
+
+/// Builds the instructions of the chain rooted at `root`.
+fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
+    let mut b =
+        Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), scalar: Vec::new(), memo: HashMap::new() };
+    let out = graph.node(root).outputs[0]?;
+    b.value(out)?;
+    Some(Planned {
+        chain: Chain { insts: b.insts, scalar_inputs: b.scalar },
+        inputs: b.inputs,
+        members: members.to_vec(),
+    })
+}
+
+struct Builder<'g> {
+    graph: &'g Graph,
+    members: &'g [NodeId],
+    insts: Vec<Inst>,
+    inputs: Vec<ValueId>,
+    scalar: Vec<bool>,
+    memo: HashMap<ValueId, usize>,
+}
+
+impl Builder<'_> {
+    fn push(&mut self, inst: Inst) -> usize {
+        self.insts.push(inst);
+        self.insts.len() - 1
+    }
+
+    /// The instruction computing `v`.
+    fn value(&mut self, v: ValueId) -> Option<usize> {
+        if let Some(&i) = self.memo.get(&v) {
+            return Some(i);
+        }
+        let g = self.graph;
+        let i = match g.producer(v).filter(|p| self.members.contains(p)) {
+            Some(p) => {
+                let node = g.node(p);
+                let args: Vec<usize> = node.inputs.iter().flatten().map(|&a| self.value(a)).collect::<Option<_>>()?;
+                let mut acc = *args.first()?;
+                for step in node_fn(&node.op)? {
+                    acc = match step {
+                        Step::Unary(f) => self.push(Inst::Unary(f, acc)),
+                        Step::Binary(f) => self.push(Inst::Binary(f, acc, *args.get(1)?)),
+                        Step::Fold(f) => {
+                            let mut r = args[0];
+                            for &a in &args[1..] {
+                                r = self.push(Inst::Binary(f, r, a));
+                            }
+                            r
+                        }
+                        Step::Mean => {
+                            let n = self.push(Inst::Const(args.len() as f32));
+                            self.push(Inst::Binary(BinaryFn::Div, acc, n))
+                        }
+                        Step::Clip => {
+                            let mut r = acc;
+                            if let Some(lo) = node.inputs.get(1).copied().flatten() {
+                                r = self.push(Inst::Binary(BinaryFn::Max, r, self.memo[&lo]));
+                            }
+                            if let Some(hi) = node.inputs.get(2).copied().flatten() {
+                                r = self.push(Inst::Binary(BinaryFn::Min, r, self.memo[&hi]));
+                            }
+                            r
+                        }
+                    };
+                }
+                acc
+            }
+            None => match g.const_value(v).filter(|t| t.len() == 1) {
+                Some(t) => {
+                    let c = consts::to_f64s(t).ok()?[0] as f32;
+                    self.push(Inst::Const(c))
+                }
+                None => {
+                    let k = self.inputs.len();
+                    self.inputs.push(v);
+                    self.scalar.push(
+                        g.ty(v).element_count() == Some(1) && g.ty(v).rank() < 2 || g.ty(v).element_count() == Some(1),
+                    );
+                    self.push(Inst::Input(k))
+                }
+            },
+        };
+        self.memo.insert(v, i);
+        Some(i)
+    }
+}

@@ -1,0 +1,351 @@
+//! Lowering of a compiled IR graph to a CPU [`Program`]: one step per live node, its kernel chosen and its
+//! attributes resolved here (slice bounds, pad amounts, reduction axes), so that running does no planning.
+
+use std::collections::HashMap;
+
+use stowage_compiler::consts;
+use stowage_compiler::infer::slice_bounds;
+use stowage_compiler::ir::{self, Graph, Op, ValueDef, ValueId};
+use stowage_runtime::{DatumType, Tensor};
+
+use crate::error::{CpuError, Result};
+use crate::jit::{Jit, JitCode};
+use crate::kernels::dtype::elems;
+use crate::kernels::elementwise::{self, BinaryFn, UnaryFn};
+use crate::kernels::{cast, movement};
+use crate::program::{Binding, Kernel, Program, Step};
+
+mod fuse;
+mod nn;
+
+/// How to lower.
+#[derive(Clone, Copy, Debug)]
+pub struct LowerOptions {
+    /// Kernel threads.
+    pub threads: usize,
+    /// Fuse f32 elementwise chains into Cranelift-compiled kernels (else each node runs its interpreter kernel).
+    pub fuse: bool,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions { threads: 1, fuse: true }
+    }
+}
+
+/// Lowers `graph` to a program that uses `threads` threads, with fusion.
+pub fn lower(graph: &Graph, threads: usize) -> Result<Program> {
+    lower_with(graph, &LowerOptions { threads, ..LowerOptions::default() })
+}
+
+/// Lowers `graph` to a program.
+pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
+    let threads = options.threads;
+    let planned = if options.fuse { fuse::plan(graph) } else { HashMap::new() };
+    let fused_members: std::collections::HashSet<ir::NodeId> =
+        planned.values().flat_map(|p| p.members.iter().copied()).collect();
+    let mut chain_index: HashMap<ir::NodeId, usize> = HashMap::new();
+    let code = if planned.is_empty() {
+        None
+    } else {
+        let mut jit = Jit::new()?;
+        let mut roots: Vec<&ir::NodeId> = planned.keys().collect();
+        roots.sort();
+        for root in roots {
+            chain_index.insert(*root, jit.add(&planned[root].chain)?);
+        }
+        Some(jit.finish()?)
+    };
+    let mut slot_of: HashMap<ValueId, usize> = HashMap::new();
+    let mut slot = |v: ValueId| -> usize {
+        let next = slot_of.len();
+        *slot_of.entry(v).or_insert(next)
+    };
+    let mut consts = Vec::new();
+    let inputs: Vec<Binding> = graph
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let ty = graph.ty(v);
+            Binding { name: graph.value(v).name.clone(), slot: slot(v), dt: ty.dt, shape: ty.shape.clone() }
+        })
+        .collect();
+    let mut steps = Vec::new();
+    for &n in graph.order() {
+        let node = graph.node(n);
+        if fused_members.contains(&n) && !planned.contains_key(&n) {
+            continue; // computed inside its chain's root step
+        }
+        let chain = planned.get(&n);
+        let node_inputs: Vec<Option<ValueId>> = match chain {
+            Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
+            None => node.inputs.clone(),
+        };
+        let mut ins = Vec::with_capacity(node_inputs.len());
+        for input in &node_inputs {
+            ins.push(input.map(|v| {
+                let s = slot(v);
+                if let ValueDef::Const(t) = &graph.value(v).def {
+                    if !consts.iter().any(|(c, _): &(usize, Tensor<'static>)| *c == s) {
+                        consts.push((s, t.clone()));
+                    }
+                }
+                s
+            }));
+        }
+        let outs: Vec<Option<usize>> = node.outputs.iter().map(|o| o.map(&mut slot)).collect();
+        let (op_name, kernel) = match (chain, &code) {
+            (Some(p), Some(code)) => {
+                let k = fused_kernel(
+                    code.clone(),
+                    chain_index[&n],
+                    p.chain.scalar_inputs.clone(),
+                    out_shape(graph, &node.outputs, 0),
+                );
+                ("Fused", k)
+            }
+            _ => {
+                let k = kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(|e| CpuError::Step {
+                    node: node.name.clone(),
+                    op: node.op.name(),
+                    source: Box::new(e),
+                })?;
+                (node.op.name(), k)
+            }
+        };
+        steps.push(Step { name: node.name.clone(), op: op_name, inputs: ins, outputs: outs, kernel });
+    }
+    let outputs: Vec<Binding> = graph
+        .outputs()
+        .iter()
+        .map(|o| {
+            let ty = graph.ty(o.value);
+            let s = slot(o.value);
+            if let ValueDef::Const(t) = &graph.value(o.value).def {
+                if !consts.iter().any(|(c, _)| *c == s) {
+                    consts.push((s, t.clone()));
+                }
+            }
+            Binding { name: o.name.clone(), slot: s, dt: ty.dt, shape: ty.shape.clone() }
+        })
+        .collect();
+    let slots = slot_of.len();
+    let mut last_use = vec![0usize; slots];
+    for (i, step) in steps.iter().enumerate() {
+        for s in step.inputs.iter().flatten() {
+            last_use[*s] = i;
+        }
+    }
+    for s in consts.iter().map(|(s, _)| *s).chain(inputs.iter().map(|b| b.slot)).chain(outputs.iter().map(|b| b.slot)) {
+        last_use[s] = usize::MAX;
+    }
+    Ok(Program { slots, consts, inputs, outputs, steps, last_use, threads, profile: false })
+}
+
+/// The step of a fused chain: one call into the JIT's code over the whole output.
+fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, scalar: Vec<bool>, out: Vec<usize>) -> Kernel {
+    Box::new(move |a, _| {
+        let slices: Vec<std::borrow::Cow<'_, [f32]>> = a
+            .iter()
+            .map(|t| Ok(elems::<f32>(t.ok_or_else(|| CpuError::NotImplemented("a chain input is missing".into()))?)?))
+            .collect::<Result<_>>()?;
+        let views: Vec<&[f32]> = slices.iter().map(|c| c.as_ref()).collect();
+        let mut y = Tensor::zeros(DatumType::F32, &out)?;
+        code.call(index, &views, &scalar, y.as_slice_mut::<f32>()?)?;
+        Ok(vec![y])
+    })
+}
+
+fn const_ints(graph: &Graph, v: Option<ValueId>) -> Result<Option<Vec<i64>>> {
+    match v {
+        None => Ok(None),
+        Some(v) => match graph.const_value(v) {
+            Some(t) => Ok(Some(consts::to_i64s(t)?)),
+            None => Err(CpuError::NotImplemented(format!("input {} must be a constant", graph.describe(v)))),
+        },
+    }
+}
+
+fn out_shape(graph: &Graph, outputs: &[Option<ValueId>], i: usize) -> Vec<usize> {
+    outputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone()).unwrap_or_default()
+}
+
+fn arg<'a>(args: &[Option<&'a Tensor<'static>>], i: usize) -> Result<&'a Tensor<'static>> {
+    args.get(i).copied().flatten().ok_or_else(|| CpuError::NotImplemented(format!("input {i} is missing")))
+}
+
+fn one(t: Tensor<'static>) -> Result<Vec<Tensor<'static>>> {
+    Ok(vec![t])
+}
+
+fn unary_fn(u: ir::Unary) -> UnaryFn {
+    match u {
+        ir::Unary::Abs => UnaryFn::Abs,
+        ir::Unary::Ceil => UnaryFn::Ceil,
+        ir::Unary::Cos => UnaryFn::Cos,
+        ir::Unary::Erf => UnaryFn::Erf,
+        ir::Unary::Exp => UnaryFn::Exp,
+        ir::Unary::Floor => UnaryFn::Floor,
+        ir::Unary::Log => UnaryFn::Log,
+        ir::Unary::Neg => UnaryFn::Neg,
+        ir::Unary::Not => UnaryFn::Not,
+        ir::Unary::Reciprocal => UnaryFn::Reciprocal,
+        ir::Unary::Relu => UnaryFn::Relu,
+        ir::Unary::Sigmoid => UnaryFn::Sigmoid,
+        ir::Unary::Sign => UnaryFn::Sign,
+        ir::Unary::Sin => UnaryFn::Sin,
+        ir::Unary::Sqrt => UnaryFn::Sqrt,
+        ir::Unary::Tanh => UnaryFn::Tanh,
+        ir::Unary::Softplus => UnaryFn::Softplus,
+        ir::Unary::LeakyRelu { alpha } => UnaryFn::LeakyRelu(alpha),
+        ir::Unary::HardSigmoid { alpha, beta } => UnaryFn::HardSigmoid(alpha, beta),
+        ir::Unary::HardSwish => UnaryFn::HardSwish,
+        ir::Unary::Gelu { tanh } => UnaryFn::Gelu(tanh),
+    }
+}
+
+fn binary_fn(b: ir::Binary) -> BinaryFn {
+    match b {
+        ir::Binary::Add => BinaryFn::Add,
+        ir::Binary::Sub => BinaryFn::Sub,
+        ir::Binary::Mul => BinaryFn::Mul,
+        ir::Binary::Div => BinaryFn::Div,
+        ir::Binary::Pow => BinaryFn::Pow,
+        ir::Binary::And => BinaryFn::And,
+        ir::Binary::Or => BinaryFn::Or,
+        ir::Binary::Equal => BinaryFn::Equal,
+        ir::Binary::Greater => BinaryFn::Greater,
+        ir::Binary::Less => BinaryFn::Less,
+        ir::Binary::PRelu => BinaryFn::PRelu,
+    }
+}
+
+/// The kernel for one node.
+fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<ValueId>]) -> Result<Kernel> {
+    let out = out_shape(graph, outputs, 0);
+    let out_dt = outputs.first().copied().flatten().map(|v| graph.ty(v).dt);
+    Ok(match op {
+        Op::Unary(u) => {
+            let f = unary_fn(*u);
+            Box::new(move |a, _| one(elementwise::unary(f, arg(a, 0)?)?))
+        }
+        Op::Binary(b) => {
+            let f = binary_fn(*b);
+            Box::new(move |a, _| one(elementwise::binary(f, arg(a, 0)?, arg(a, 1)?, &out)?))
+        }
+        Op::Variadic(v) => {
+            let (f, mean) = match v {
+                ir::Variadic::Max => (BinaryFn::Max, false),
+                ir::Variadic::Min => (BinaryFn::Min, false),
+                ir::Variadic::Sum => (BinaryFn::Add, false),
+                ir::Variadic::Mean => (BinaryFn::Add, true),
+            };
+            Box::new(move |a, _| {
+                let xs: Vec<&Tensor<'static>> = a.iter().flatten().copied().collect();
+                one(elementwise::variadic(f, mean, &xs, &out)?)
+            })
+        }
+        Op::Clip => Box::new(|a, _| {
+            one(elementwise::clip(arg(a, 0)?, a.get(1).copied().flatten(), a.get(2).copied().flatten())?)
+        }),
+        Op::Where => Box::new(move |a, _| one(elementwise::select(arg(a, 0)?, arg(a, 1)?, arg(a, 2)?, &out)?)),
+        Op::Cast { to } => {
+            let to = *to;
+            Box::new(move |a, _| one(cast::cast(arg(a, 0)?, to)?))
+        }
+        Op::Identity | Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Dropout { .. } => {
+            if let Op::Dropout { .. } = op {
+                let training = const_ints(graph, inputs.get(2).copied().flatten())?.is_some_and(|t| t != [0]);
+                let ratio = inputs
+                    .get(1)
+                    .copied()
+                    .flatten()
+                    .and_then(|v| graph.const_value(v))
+                    .map(consts::to_f64s)
+                    .transpose()?;
+                // With ratio 0 training-mode Dropout keeps everything: the identity, with an all-true mask.
+                if training && ratio.is_none_or(|r| r.iter().any(|&r| r != 0.0)) {
+                    return Err(CpuError::NotImplemented(
+                        "training-mode Dropout (a random mask) is not supported".into(),
+                    ));
+                }
+            }
+            let mask = outputs.get(1).copied().flatten().map(|v| graph.ty(v).shape.clone());
+            Box::new(move |a, _| {
+                let x = arg(a, 0)?;
+                let y = if x.is_row_major() { x.reshape(&out)? } else { x.to_row_major()?.reshape(&out)? };
+                let mut r = vec![y];
+                if let Some(shape) = &mask {
+                    r.push(Tensor::from_vec(shape, vec![true; shape.iter().product()])?);
+                }
+                Ok(r)
+            })
+        }
+        Op::Shape { .. } | Op::ConstantOfShape { .. } | Op::Range => {
+            // Folded during import whenever their inputs are known, which static shapes guarantee.
+            return Err(CpuError::NotImplemented(format!("{} with run-time inputs", op.name())));
+        }
+        Op::Transpose { perm } => {
+            let perm = perm.clone().unwrap_or_default();
+            Box::new(move |a, _| one(movement::transpose(arg(a, 0)?, &perm)?))
+        }
+        Op::Concat { axis } => {
+            let axis = *axis as usize;
+            Box::new(move |a, _| {
+                let xs: Vec<&Tensor<'static>> = a.iter().flatten().copied().collect();
+                one(movement::concat(&xs, axis, &out)?)
+            })
+        }
+        Op::Split { axis, .. } => {
+            let axis = *axis as usize;
+            let sizes: Vec<usize> =
+                (0..outputs.len()).map(|i| out_shape(graph, outputs, i).get(axis).copied().unwrap_or(0)).collect();
+            Box::new(move |a, _| movement::split(arg(a, 0)?, axis, &sizes))
+        }
+        Op::Slice => {
+            let x = inputs[0].map(|v| graph.ty(v).shape.clone()).unwrap_or_default();
+            let starts = const_ints(graph, inputs.get(1).copied().flatten())?.unwrap_or_default();
+            let ends = const_ints(graph, inputs.get(2).copied().flatten())?.unwrap_or_default();
+            let axes = const_ints(graph, inputs.get(3).copied().flatten())?
+                .unwrap_or_else(|| (0..starts.len() as i64).collect());
+            let steps = const_ints(graph, inputs.get(4).copied().flatten())?.unwrap_or_else(|| vec![1; starts.len()]);
+            let (mut begin, mut step) = (vec![0i64; x.len()], vec![1i64; x.len()]);
+            for i in 0..starts.len() {
+                let a = if axes[i] < 0 { axes[i] + x.len() as i64 } else { axes[i] } as usize;
+                let (s, _, st) = slice_bounds(x[a], starts[i], ends[i], steps[i])
+                    .map_err(|e| CpuError::NotImplemented(e.to_string()))?;
+                begin[a] = s as i64;
+                step[a] = st as i64;
+            }
+            Box::new(move |a, _| one(movement::slice(arg(a, 0)?, &begin, &step, &out)?))
+        }
+        Op::Gather { axis } => {
+            let axis = *axis as usize;
+            Box::new(move |a, _| one(movement::gather(arg(a, 0)?, axis, arg(a, 1)?, &out)?))
+        }
+        Op::Expand => Box::new(move |a, _| one(movement::expand(arg(a, 0)?, &out)?)),
+        Op::Tile => Box::new(move |a, _| one(movement::tile(arg(a, 0)?, &out)?)),
+        Op::Pad { mode } => {
+            let rank = out.len();
+            let pads = const_ints(graph, inputs.get(1).copied().flatten())?.unwrap_or_default();
+            let axes: Vec<usize> = match const_ints(graph, inputs.get(3).copied().flatten())? {
+                Some(axes) => {
+                    axes.iter().map(|&a| if a < 0 { (a + rank as i64) as usize } else { a as usize }).collect()
+                }
+                None => (0..rank).collect(),
+            };
+            let mut begins = vec![0i64; rank];
+            for (i, &a) in axes.iter().enumerate() {
+                begins[a] = pads[i];
+            }
+            let kind = match mode {
+                ir::PadMode::Constant => movement::PadKind::Constant,
+                ir::PadMode::Reflect => movement::PadKind::Reflect,
+                ir::PadMode::Edge => movement::PadKind::Edge,
+                ir::PadMode::Wrap => movement::PadKind::Wrap,
+            };
+            Box::new(move |a, _| one(movement::pad(arg(a, 0)?, &begins, kind, a.get(2).copied().flatten(), &out)?))
+        }
+        _ => return nn::kernel(graph, op, inputs, outputs, out, out_dt.unwrap_or(DatumType::F32)),
+    })
+}

@@ -1,0 +1,393 @@
+//! Lowering of the neural-network ops to the kernels in `kernels::{conv, pool, norm, gemm, reduce, resize}`.
+//! Those kernels are generic over f32 and f64; f16 and bf16 run them in f32, converting at the step's edges.
+
+use std::borrow::Cow;
+
+use stowage_compiler::consts;
+use stowage_compiler::ir::{self, Graph, Op, PoolKind, ValueId};
+use stowage_runtime::{DatumType, Tensor};
+
+use super::{arg, const_ints, one, out_shape};
+use crate::error::{CpuError, Result};
+use crate::kernels::cast::cast;
+use crate::kernels::gemm::Float;
+use crate::kernels::{conv, gemm, norm, pool, reduce, resize};
+use crate::numeric;
+use crate::program::Kernel;
+
+/// Wraps an f32 kernel so that f16/bf16 inputs and outputs are converted around it.
+fn via_f32(dt: DatumType, k: Kernel) -> Kernel {
+    if !matches!(dt, DatumType::F16 | DatumType::BF16) {
+        return k;
+    }
+    Box::new(move |a, cx| {
+        let wide: Vec<Option<Tensor<'static>>> = a
+            .iter()
+            .map(|t| t.map(|t| if t.dt() == dt { cast(t, DatumType::F32) } else { Ok(t.clone()) }).transpose())
+            .collect::<Result<_>>()?;
+        let args: Vec<Option<&Tensor<'static>>> = wide.iter().map(Option::as_ref).collect();
+        k(&args, cx)?.into_iter().map(|t| if t.dt() == DatumType::F32 { cast(&t, dt) } else { Ok(t) }).collect()
+    })
+}
+
+/// The elements of a tensor: borrowed when it is packed and aligned (always, for what kernels produce and for
+/// constants), copied otherwise.
+fn floats<'t, T: Float + stowage_runtime::Datum>(t: &'t Tensor<'_>) -> Result<Cow<'t, [T]>> {
+    match t.as_slice::<T>() {
+        Ok(s) => Ok(Cow::Borrowed(s)),
+        Err(_) => Ok(Cow::Owned(t.to_vec::<T>()?)),
+    }
+}
+
+/// Mean and (population) variance per channel (axis 1) over the batch and spatial axes, in f64.
+fn batch_statistics<T: Float>(x: &[T], shape: &[usize]) -> (Vec<f64>, Vec<f64>) {
+    let (n, c) = (shape[0], shape[1]);
+    let inner: usize = shape[2..].iter().product();
+    let count = (n * inner).max(1) as f64;
+    let mut mean = vec![0f64; c];
+    let mut var = vec![0f64; c];
+    for ch in 0..c {
+        let values = (0..n).flat_map(|b| x[(b * c + ch) * inner..(b * c + ch + 1) * inner].iter().map(|v| v.to_f64()));
+        let m = values.clone().sum::<f64>() / count;
+        mean[ch] = m;
+        var[ch] = values.map(|v| (v - m) * (v - m)).sum::<f64>() / count;
+    }
+    (mean, var)
+}
+
+/// Runs `$body` with `$T` = f32 or f64 for a float datum type (f16/bf16 arrive as f32, see [`via_f32`]).
+macro_rules! float {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            DatumType::F64 => {
+                type $T = f64;
+                $body
+            }
+            _ => {
+                type $T = f32;
+                $body
+            }
+        }
+    };
+}
+
+pub(super) fn kernel(
+    graph: &Graph,
+    op: &Op,
+    inputs: &[Option<ValueId>],
+    outputs: &[Option<ValueId>],
+    out: Vec<usize>,
+    dt: DatumType,
+) -> Result<Kernel> {
+    let in_shape = |i: usize| inputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone()).unwrap_or_default();
+    let in_dt = inputs.first().copied().flatten().map(|v| graph.ty(v).dt).unwrap_or(dt);
+    let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { dt };
+    let k: Kernel = match op {
+        Op::Conv(c) => {
+            let (xs, ws) = (in_shape(0), in_shape(1));
+            let (w, g) = (c.window.clone(), c.group);
+            Box::new(move |a, cx| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let wt = floats::<T>(arg(a, 1)?)?;
+                    let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
+                    let mut y = vec![T::zero(); out.iter().product()];
+                    let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
+                    conv::conv(&x, &xs, &wt, &ws, b.as_deref(), &p, &mut y, &out, cx.threads);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::Pool(p) => {
+            let xs = in_shape(0);
+            let (w, kind, col) = (p.window.clone(), p.kind, p.column_major_indices);
+            let want_indices = outputs.get(1).copied().flatten().is_some();
+            Box::new(move |a, cx| {
+                let pp =
+                    pool::PoolParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads };
+                match kind {
+                    // MaxPool only compares, so it runs on every numeric type as is.
+                    PoolKind::Max => numeric!(wide, T => {
+                        let x = arg(a, 0)?.to_vec::<T>()?;
+                        let mut y = vec![T::default(); out.iter().product()];
+                        let mut idx = want_indices.then(|| vec![0i64; y.len()]);
+                        pool::max_pool(&x, &xs, &pp, &mut y, &out, idx.as_deref_mut(), col, cx.threads);
+                        let mut r = vec![Tensor::from_vec(&out, y)?];
+                        if let Some(idx) = idx {
+                            r.push(Tensor::from_vec(&out, idx)?);
+                        }
+                        Ok(r)
+                    }, else Err(CpuError::Unsupported { op: "MaxPool", dt: wide })),
+                    PoolKind::Average { count_include_pad } => float!(wide, T => {
+                        let x = floats::<T>(arg(a, 0)?)?;
+                        let mut y = vec![T::zero(); out.iter().product()];
+                        pool::average_pool(&x, &xs, &pp, count_include_pad, &mut y, &out, cx.threads);
+                        one(Tensor::from_vec(&out, y)?)
+                    }),
+                }
+            })
+        }
+        Op::GlobalPool(kind) => {
+            let xs = in_shape(0);
+            let max = *kind == PoolKind::Max;
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let mut y = vec![T::zero(); out.iter().product()];
+                    pool::global_pool(&x, &xs, max, &mut y);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::Lrn { size, alpha, beta, bias } => {
+            let (xs, size, alpha, beta, bias) = (in_shape(0), *size, *alpha, *beta, *bias);
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let mut y = vec![T::zero(); x.len()];
+                    norm::lrn(&x, &xs, size, alpha, beta, bias, &mut y);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::BatchNorm { epsilon, momentum, training: true } => {
+            let (xs, eps, momentum) = (in_shape(0), *epsilon, *momentum);
+            let extra = outputs.len().min(3);
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let p: Vec<Cow<'_, [T]>> = (1..5).map(|i| floats::<T>(arg(a, i)?)).collect::<Result<_>>()?;
+                    let (mean, var) = batch_statistics(&x, &xs);
+                    let mut y = vec![T::zero(); x.len()];
+                    let (bm, bv): (Vec<T>, Vec<T>) = (mean.iter().map(|&m| T::from_f64(m)).collect(), var.iter().map(|&v| T::from_f64(v)).collect());
+                    norm::batch_norm(&x, &xs, &p[0], &p[1], &bm, &bv, eps, &mut y);
+                    let mut r = vec![Tensor::from_vec(&out, y)?];
+                    let m = f64::from(momentum);
+                    let blend = |running: &[T], batch: &[f64]| -> Vec<T> {
+                        running.iter().zip(batch).map(|(&r, &b)| T::from_f64(r.to_f64() * m + b * (1.0 - m))).collect()
+                    };
+                    if extra > 1 {
+                        r.push(Tensor::from_vec(&[xs[1]], blend(&p[2], &mean))?);
+                    }
+                    if extra > 2 {
+                        r.push(Tensor::from_vec(&[xs[1]], blend(&p[3], &var))?);
+                    }
+                    Ok(r)
+                })
+            })
+        }
+        Op::BatchNorm { epsilon, .. } => {
+            let (xs, eps) = (in_shape(0), *epsilon);
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let p: Vec<Cow<'_, [T]>> = (1..5).map(|i| floats::<T>(arg(a, i)?)).collect::<Result<_>>()?;
+                    let mut y = vec![T::zero(); x.len()];
+                    norm::batch_norm(&x, &xs, &p[0], &p[1], &p[2], &p[3], eps, &mut y);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::LayerNorm { axis, epsilon, stash } => {
+            if *stash != DatumType::F32 {
+                return Err(CpuError::NotImplemented(format!("LayerNormalization with stash_type {stash}")));
+            }
+            let (xs, ss, bs, axis, eps) = (in_shape(0), in_shape(1), in_shape(2), *axis as usize, *epsilon);
+            let stats: Vec<Option<Vec<usize>>> =
+                (1..3).map(|i| outputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone())).collect();
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let s = floats::<T>(arg(a, 1)?)?;
+                    let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
+                    let rows: usize = xs[..axis].iter().product();
+                    let mut y = vec![T::zero(); x.len()];
+                    let mut mean = stats[0].as_ref().map(|_| vec![0f32; rows]);
+                    let mut inv = stats[1].as_ref().map(|_| vec![0f32; rows]);
+                    norm::layer_norm(&x, &xs, axis, &s, &ss, b.as_deref().map(|b| (b, bs.as_slice())), eps, &mut y, mean.as_deref_mut(), inv.as_deref_mut());
+                    let mut r = vec![Tensor::from_vec(&out, y)?];
+                    for (shape, v) in stats.iter().zip([mean, inv]) {
+                        if let (Some(shape), Some(v)) = (shape, v) {
+                            r.push(Tensor::from_vec(shape, v)?);
+                        }
+                    }
+                    Ok(r)
+                })
+            })
+        }
+        Op::Gemm(g) => {
+            let (asz, bsz, csz) = (in_shape(0), in_shape(1), in_shape(2));
+            let g = *g;
+            Box::new(move |a, cx| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let w = floats::<T>(arg(a, 1)?)?;
+                    let c = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
+                    let mut y = vec![T::zero(); out.iter().product()];
+                    gemm::gemm(&x, [asz[0], asz[1]], g.trans_a, &w, [bsz[0], bsz[1]], g.trans_b,
+                        c.as_deref().map(|c| (c, csz.as_slice())), T::from_f64(f64::from(g.alpha)), T::from_f64(f64::from(g.beta)), &mut y, cx.threads);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::MatMul => {
+            if !in_dt.is_float() {
+                return Err(CpuError::Unsupported { op: "MatMul", dt: in_dt });
+            }
+            let (asz, bsz) = (in_shape(0), in_shape(1));
+            Box::new(move |a, cx| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let w = floats::<T>(arg(a, 1)?)?;
+                    let mut y = vec![T::zero(); out.iter().product()];
+                    gemm::matmul(&x, &asz, &w, &bsz, &mut y, &out, cx.threads);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::Softmax { kind, axis, flatten } => {
+            let (xs, axis, flatten, log) =
+                (in_shape(0), *axis as usize, *flatten, *kind == ir::SoftmaxKind::LogSoftmax);
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let mut y = vec![T::zero(); x.len()];
+                    norm::softmax(&x, &xs, axis, flatten, log, &mut y);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        Op::Reduce { kind, noop_with_empty_axes, .. } => {
+            let xs = in_shape(0);
+            let axes = const_ints(graph, inputs.get(1).copied().flatten())?.unwrap_or_default();
+            let mut axes: Vec<usize> =
+                axes.iter().map(|&a| if a < 0 { (a + xs.len() as i64) as usize } else { a as usize }).collect();
+            if axes.is_empty() {
+                if *noop_with_empty_axes {
+                    return Ok(Box::new(move |a, _| one(arg(a, 0)?.reshape(&out)?)));
+                }
+                axes = (0..xs.len()).collect();
+            }
+            axes.sort_unstable();
+            axes.dedup();
+            let kind = match kind {
+                ir::Reduce::Max => reduce::ReduceKind::Max,
+                ir::Reduce::Mean => reduce::ReduceKind::Mean,
+                ir::Reduce::Min => reduce::ReduceKind::Min,
+                ir::Reduce::Sum => reduce::ReduceKind::Sum,
+            };
+            // Max and Min of bools are Or and And: reduce them as u8.
+            let rdt = if wide == DatumType::Bool { DatumType::U8 } else { wide };
+            let as_bool = wide == DatumType::Bool;
+            Box::new(move |a, _| {
+                let x = arg(a, 0)?;
+                let widened;
+                let x = if as_bool {
+                    widened = cast(x, DatumType::U8)?;
+                    &widened
+                } else {
+                    x
+                };
+                if as_bool {
+                    let r = numeric!(rdt, T => {
+                        let v = x.to_vec::<T>()?;
+                        let mut y = vec![T::default(); out.iter().product()];
+                        reduce::reduce(&v, &xs, &axes, kind, &mut y);
+                        Tensor::from_vec(&out, y)?
+                    }, else return Err(CpuError::Unsupported { op: "reduction", dt: rdt }));
+                    return one(cast(&r, DatumType::Bool)?);
+                }
+                numeric!(rdt, T => {
+                    let v = x.to_vec::<T>()?;
+                    let mut y = vec![T::default(); out.iter().product()];
+                    reduce::reduce(&v, &xs, &axes, kind, &mut y);
+                    one(Tensor::from_vec(&out, y)?)
+                }, else Err(CpuError::Unsupported { op: "reduction", dt: rdt }))
+            })
+        }
+        Op::ArgMax { axis, select_last_index, .. } => {
+            let (xs, axis, last) = (in_shape(0), *axis as usize, *select_last_index);
+            let xdt = if matches!(in_dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { in_dt };
+            Box::new(move |a, _| {
+                let x = arg(a, 0)?;
+                let widened;
+                let x = if x.dt() == xdt {
+                    x
+                } else {
+                    widened = cast(x, xdt)?;
+                    &widened
+                };
+                numeric!(xdt, T => {
+                    let v = x.to_vec::<T>()?;
+                    let mut y = vec![0i64; out.iter().product()];
+                    reduce::argmax(&v, &xs, axis, last, &mut y);
+                    one(Tensor::from_vec(&out, y)?)
+                }, else Err(CpuError::Unsupported { op: "ArgMax", dt: xdt }))
+            })
+        }
+        Op::Resize(r) => {
+            let xs = in_shape(0);
+            let rank = xs.len();
+            let roi = match inputs.get(1).copied().flatten().and_then(|v| graph.const_value(v)) {
+                Some(t) if !t.is_empty() => {
+                    let v: Vec<f32> = consts::to_f64s(t)?.into_iter().map(|x| x as f32).collect();
+                    Some(match &r.axes {
+                        Some(axes) if v.len() == 2 * axes.len() => {
+                            let mut full: Vec<f32> = vec![0.0; rank].into_iter().chain(vec![1.0; rank]).collect();
+                            for (i, &ax) in axes.iter().enumerate() {
+                                let ax = if ax < 0 { (ax + rank as i64) as usize } else { ax as usize };
+                                full[ax] = v[i];
+                                full[rank + ax] = v[axes.len() + i];
+                            }
+                            full
+                        }
+                        _ => v,
+                    })
+                }
+                _ => None,
+            };
+            let r = r.clone();
+            let mode = match r.mode {
+                ir::ResizeMode::Nearest => resize::ResizeMode::Nearest,
+                ir::ResizeMode::Linear => resize::ResizeMode::Linear,
+                ir::ResizeMode::Cubic => resize::ResizeMode::Cubic,
+            };
+            let ct = match r.coordinate_transform {
+                ir::CoordinateTransform::HalfPixel => resize::CoordinateTransform::HalfPixel,
+                ir::CoordinateTransform::HalfPixelSymmetric => resize::CoordinateTransform::HalfPixelSymmetric,
+                ir::CoordinateTransform::PytorchHalfPixel => resize::CoordinateTransform::PytorchHalfPixel,
+                ir::CoordinateTransform::AlignCorners => resize::CoordinateTransform::AlignCorners,
+                ir::CoordinateTransform::Asymmetric => resize::CoordinateTransform::Asymmetric,
+                ir::CoordinateTransform::TfCropAndResize => resize::CoordinateTransform::TfCropAndResize,
+            };
+            let nm = match r.nearest_mode {
+                ir::NearestMode::RoundPreferFloor => resize::NearestMode::RoundPreferFloor,
+                ir::NearestMode::RoundPreferCeil => resize::NearestMode::RoundPreferCeil,
+                ir::NearestMode::Floor => resize::NearestMode::Floor,
+                ir::NearestMode::Ceil => resize::NearestMode::Ceil,
+            };
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let x = floats::<T>(arg(a, 0)?)?;
+                    let mut y = vec![T::zero(); out.iter().product()];
+                    let p = resize::ResizeParams {
+                        mode,
+                        coordinate_transform: ct,
+                        nearest_mode: nm,
+                        antialias: r.antialias,
+                        scales: &r.scales,
+                        roi: roi.as_deref(),
+                        extrapolation_value: r.extrapolation_value,
+                        cubic_coeff_a: r.cubic_coeff_a,
+                        exclude_outside: r.exclude_outside,
+                    };
+                    resize::resize(&x, &xs, &p, &mut y, &out);
+                    one(Tensor::from_vec(&out, y)?)
+                })
+            })
+        }
+        other => return Err(CpuError::NotImplemented(format!("{} has no CPU kernel", other.name()))),
+    };
+    let _ = out_shape;
+    Ok(via_f32(dt, k))
+}

@@ -1,0 +1,175 @@
+//! ONNX conformance: every node test case whose ops are all in this round's op set and whose inputs and outputs
+//! are plain tensors of the runtime's datum types runs through `stowage run`'s own code (the CLI's `session`)
+//! and must match the reference outputs within the case's tolerances. Cases that do not pass are listed, one
+//! reason each, in `conformance_expected.txt`; the test fails when an unlisted case fails and when a listed case
+//! passes, so the list only shrinks. Cases of other ops are counted and reported, not run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+use stowage_cli::session::{self, RunOptions};
+use stowage_compiler::onnx;
+
+const OP_SET: &[&str] = &[
+    "Abs",
+    "Add",
+    "And",
+    "ArgMax",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "Ceil",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "Cos",
+    "Div",
+    "Dropout",
+    "Equal",
+    "Erf",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Floor",
+    "Gather",
+    "Gelu",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Greater",
+    "HardSigmoid",
+    "HardSwish",
+    "Identity",
+    "LayerNormalization",
+    "LeakyRelu",
+    "Less",
+    "Log",
+    "LogSoftmax",
+    "LRN",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Mean",
+    "Min",
+    "Mul",
+    "Neg",
+    "Not",
+    "Or",
+    "Pad",
+    "Pow",
+    "PRelu",
+    "Range",
+    "Reciprocal",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceSum",
+    "Relu",
+    "Reshape",
+    "Resize",
+    "Shape",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Slice",
+    "Softmax",
+    "Softplus",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tanh",
+    "Tile",
+    "Transpose",
+    "Unsqueeze",
+    "Where",
+];
+const DTYPES: &[&str] = &[
+    "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+    "float64",
+];
+
+fn counted(case: &Value) -> bool {
+    let plain = case["plain_tensors"].as_bool() == Some(true);
+    let dtypes = ["inputs", "outputs"]
+        .iter()
+        .flat_map(|k| case[*k].as_array().into_iter().flatten())
+        .all(|x| x["dtype"].as_str().is_some_and(|d| DTYPES.contains(&d)));
+    let ops = case["ops"].as_array().into_iter().flatten().all(|o| OP_SET.contains(&o.as_str().unwrap_or("")));
+    plain && dtypes && ops
+}
+
+fn run_case(dir: &Path, case: &Value) -> Result<(), String> {
+    let model = dir.join("model.onnx");
+    let data = dir.join("test_data_set_0");
+    let mut inputs = Vec::new();
+    for (k, input) in case["inputs"].as_array().into_iter().flatten().enumerate() {
+        let name = input["name"].as_str().ok_or("input without a name")?.to_string();
+        inputs.push((name, onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
+    }
+    let outcome = session::run(&model, inputs, &RunOptions::default())?;
+    let rtol = case["rtol"].as_f64().unwrap_or(1e-3);
+    let atol = case["atol"].as_f64().unwrap_or(1e-7);
+    let wanted = case["outputs"].as_array().ok_or("no outputs")?;
+    if outcome.outputs.len() != wanted.len() {
+        return Err(format!("{} outputs, expected {}", outcome.outputs.len(), wanted.len()));
+    }
+    for (k, (name, got)) in outcome.outputs.iter().enumerate() {
+        let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
+        stowage_tests::compare(got, &want, rtol, atol).map_err(|e| format!("output '{name}': {e}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn onnx_node_tests_pass() {
+    let root = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py");
+    let index: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(root.join("index.json")).expect("index.json")).expect("parses");
+    let expected: BTreeMap<&str, &str> = include_str!("conformance_expected.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_once(' ').map_or((l, ""), |(n, r)| (n, r.trim())))
+        .collect();
+    let (mut counted_cases, mut skipped) = (0, 0);
+    let mut failures = BTreeMap::new();
+    for case in &index {
+        if !counted(case) {
+            skipped += 1;
+            continue;
+        }
+        counted_cases += 1;
+        let name = case["name"].as_str().expect("name");
+        let result = std::panic::catch_unwind(|| run_case(&root.join(name), case)).unwrap_or_else(|p| {
+            Err(format!(
+                "panicked: {}",
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            ))
+        });
+        if let Err(why) = result {
+            failures.insert(name.to_string(), why);
+        }
+    }
+    let passed = counted_cases - failures.len();
+    println!(
+        "conformance: {passed} of {counted_cases} counted cases pass ({:.1}%); {skipped} cases use ops or types outside this round and were not run",
+        100.0 * passed as f64 / counted_cases as f64
+    );
+    let unexpected: Vec<String> =
+        failures.iter().filter(|(n, _)| !expected.contains_key(n.as_str())).map(|(n, w)| format!("{n} {w}")).collect();
+    let fixed: Vec<&str> = expected.keys().filter(|n| !failures.contains_key(**n)).copied().collect();
+    assert!(counted_cases > 600, "only {counted_cases} cases counted: is {} complete?", root.display());
+    assert!(
+        unexpected.is_empty() && fixed.is_empty(),
+        "cases failing that are not in conformance_expected.txt:\n{}\n\ncases in conformance_expected.txt that now pass (remove them):\n{}",
+        unexpected.join("\n"),
+        fixed.join("\n")
+    );
+}

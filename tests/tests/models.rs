@@ -1,0 +1,64 @@
+//! The model suite: the light model-zoo graphs (ConstantOfShape weights, reference outputs from the onnx package),
+//! their seeded random-weight variants, an MLP and a transformer encoder block (references from onnxruntime), run
+//! through `stowage run`'s code on the CPU and compared with rtol 1e-3, atol 1e-4.
+//! Written by scripts/onnx/light_models.py and scripts/onnx/model_suite.py.
+
+use std::path::Path;
+
+use stowage_cli::session::{self, RunOptions};
+use stowage_compiler::onnx;
+
+/// Tolerances: rtol 1e-3, atol 1e-4, except where written down here with the reason.
+fn tolerance(name: &str) -> (f64, f64) {
+    match name {
+        // The onnx package's own test runner checks light DenseNet-121 at rtol 2e-3: its 121 layers of constant
+        // weights accumulate more rounding than the others.
+        "light/densenet121" => (2e-3, 1e-4),
+        _ => (1e-3, 1e-4),
+    }
+}
+
+fn run_model(dir: &Path, name: &str) -> Result<(), String> {
+    let data = dir.join("test_data_set_0");
+    let model = dir.join("model.onnx");
+    let proto = onnx::decode(&std::fs::read(&model).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    let graph = proto.graph.as_ref().ok_or("no graph")?;
+    let inits: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let mut inputs = Vec::new();
+    for (k, vi) in graph.input.iter().filter(|i| !inits.contains(&i.name())).enumerate() {
+        inputs.push((vi.name().to_string(), onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
+    }
+    let outcome = session::run(&model, inputs, &RunOptions::default())?;
+    let (rtol, atol) = tolerance(name);
+    for (k, (out, got)) in outcome.outputs.iter().enumerate() {
+        let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
+        stowage_tests::compare(got, &want, rtol, atol).map_err(|e| format!("output '{out}': {e}"))?;
+    }
+    println!("{name:<28} ok  compile {:>7.1} ms  run {:>8.2} ms", outcome.compile_ms, outcome.run_median_ms);
+    Ok(())
+}
+
+#[test]
+fn every_model_matches_its_reference() {
+    let root = stowage_tests::generated("onnx-models", "model_suite.py");
+    let mut names = Vec::new();
+    for group in ["light", "random"] {
+        let mut found: Vec<String> = std::fs::read_dir(root.join(group))
+            .unwrap_or_else(|e| panic!("{}/{group}: {e}", root.display()))
+            .map(|e| format!("{group}/{}", e.expect("entry").file_name().to_string_lossy()))
+            .collect();
+        found.sort();
+        names.extend(found);
+    }
+    names.extend(["mlp".to_string(), "transformer_block".to_string()]);
+    for required in ["resnet50", "squeezenet", "vgg19", "densenet121", "inception_v1"] {
+        for group in ["light", "random"] {
+            assert!(names.contains(&format!("{group}/{required}")), "{group}/{required} is missing");
+        }
+    }
+    let failures: Vec<String> = names
+        .iter()
+        .filter_map(|name| run_model(&root.join(name), name).err().map(|e| format!("{name}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "models that do not match:\n{}", failures.join("\n"));
+}
