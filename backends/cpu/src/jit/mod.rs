@@ -469,7 +469,7 @@ mod tests {
         let idx = jit.add(&chain).expect("compiles");
         let code = jit.finish().expect("finishes");
         let x = data(7, 0.0);
-        let mut out = vec![9.0f32; 8];
+        let mut out = [9.0f32; 8];
         code.call(idx, &[&x[..5]], &[false], &mut out[..5]).expect("runs");
         assert_eq!(out[5..], [9.0, 9.0, 9.0]);
         assert!(code.call(idx, &[&x[..3]], &[false], &mut out[..5]).is_err(), "a short input is refused");

@@ -136,13 +136,47 @@ impl Windows {
 }
 
 /// Calls `f(row_major_offset, col_major_offset)` for every tap of a window (cartesian product of the per-axis
-/// coordinate lists), in row-major order.
-fn visit(lists: &[&[usize]], rm: &[usize], cm: &[usize], acc: (usize, usize), f: &mut impl FnMut(usize, usize)) {
+/// coordinate lists), in row-major order. One to three spatial axes get plain nested loops (so `f` inlines);
+/// more recurse.
+#[inline(always)]
+fn visit(lists: &[&[usize]], rm: &[usize], cm: &[usize], f: &mut impl FnMut(usize, usize)) {
+    match *lists {
+        [] => f(0, 0),
+        [l0] => {
+            for &a in l0 {
+                f(a * rm[0], a * cm[0]);
+            }
+        }
+        [l0, l1] => {
+            for &a in l0 {
+                let (r0, c0) = (a * rm[0], a * cm[0]);
+                for &b in l1 {
+                    f(r0 + b * rm[1], c0 + b * cm[1]);
+                }
+            }
+        }
+        [l0, l1, l2] => {
+            for &a in l0 {
+                let (r0, c0) = (a * rm[0], a * cm[0]);
+                for &b in l1 {
+                    let (r1, c1) = (r0 + b * rm[1], c0 + b * cm[1]);
+                    for &c in l2 {
+                        f(r1 + c * rm[2], c1 + c * cm[2]);
+                    }
+                }
+            }
+        }
+        _ => visit_rec(lists, rm, cm, (0, 0), f),
+    }
+}
+
+/// The general case of [`visit`].
+fn visit_rec(lists: &[&[usize]], rm: &[usize], cm: &[usize], acc: (usize, usize), f: &mut impl FnMut(usize, usize)) {
     match lists.split_first() {
         None => f(acc.0, acc.1),
         Some((first, rest)) => {
             for &c in *first {
-                visit(rest, &rm[1..], &cm[1..], (acc.0 + c * rm[0], acc.1 + c * cm[0]), f);
+                visit_rec(rest, &rm[1..], &cm[1..], (acc.0 + c * rm[0], acc.1 + c * cm[0]), f);
             }
         }
     }
@@ -215,7 +249,7 @@ pub fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
         let base = (c * win.in_size) as i64;
         win.for_each_output(|q, lists| {
             let mut best: Option<(T, usize, usize)> = None;
-            visit(lists, &win.rm, &win.cm, (0, 0), &mut |r, k| {
+            visit(lists, &win.rm, &win.cm, &mut |r, k| {
                 let v = xc[r];
                 let better = match &best {
                     None => true,
@@ -285,7 +319,7 @@ pub fn average_pool<T: Float>(
         let xc = &x[c * win.in_size..][..win.in_size];
         win.for_each_output(|q, lists| {
             let mut sum = 0.0f64;
-            visit(lists, &win.rm, &win.cm, (0, 0), &mut |r, _| sum += xc[r].to_f64());
+            visit(lists, &win.rm, &win.cm, &mut |r, _| sum += xc[r].to_f64());
             yc[q] = T::from_f64(sum / divisors[q]);
         });
     });

@@ -346,7 +346,14 @@ pub(super) fn kernel(
                 }
                 _ => None,
             };
-            let r = r.clone();
+            let mut r = r.clone();
+            // Sizes with the stretch policy: the kernel takes 0.0 per axis and uses the exact out/in ratio, as
+            // the ONNX reference does (no f32 scale reproduces it in every case).
+            let sizes =
+                inputs.get(3).copied().flatten().and_then(|v| graph.const_value(v)).is_some_and(|t| !t.is_empty());
+            if sizes && r.aspect_ratio == ir::AspectRatioPolicy::Stretch {
+                r.scales = vec![0.0; r.scales.len()];
+            }
             let mode = match r.mode {
                 ir::ResizeMode::Nearest => resize::ResizeMode::Nearest,
                 ir::ResizeMode::Linear => resize::ResizeMode::Linear,

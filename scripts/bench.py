@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Runs stowage and onnxruntime side by side on the model suite and prints, per model, both median latencies and
+the ratio stowage / onnxruntime, at 1 thread and at all cores; also compile time (stowage: import to runnable)
+against onnxruntime's session creation.
+
+Runs alternate: each round runs stowage (`stowage run --repeat K --report`, whose report gives the median of its K
+runs) and then onnxruntime (K runs in-process), so both see the same machine state; the figure per model is the
+median over rounds. Needs the release binary (cargo build --release) and the model suite (scripts/test writes it).
+
+    PY=$(scripts/onnx/env -q)
+    "$PY" scripts/bench.py [--rounds N] [--repeat K] [--threads 1,2] [--markdown FILE] [MODEL ...]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "target" / "onnx-models"
+STOWAGE = ROOT / "target" / "release" / "stowage"
+DEFAULT = ["random/resnet50", "random/squeezenet", "random/vgg19", "random/densenet121", "random/inception_v1",
+           "mlp", "transformer_block"]
+
+
+def inputs_of(d):
+    model = onnx.load(d / "model.onnx", load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    feeds = {}
+    for k, name in enumerate(names):
+        feeds[name] = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / f"input_{k}.pb")))
+    return feeds
+
+
+def stowage_run(d, feeds, threads, repeat):
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        args = [str(STOWAGE), "run", str(d / "model.onnx"), "--threads", str(threads), "--repeat", str(repeat),
+                "--report", str(report)]
+        for k in range(len(feeds)):
+            args += ["--input", str(d / "test_data_set_0" / f"input_{k}.pb")]
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+        t = json.loads(report.read_text())["timings_ms"]
+        return t["run_median"], t["compile"]
+
+
+def ort_session(d, threads):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    start = time.perf_counter()
+    sess = ort.InferenceSession(str(d / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    return sess, (time.perf_counter() - start) * 1e3
+
+
+def ort_run(sess, feeds, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    ap.add_argument("--markdown")
+    ap.add_argument("models", nargs="*")
+    a = ap.parse_args()
+    if not STOWAGE.exists():
+        sys.exit(f"{STOWAGE} is missing: cargo build --release")
+    models = a.models or DEFAULT
+    threads = sorted({int(t) for t in a.threads.split(",")})
+    rows = []
+    for name in models:
+        d = MODELS / name
+        feeds = inputs_of(d)
+        for t in threads:
+            sess, ort_compile = ort_session(d, t)
+            ort_run(sess, feeds, 1)  # warm-up
+            st, ot, sc = [], [], []
+            for _ in range(a.rounds):
+                run, compile_ms = stowage_run(d, feeds, t, a.repeat)
+                st.append(run)
+                sc.append(compile_ms)
+                ot.append(ort_run(sess, feeds, a.repeat))
+            s_med, o_med = statistics.median(st), statistics.median(ot)
+            rows.append((name, t, s_med, o_med, s_med / o_med, statistics.median(sc), ort_compile))
+            print(f"{name:<22} threads {t}  stowage {s_med:9.2f} ms  onnxruntime {o_med:9.2f} ms  ratio {s_med / o_med:5.2f}"
+                  f"   compile {statistics.median(sc):8.1f} ms vs session {ort_compile:8.1f} ms", flush=True)
+    if a.markdown:
+        lines = ["| model | threads | stowage ms | onnxruntime ms | ratio | stowage compile ms | ort session ms |",
+                 "|---|---|---|---|---|---|---|"]
+        lines += [f"| {m} | {t} | {s:.2f} | {o:.2f} | {r:.2f} | {c:.1f} | {oc:.1f} |" for m, t, s, o, r, c, oc in rows]
+        Path(a.markdown).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
