@@ -346,11 +346,17 @@ impl<'a> Tensor<'a> {
             .map_err(|e| self.named(e))?;
         let src = self.storage.materialize()?.get(self.layout.offset()..).ok_or_else(|| self.short_storage())?;
         let dst = plain.as_bytes_mut();
-        let from = element_offsets(&self.shape, self.layout.strides(), size);
-        let to = element_offsets(&self.shape, layout.strides(), size);
-        for (f, t) in from.zip(to) {
-            let element = src.get(f..f + size).ok_or_else(|| self.short_storage())?;
-            dst[t..t + size].copy_from_slice(element);
+        if layout.offset() == 0 && self.is_row_major() && layout.is_row_major(self.dt, &self.shape) {
+            // Packed row-major into packed row-major: one copy.
+            let bytes = self.as_bytes()?;
+            dst.get_mut(..bytes.len()).ok_or_else(|| self.short_storage())?.copy_from_slice(bytes);
+        } else {
+            let from = element_offsets(&self.shape, self.layout.strides(), size);
+            let to = element_offsets(&self.shape, layout.strides(), size);
+            for (f, t) in from.zip(to) {
+                let element = src.get(f..f + size).ok_or_else(|| self.short_storage())?;
+                dst[t..t + size].copy_from_slice(element);
+            }
         }
         let tensor = Tensor::from_storage(
             self.dt,

@@ -7,8 +7,13 @@ use stowage_runtime::{DatumType, Tensor};
 use super::broadcast;
 use crate::error::{CpuError, Result};
 
-fn packed_bytes(x: &Tensor<'_>) -> Result<Tensor<'static>> {
-    Ok(x.to_row_major()?)
+/// The bytes of `x` in row-major order: borrowed when it is packed, else a packed copy.
+fn packed_bytes<'t>(x: &'t Tensor<'_>) -> Result<std::borrow::Cow<'t, [u8]>> {
+    if x.is_row_major() {
+        Ok(std::borrow::Cow::Borrowed(x.as_bytes()?))
+    } else {
+        Ok(std::borrow::Cow::Owned(x.to_row_major()?.as_bytes()?.to_vec()))
+    }
 }
 
 fn strides(shape: &[usize]) -> Vec<usize> {
@@ -26,8 +31,7 @@ fn gather_elements(
     mut source: impl FnMut(&[usize]) -> usize,
 ) -> Result<Tensor<'static>> {
     let size = x.dt().size_of();
-    let packed = packed_bytes(x)?;
-    let src = packed.as_bytes()?;
+    let src = packed_bytes(x)?;
     let count: usize = shape.iter().product();
     let mut out = Vec::with_capacity(count * size);
     let mut idx = vec![0usize; shape.len()];
@@ -56,11 +60,9 @@ pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'
     let first = xs.first().ok_or_else(|| CpuError::NotImplemented("Concat of nothing".into()))?;
     let size = first.dt().size_of();
     let outer: usize = out[..axis].iter().product();
-    let packed: Vec<Tensor<'static>> = xs.iter().map(|x| packed_bytes(x)).collect::<Result<_>>()?;
-    let chunks: Vec<(&[u8], usize)> = packed
-        .iter()
-        .map(|p| Ok((p.as_bytes()?, p.shape()[axis..].iter().product::<usize>() * size)))
-        .collect::<Result<_>>()?;
+    let packed: Vec<std::borrow::Cow<'_, [u8]>> = xs.iter().map(|x| packed_bytes(x)).collect::<Result<_>>()?;
+    let chunks: Vec<(&[u8], usize)> =
+        packed.iter().zip(xs).map(|(p, x)| (p.as_ref(), x.shape()[axis..].iter().product::<usize>() * size)).collect();
     let mut r = Vec::with_capacity(out.iter().product::<usize>() * size);
     for o in 0..outer {
         for (bytes, chunk) in &chunks {
@@ -153,8 +155,7 @@ pub fn pad(
         return Err(CpuError::NotImplemented("Pad of an empty axis in reflect, edge or wrap mode".into()));
     }
     let st = strides(&shape);
-    let packed = packed_bytes(x)?;
-    let src = packed.as_bytes()?;
+    let src = packed_bytes(x)?;
     let count: usize = out.iter().product();
     let mut r = Vec::with_capacity(count * size);
     let mut idx = vec![0usize; out.len()];

@@ -23,6 +23,33 @@ pub(super) struct Planned {
     pub inputs: Vec<ValueId>,
     /// Every node folded into the chain (the root included).
     pub members: Vec<NodeId>,
+    /// Elements per row: the chain runs once per row when some input is constant along rows.
+    pub inner: usize,
+    /// Per input: for a row-broadcast input, the element it supplies to each row; `None` for the others.
+    pub rows: Vec<Option<Vec<usize>>>,
+}
+
+/// The last axis (of `out`) along which `shape`, right-aligned to `out`, is not 1; `None` if it is all 1s.
+fn last_varying_axis(shape: &[usize], out: &[usize]) -> Option<usize> {
+    let pad = out.len() - shape.len();
+    (0..shape.len()).rev().find(|&a| shape[a] != 1).map(|a| a + pad)
+}
+
+/// Smallest row worth a call into the chain.
+const MIN_ROW: usize = 16;
+
+/// True if `shape` broadcasts to `out` and is constant along rows of at least [`MIN_ROW`] elements.
+fn row_broadcast(shape: &[usize], out: &[usize]) -> bool {
+    if shape.len() > out.len() {
+        return false;
+    }
+    let pad = out.len() - shape.len();
+    let fits = shape.iter().enumerate().all(|(a, &d)| d == 1 || d == out[a + pad]);
+    let inner: usize = match last_varying_axis(shape, out) {
+        Some(k) => out[k + 1..].iter().product(),
+        None => return fits,
+    };
+    fits && inner >= MIN_ROW
 }
 
 /// The function one node applies, if it can be fused: (instruction builder, its data inputs).
@@ -69,7 +96,10 @@ pub(super) fn plan(graph: &Graph) -> HashMap<NodeId, Planned> {
             .inputs
             .iter()
             .flatten()
-            .all(|&v| f32_of(v) && (graph.ty(v).shape == *shape || graph.ty(v).element_count() == Some(1)));
+            .all(|&v| {
+                let s = &graph.ty(v).shape;
+                f32_of(v) && (s == shape || graph.ty(v).element_count() == Some(1) || row_broadcast(s, shape))
+            });
         let clip_ok =
             !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
         if !inputs_ok || !clip_ok {
@@ -107,11 +137,59 @@ fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
         Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), scalar: Vec::new(), memo: HashMap::new() };
     let out = graph.node(root).outputs[0]?;
     b.value(out)?;
+    let shape = graph.ty(out).shape.clone();
+    // Row inputs: neither full-shape nor single elements. The row boundary is after the last axis any of them
+    // varies along; each row gets one element of each.
+    let is_row: Vec<bool> =
+        b.inputs.iter().map(|&v| graph.ty(v).shape != shape && graph.ty(v).element_count() != Some(1)).collect();
+    let split = b
+        .inputs
+        .iter()
+        .zip(&is_row)
+        .filter(|(_, r)| **r)
+        .filter_map(|(&v, _)| last_varying_axis(&graph.ty(v).shape, &shape))
+        .max();
+    let (inner, rows) = match split {
+        None => (shape.iter().product(), vec![None; b.inputs.len()]),
+        Some(k) => {
+            let rows = b
+                .inputs
+                .iter()
+                .zip(&is_row)
+                .map(|(&v, &r)| r.then(|| row_table(&graph.ty(v).shape, &shape, k)))
+                .collect();
+            (shape[k + 1..].iter().product(), rows)
+        }
+    };
+    let mut scalar = b.scalar;
+    for (s, r) in scalar.iter_mut().zip(&is_row) {
+        *s |= *r;
+    }
     Some(Planned {
-        chain: Chain { insts: b.insts, scalar_inputs: b.scalar },
+        chain: Chain { insts: b.insts, scalar_inputs: scalar },
         inputs: b.inputs,
         members: members.to_vec(),
+        inner,
+        rows,
     })
+}
+
+/// For an input of `shape` broadcast to `out`, the offset of its element for each row (rows: the indices of
+/// `out[..=k]` in row-major order).
+fn row_table(shape: &[usize], out: &[usize], k: usize) -> Vec<usize> {
+    let st = crate::kernels::broadcast::strides_for(shape, out);
+    let outer = &out[..=k];
+    let count: usize = outer.iter().product();
+    (0..count)
+        .map(|i| {
+            let (mut rest, mut off) = (i, 0);
+            for a in (0..outer.len()).rev() {
+                off += (rest % outer[a]) * st[a];
+                rest /= outer[a];
+            }
+            off
+        })
+        .collect()
 }
 
 struct Builder<'g> {

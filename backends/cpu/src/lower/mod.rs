@@ -96,12 +96,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         let outs: Vec<Option<usize>> = node.outputs.iter().map(|o| o.map(&mut slot)).collect();
         let (op_name, kernel) = match (chain, &code) {
             (Some(p), Some(code)) => {
-                let k = fused_kernel(
-                    code.clone(),
-                    chain_index[&n],
-                    p.chain.scalar_inputs.clone(),
-                    out_shape(graph, &node.outputs, 0),
-                );
+                let k = fused_kernel(code.clone(), chain_index[&n], p, out_shape(graph, &node.outputs, 0));
                 ("Fused", k)
             }
             _ => {
@@ -142,16 +137,37 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     Ok(Program { slots, consts, inputs, outputs, steps, last_use, threads, profile: false })
 }
 
-/// The step of a fused chain: one call into the JIT's code over the whole output.
-fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, scalar: Vec<bool>, out: Vec<usize>) -> Kernel {
+/// The step of a fused chain: one call into the JIT's code over the whole output, or one per row when an input
+/// is constant along rows (a per-channel scale, say).
+fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, plan: &fuse::Planned, out: Vec<usize>) -> Kernel {
+    let scalar = plan.chain.scalar_inputs.clone();
+    let rows = plan.rows.clone();
+    let inner = plan.inner.max(1);
     Box::new(move |a, _| {
         let slices: Vec<std::borrow::Cow<'_, [f32]>> = a
             .iter()
             .map(|t| Ok(elems::<f32>(t.ok_or_else(|| CpuError::NotImplemented("a chain input is missing".into()))?)?))
             .collect::<Result<_>>()?;
-        let views: Vec<&[f32]> = slices.iter().map(|c| c.as_ref()).collect();
         let mut y = Tensor::zeros(DatumType::F32, &out)?;
-        code.call(index, &views, &scalar, y.as_slice_mut::<f32>()?)?;
+        let ys = y.as_slice_mut::<f32>()?;
+        if rows.iter().all(Option::is_none) {
+            let views: Vec<&[f32]> = slices.iter().map(|c| c.as_ref()).collect();
+            code.call(index, &views, &scalar, ys)?;
+        } else {
+            for (r, chunk) in ys.chunks_mut(inner).enumerate() {
+                let views: Vec<&[f32]> = slices
+                    .iter()
+                    .zip(&rows)
+                    .zip(&scalar)
+                    .map(|((x, row), &s)| match row {
+                        Some(table) => &x[table[r]..table[r] + 1],
+                        None if s => &x[..1],
+                        None => &x[r * inner..r * inner + chunk.len()],
+                    })
+                    .collect();
+                code.call(index, &views, &scalar, chunk)?;
+            }
+        }
         Ok(vec![y])
     })
 }
