@@ -237,6 +237,9 @@ pub fn max_pool<T: Copy + PartialOrd + Default + Send + Sync>(
     column_major_indices: bool,
     threads: usize,
 ) {
+    if indices.is_none() && max_pool_2d(x, x_shape, p, y, y_shape, threads) {
+        return;
+    }
     let win = Windows::new(x_shape, p, y_shape);
     let channels = x_shape[0] * x_shape[1];
     assert_eq!(x.len(), channels * win.in_size, "max_pool: X length");
@@ -464,5 +467,117 @@ mod tests {
         let mut y = [0.0; 1];
         global_pool(&x, &[1, 1, 3], true, &mut y);
         assert!(y[0].is_nan());
+    }
+}
+
+/// The common case, 2-D without dilation and without indices, as plain loops over each window's rows (what the
+/// general window walker costs several times over). Returns false, doing nothing, when `p` is not that case.
+fn max_pool_2d<T: Copy + PartialOrd + Default + Send + Sync>(
+    x: &[T],
+    x_shape: &[usize],
+    p: &PoolParams<'_>,
+    y: &mut [T],
+    y_shape: &[usize],
+    threads: usize,
+) -> bool {
+    let one = |v: &[usize]| v.is_empty() || v.iter().all(|&d| d == 1);
+    if x_shape.len() != 4 || y_shape.len() != 4 || p.kernel.len() != 2 || !one(p.dilations) {
+        return false;
+    }
+    let (h, w, oh, ow) = (x_shape[2], x_shape[3], y_shape[2], y_shape[3]);
+    let (kh, kw) = (p.kernel[0], p.kernel[1]);
+    let (sh, sw) = if p.strides.is_empty() { (1, 1) } else { (p.strides[0], p.strides[1]) };
+    let (pt, pl) = if p.pads.is_empty() { (0, 0) } else { (p.pads[0], p.pads[1]) };
+    let planes = x_shape[0] * x_shape[1];
+    if x.len() != planes * h * w || y.len() != planes * oh * ow || oh * ow == 0 {
+        return false;
+    }
+    let plane = |c: usize, yc: &mut [T]| {
+        let xc = &x[c * h * w..(c + 1) * h * w];
+        for i in 0..oh {
+            let top = (i * sh) as isize - pt as isize;
+            let (h0, h1) = (top.max(0) as usize, ((top + kh as isize).max(0) as usize).min(h));
+            for j in 0..ow {
+                let left = (j * sw) as isize - pl as isize;
+                let (w0, w1) = (left.max(0) as usize, ((left + kw as isize).max(0) as usize).min(w));
+                let mut best: Option<T> = None;
+                for r in h0..h1 {
+                    for &v in &xc[r * w + w0..r * w + w1] {
+                        best = Some(match best {
+                            // NaN loses to any number, as in the general path.
+                            Some(b) if !(v > b || (b.partial_cmp(&b).is_none() && v.partial_cmp(&v).is_some())) => b,
+                            _ => v,
+                        });
+                    }
+                }
+                yc[i * ow + j] = best.unwrap_or_default();
+            }
+        }
+    };
+    if threads > 1 {
+        use rayon::prelude::*;
+        y.par_chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
+    } else {
+        y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
+    }
+    true
+}
+
+/// [`max_pool`] for f32 without indices: the 2-D case uses `f32::max` (NaN loses to any number; all-NaN windows
+/// give NaN), which compiles to branch-free code.
+pub fn max_pool_f32(
+    x: &[f32],
+    x_shape: &[usize],
+    p: &PoolParams<'_>,
+    y: &mut [f32],
+    y_shape: &[usize],
+    threads: usize,
+) {
+    let one = |v: &[usize]| v.is_empty() || v.iter().all(|&d| d == 1);
+    let planes = x_shape.first().copied().unwrap_or(0) * x_shape.get(1).copied().unwrap_or(0);
+    let fast = x_shape.len() == 4 && y_shape.len() == 4 && p.kernel.len() == 2 && one(p.dilations);
+    if !fast
+        || x.len() != planes * x_shape[2] * x_shape[3]
+        || y.len() != planes * y_shape[2] * y_shape[3]
+        || y.is_empty()
+    {
+        return max_pool(x, x_shape, p, y, y_shape, None, false, threads);
+    }
+    let (h, w, oh, ow) = (x_shape[2], x_shape[3], y_shape[2], y_shape[3]);
+    let (kh, kw) = (p.kernel[0], p.kernel[1]);
+    let (sh, sw) = if p.strides.is_empty() { (1, 1) } else { (p.strides[0], p.strides[1]) };
+    let (pt, pl) = if p.pads.is_empty() { (0, 0) } else { (p.pads[0], p.pads[1]) };
+    let cols: Vec<(usize, usize)> = (0..ow)
+        .map(|j| {
+            let left = (j * sw) as isize - pl as isize;
+            (left.max(0) as usize, ((left + kw as isize).max(0) as usize).min(w))
+        })
+        .collect();
+    let plane = |c: usize, yc: &mut [f32]| {
+        let xc = &x[c * h * w..(c + 1) * h * w];
+        for i in 0..oh {
+            let top = (i * sh) as isize - pt as isize;
+            let (h0, h1) = (top.max(0) as usize, ((top + kh as isize).max(0) as usize).min(h));
+            let out = &mut yc[i * ow..(i + 1) * ow];
+            for (o, &(w0, w1)) in out.iter_mut().zip(&cols) {
+                if h0 >= h1 || w0 >= w1 {
+                    *o = 0.0;
+                    continue;
+                }
+                let mut best = f32::NAN;
+                for r in h0..h1 {
+                    for &v in &xc[r * w + w0..r * w + w1] {
+                        best = best.max(v);
+                    }
+                }
+                *o = best;
+            }
+        }
+    };
+    if threads > 1 {
+        use rayon::prelude::*;
+        y.par_chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
+    } else {
+        y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
     }
 }

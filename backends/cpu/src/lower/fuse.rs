@@ -92,14 +92,10 @@ pub(super) fn plan(graph: &Graph) -> HashMap<NodeId, Planned> {
             continue;
         }
         let shape = &graph.ty(out).shape;
-        let inputs_ok = node
-            .inputs
-            .iter()
-            .flatten()
-            .all(|&v| {
-                let s = &graph.ty(v).shape;
-                f32_of(v) && (s == shape || graph.ty(v).element_count() == Some(1) || row_broadcast(s, shape))
-            });
+        let inputs_ok = node.inputs.iter().flatten().all(|&v| {
+            let s = &graph.ty(v).shape;
+            f32_of(v) && (s == shape || graph.ty(v).element_count() == Some(1) || row_broadcast(s, shape))
+        });
         let clip_ok =
             !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
         if !inputs_ok || !clip_ok {

@@ -107,6 +107,12 @@ pub(super) fn kernel(
                     pool::PoolParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads };
                 match kind {
                     // MaxPool only compares, so it runs on every numeric type as is.
+                    PoolKind::Max if wide == DatumType::F32 && !want_indices => {
+                        let x = floats::<f32>(arg(a, 0)?)?;
+                        let mut y = Tensor::zeros(DatumType::F32, &out)?;
+                        pool::max_pool_f32(&x, &xs, &pp, y.as_slice_mut::<f32>()?, &out, cx.threads);
+                        one(y)
+                    }
                     PoolKind::Max => numeric!(wide, T => {
                         let x = arg(a, 0)?.to_vec::<T>()?;
                         let mut y = vec![T::default(); out.iter().product()];
