@@ -203,6 +203,20 @@ pub fn gemm_strided<T: Float>(
     let b_extent = extent(k, b_rs, n, b_cs).expect("gemm: rhs extent overflows");
     assert!(a_extent <= a.len(), "gemm: lhs too short ({} < {a_extent})", a.len());
     assert!(b_extent <= b.len(), "gemm: rhs too short ({} < {b_extent})", b.len());
+    if threads <= 1 && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available() {
+        // SAFETY: `T` is `f32` (checked through its TypeId just above), so these are the same slices retyped.
+        let (dst, a, b, dst_coef, prod_coef) = unsafe {
+            (
+                &mut *(dst as *mut [T] as *mut [f32]),
+                &*(a as *const [T] as *const [f32]),
+                &*(b as *const [T] as *const [f32]),
+                dst_coef.to_f32(),
+                prod_coef.to_f32(),
+            )
+        };
+        super::sgemm512::sgemm(m, n, k, dst, dst_rs, read_dst, dst_coef, a, (a_rs, a_cs), b, (b_rs, b_cs), prod_coef);
+        return;
+    }
     let parallelism = if threads > 1 { ::gemm::Parallelism::Rayon(threads) } else { ::gemm::Parallelism::None };
     // Slices never exceed isize::MAX bytes, so every stride below a slice's length fits in an isize.
     let s = |v: usize| v as isize;

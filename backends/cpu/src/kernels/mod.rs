@@ -12,3 +12,4 @@ pub mod norm;
 pub mod pool;
 pub mod reduce;
 pub mod resize;
+pub mod sgemm512;
