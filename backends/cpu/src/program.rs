@@ -68,6 +68,9 @@ pub struct Program {
     pub threads: usize,
     /// Record per-step timings.
     pub profile: bool,
+    /// The rayon pool of `threads` threads kernels run in (made on the first run with more than one thread), so
+    /// that `--threads N` bounds a run to N cores whatever the machine has.
+    pub(crate) pool: std::sync::OnceLock<rayon::ThreadPool>,
 }
 
 impl Program {
@@ -98,6 +101,23 @@ impl Program {
 
     /// [`Program::run`], timing every step when `profile` is true.
     pub fn run_profiled(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
+        if self.threads <= 1 {
+            return self.run_here(inputs, profile);
+        }
+        let pool = match self.pool.get() {
+            Some(pool) => pool,
+            None => {
+                let built = rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.threads)
+                    .build()
+                    .map_err(|e| CpuError::NotImplemented(format!("cannot start {} threads: {e}", self.threads)))?;
+                self.pool.get_or_init(|| built)
+            }
+        };
+        pool.install(|| self.run_here(inputs, profile))
+    }
+
+    fn run_here(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|b| b.name.as_str()).collect();
             return Err(CpuError::Input {

@@ -1,4 +1,4 @@
-//! Ops that move elements without arithmetic: Transpose, Concat, Split, Slice, Gather, Tile, Pad, and Range.
+//! Ops that move elements without arithmetic: Transpose, Concat, Split, Slice, Gather, Tile, Pad and Expand.
 //! They work on bytes, one element being `dt.size_of()` bytes, so every datum type is covered by one code path.
 //! Inputs are packed row-major tensors (a strided view is packed first).
 

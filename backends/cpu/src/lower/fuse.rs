@@ -2,8 +2,9 @@
 //!
 //! A node joins the chain of an input's producer when that input feeds nothing else, is not a graph output, and
 //! has the node's own shape; the chain's result is its last node's output. Inputs of a chain are either of that
-//! shape or single elements (constant scalars become immediates). Broadcasting other than from a single element
-//! stays with the interpreter kernels.
+//! shape, single elements (constant scalars become immediates), or row-broadcast: constant along rows of at least
+//! 16 elements, such as a per-channel scale `[C, 1, 1]` against `[N, C, H, W]`; then the chain runs once per row,
+//! each row getting its element of those inputs. Other broadcasting stays with the interpreter kernels.
 
 use std::collections::HashMap;
 
