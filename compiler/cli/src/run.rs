@@ -1,77 +1,137 @@
 //! `stowage run`: reads inputs from TensorProto files, runs, writes `output_N.pb` files and a JSON report.
-//! Outputs are written under temporary names and renamed only when all of them are complete.
+//! Outputs and report are written under temporary names and renamed only when all of them are complete; when any of
+//! them cannot be written, none is, and no temporary file or folder the command created is left behind.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use prost::Message;
 use stowage_cli::session::{self, RunOptions};
 use stowage_compiler::onnx;
+use stowage_compiler::onnx::proto::TensorProto;
 use stowage_runtime::Tensor;
 
-/// One `--input` argument: a file for the next graph input, or NAME=FILE.
-pub fn resolve_inputs(model: &Path, args: &[String]) -> Result<Vec<(String, Tensor<'static>)>, String> {
-    let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-    let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
-    let g = proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
-    let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
-    let names: Vec<String> =
-        g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect();
-    let mut next = 0;
+/// Assigns the `--input` arguments to the model's inputs `names` and reads them. An argument is NAME=FILE when NAME
+/// is one of `names`, else a file for the next input not given yet; inputs in `fixed` (by `--input-value`) are
+/// skipped, as they are not inputs at run time.
+pub fn resolve_inputs(
+    names: &[String],
+    fixed: &[&String],
+    args: &[String],
+) -> Result<Vec<(String, Tensor<'static>)>, String> {
+    let runtime: Vec<&String> = names.iter().filter(|n| !fixed.contains(n)).collect();
     let mut out: Vec<(String, Tensor<'static>)> = Vec::new();
     for arg in args {
-        let (name, file) = match arg.split_once('=') {
+        let named = arg.split_once('=').filter(|(n, _)| !n.is_empty());
+        let (name, file) = match named {
             Some((n, f)) if names.iter().any(|m| m == n) => (n.to_string(), f),
+            // A file whose name has a '=' in it is still a file.
+            Some((n, _)) if !Path::new(arg).exists() => {
+                return Err(format!("--input {arg}: the model has no input '{n}' (its inputs: {})", names.join(", ")));
+            }
             _ => {
-                while next < names.len() && out.iter().any(|(n, _)| *n == names[next]) {
-                    next += 1;
-                }
-                let name = names.get(next).cloned().ok_or_else(|| {
+                let name = runtime.iter().find(|n| !out.iter().any(|(m, _)| m == **n)).ok_or_else(|| {
+                    let list: Vec<&str> = runtime.iter().map(|n| n.as_str()).collect();
+                    let besides = if fixed.is_empty() {
+                        String::new()
+                    } else {
+                        let fixed: Vec<&str> = fixed.iter().map(|n| n.as_str()).collect();
+                        format!(" besides those fixed by --input-value ({})", fixed.join(", "))
+                    };
                     format!(
-                        "--input {arg}: the model takes {} inputs ({}), this one is extra",
-                        names.len(),
-                        names.join(", ")
+                        "--input {arg}: the model takes {} input{} ({}){besides}, this one is extra",
+                        runtime.len(),
+                        if runtime.len() == 1 { "" } else { "s" },
+                        list.join(", ")
                     )
                 })?;
-                next += 1;
-                (name, arg.as_str())
+                (name.to_string(), arg.as_str())
             }
         };
         if out.iter().any(|(n, _)| *n == name) {
             return Err(format!("input '{name}' is given twice"));
         }
-        let t = onnx::read_tensor(file).map_err(|e| format!("input '{name}': {e}"))?;
+        if fixed.iter().any(|n| **n == name) {
+            return Err(format!("input '{name}' is given twice: by --input and by --input-value"));
+        }
+        let t = read_input(Path::new(file)).map_err(|e| format!("input '{name}': {e}"))?;
         out.push((name, t));
     }
     Ok(out)
 }
 
-/// Writes the outputs as `output_N.pb` in `dir`: all under temporary names first, then renamed.
-pub fn write_outputs(dir: &Path, outputs: &[(String, Tensor<'static>)]) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("output dir {}: {e}", dir.display()))?;
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let cleanup = |staged: &[(PathBuf, PathBuf)]| {
-        for (tmp, _) in staged {
+/// Reads a TensorProto file. Protobuf decodes many files that are not tensors (an empty one, most short ones) as a
+/// message without fields: one with no element type is refused as not a TensorProto.
+fn read_input(path: &Path) -> Result<Tensor<'static>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let proto =
+        TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?;
+    if proto.data_type.unwrap_or(0) == 0 {
+        return Err(format!("{}: not a TensorProto: it has no element type", path.display()));
+    }
+    onnx::tensor::decode(&proto, path.parent()).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Files written under temporary names beside their final ones, renamed into place together by [`Staging::commit`].
+/// Dropped before that, it removes its temporary files and the folders it created.
+#[derive(Default)]
+struct Staging {
+    /// Temporary path, final path, and what the file is (for errors).
+    files: Vec<(PathBuf, PathBuf, String)>,
+    /// Folders created, outermost first.
+    created: Vec<PathBuf>,
+}
+
+impl Staging {
+    /// Creates `dir` and its missing parents, remembering which it created.
+    fn create_dir(&mut self, dir: &Path) -> io::Result<()> {
+        let mut missing = Vec::new();
+        let mut level = Some(dir);
+        while let Some(d) = level.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            missing.push(d.to_path_buf());
+            level = d.parent();
+        }
+        self.created.extend(missing.into_iter().rev());
+        std::fs::create_dir_all(dir)
+    }
+
+    /// Writes `bytes` for `path` under a temporary name; `what` names the file in errors.
+    fn stage(&mut self, path: &Path, what: String, bytes: &[u8]) -> Result<(), String> {
+        let name = path.file_name().ok_or_else(|| format!("{what}: not a file name"))?;
+        let tmp = path.with_file_name(format!(".{}.{}.partial", name.to_string_lossy(), std::process::id()));
+        self.files.push((tmp.clone(), path.to_path_buf(), what));
+        std::fs::write(&tmp, bytes).map_err(|e| format!("{}: {e}", self.files[self.files.len() - 1].2))
+    }
+
+    /// Renames every file into place; when one cannot be, those already renamed are removed.
+    fn commit(mut self) -> Result<(), String> {
+        if let Some((_, path, what)) = self.files.iter().find(|(_, path, _)| path.is_dir()) {
+            return Err(format!("{what}: {} is a directory", path.display()));
+        }
+        for (i, (tmp, path, what)) in self.files.iter().enumerate() {
+            if let Err(e) = std::fs::rename(tmp, path) {
+                for (_, done, _) in &self.files[..i] {
+                    let _ = std::fs::remove_file(done);
+                }
+                return Err(format!("{what}: {e}"));
+            }
+        }
+        self.files.clear();
+        self.created.clear();
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        for (tmp, _, _) in &self.files {
             let _ = std::fs::remove_file(tmp);
         }
-    };
-    for (i, (name, t)) in outputs.iter().enumerate() {
-        let final_path = dir.join(format!("output_{i}.pb"));
-        let tmp = dir.join(format!(".output_{i}.pb.partial"));
-        let bytes = onnx::tensor::encode(t, name).map_err(|e| format!("output '{name}': {e}"))?.encode_to_vec();
-        if let Err(e) = std::fs::write(&tmp, bytes) {
-            cleanup(&staged);
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!("output dir {}: cannot write {}: {e}", dir.display(), tmp.display()));
+        for dir in self.created.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
         }
-        staged.push((tmp, final_path));
     }
-    for (tmp, final_path) in &staged {
-        std::fs::rename(tmp, final_path).map_err(|e| {
-            cleanup(&staged);
-            format!("output dir {}: cannot write {}: {e}", dir.display(), final_path.display())
-        })?;
-    }
-    Ok(())
 }
 
 /// The JSON report of DESIGN.md's CLI contract.
@@ -95,7 +155,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
     })
 }
 
-/// The whole command.
+/// The whole command. Errors are one line.
 pub fn run(
     model: &Path,
     inputs: &[String],
@@ -103,18 +163,47 @@ pub fn run(
     report_path: Option<&Path>,
     options: &RunOptions,
 ) -> Result<String, String> {
-    let inputs = resolve_inputs(model, inputs)?;
-    let outcome = session::run(model, inputs, options)?;
+    run_inner(model, inputs, output_dir, report_path, options).map_err(|e| {
+        let lines: Vec<&str> = e.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        lines.join("; ")
+    })
+}
+
+fn run_inner(
+    model: &Path,
+    inputs: &[String],
+    output_dir: Option<&Path>,
+    report_path: Option<&Path>,
+    options: &RunOptions,
+) -> Result<String, String> {
+    let start = Instant::now();
+    session::check_target(&options.target)?;
+    let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
+    let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    let g = proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
+    let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+    let names: Vec<String> =
+        g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect();
+    let fixed: Vec<&String> = options.config.input_values.keys().collect();
+    let inputs = resolve_inputs(&names, &fixed, inputs)?;
+    let outcome = session::run_bytes(&bytes, model, inputs, options, start)?;
+
+    let mut staging = Staging::default();
     if let Some(dir) = output_dir {
-        write_outputs(dir, &outcome.outputs)?;
+        staging.create_dir(dir).map_err(|e| format!("output dir {}: cannot create it: {e}", dir.display()))?;
+        for (i, (name, t)) in outcome.outputs.iter().enumerate() {
+            let bytes = onnx::tensor::encode(t, name).map_err(|e| format!("output '{name}': {e}"))?.encode_to_vec();
+            let path = dir.join(format!("output_{i}.pb"));
+            let what = format!("output dir {}: cannot write {}", dir.display(), path.display());
+            staging.stage(&path, what, &bytes)?;
+        }
     }
     if let Some(path) = report_path {
         let text = serde_json::to_string_pretty(&report(&options.target, &outcome)).map_err(|e| e.to_string())?;
-        let tmp = path.with_extension("json.partial");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("report {}: {e}", path.display()))?;
+        staging.stage(path, format!("report {}: cannot write it", path.display()), text.as_bytes())?;
     }
+    staging.commit()?;
+
     let mut summary = String::new();
     for (name, t) in &outcome.outputs {
         summary.push_str(&format!("output '{name}': {}{:?}\n", t.dt(), t.shape()));

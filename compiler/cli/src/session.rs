@@ -4,6 +4,8 @@
 use std::path::Path;
 use std::time::Instant;
 
+use stowage_compiler::onnx::proto::tensor_shape_proto::dimension;
+use stowage_compiler::onnx::proto::{type_proto, ValueInfoProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 use stowage_compiler::Context;
 use stowage_cpu::Program;
@@ -62,7 +64,9 @@ pub fn check_target(target: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Compiles `model` for `inputs` (by name; every graph input must be given) and runs it.
+/// Compiles `model` for `inputs` and runs it. Inputs are by name; every graph input must be given, except those whose
+/// value `options.config` fixes. The compilation is specialised on the given inputs: shape-setting ones are folded
+/// as constants, and the others' shapes fix the symbolic dimensions.
 pub fn run(model: &Path, inputs: Vec<(String, Tensor<'static>)>, options: &RunOptions) -> Result<Outcome, String> {
     let start = Instant::now();
     let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
@@ -82,20 +86,40 @@ pub fn run_bytes(
     let graph =
         proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
-    let wanted: Vec<&str> = graph.input.iter().map(|i| i.name()).filter(|n| !initializers.contains(n)).collect();
-    for (name, _) in &inputs {
+    let declared: Vec<&ValueInfoProto> = graph.input.iter().filter(|i| !initializers.contains(&i.name())).collect();
+    let wanted: Vec<&str> = declared.iter().map(|i| i.name()).collect();
+    for (k, (name, _)) in inputs.iter().enumerate() {
         if !wanted.contains(&name.as_str()) {
             return Err(format!("input '{name}': the model has no such input (its inputs: {})", wanted.join(", ")));
         }
+        if inputs[..k].iter().any(|(n, _)| n == name) {
+            return Err(format!("input '{name}' is given twice"));
+        }
+        if options.config.input_values.contains_key(name) {
+            return Err(format!("input '{name}' is given twice: as an input and as a fixed value (--input-value)"));
+        }
     }
-    if let Some(missing) = wanted.iter().find(|w| !inputs.iter().any(|(n, _)| n == *w)) {
+    // An input whose value is fixed by the caller is folded: it is not needed at run time.
+    let mut needed = wanted.iter().filter(|w| !options.config.input_values.contains_key(**w));
+    if let Some(missing) = needed.find(|w| !inputs.iter().any(|(n, _)| n == *w)) {
         return Err(format!("input '{missing}' is missing (the model's inputs: {})", wanted.join(", ")));
     }
-    // Specialise on the values of shape-setting inputs: they become constants of this compilation.
+    // Types are checked here, before compiling, so that a wrong input is reported as such (not as a fixed value
+    // that does not fit, for a shape-setting input) and without waiting for the compilation.
+    for vi in &declared {
+        if let Some((_, t)) = inputs.iter().find(|(n, _)| n == vi.name()) {
+            check_input(vi, options.config.input_shapes.get(vi.name()), t)?;
+        }
+    }
     let mut config = options.config.clone();
-    for name in onnx::value_inputs(&proto) {
-        if let Some((_, t)) = inputs.iter().find(|(n, _)| *n == name) {
-            config.input_values.entry(name).or_insert_with(|| t.clone());
+    let value_inputs = onnx::value_inputs(&proto);
+    for (name, t) in &inputs {
+        if value_inputs.contains(name) {
+            // Specialise on the values of shape-setting inputs: they become constants of this compilation.
+            config.input_values.insert(name.clone(), t.clone());
+        } else {
+            // And on the shapes of the others: symbolic dimensions take those of the given tensors.
+            config.input_shapes.entry(name.clone()).or_insert_with(|| t.shape().to_vec());
         }
     }
     let graph = onnx::import(&proto, model.parent(), &config)
@@ -140,6 +164,45 @@ pub fn run_bytes(
         assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
         program,
     })
+}
+
+/// Checks a given input against the model's declaration of it (or its `--input-shape`): datum type, rank and every
+/// fixed dimension. A declaration stowage cannot read is left to the importer to explain.
+fn check_input(vi: &ValueInfoProto, fixed: Option<&Vec<usize>>, t: &Tensor<'static>) -> Result<(), String> {
+    let Some(type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Ok(());
+    };
+    let Ok(dt) = onnx::tensor::datum_type(tt.elem_type()) else { return Ok(()) };
+    // Each dimension: its size when fixed, else its symbol.
+    let dims: Option<Vec<Result<usize, String>>> = match fixed {
+        Some(shape) => Some(shape.iter().map(|&d| Ok(d)).collect()),
+        None => tt.shape.as_ref().map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(dimension::Value::DimValue(v)) if *v >= 0 => Ok(*v as usize),
+                    Some(dimension::Value::DimParam(p)) if !p.is_empty() => Err(p.clone()),
+                    _ => Err("?".to_string()),
+                })
+                .collect()
+        }),
+    };
+    let shape_fits = dims.as_ref().is_none_or(|dims| {
+        dims.len() == t.shape().len() && dims.iter().zip(t.shape()).all(|(d, g)| d.as_ref().is_err() || d == &Ok(*g))
+    });
+    if dt == t.dt() && shape_fits {
+        return Ok(());
+    }
+    let expected = match &dims {
+        Some(dims) => {
+            let dims: Vec<String> =
+                dims.iter().map(|d| d.as_ref().map_or_else(Clone::clone, usize::to_string)).collect();
+            format!("{dt}[{}]", dims.join(", "))
+        }
+        None => format!("{dt} (of any shape)"),
+    };
+    let by = if fixed.is_some() { " (as fixed by --input-shape)" } else { "" };
+    Err(format!("input '{}': the model takes {expected}{by}, the given tensor is {}{:?}", vi.name(), t.dt(), t.shape()))
 }
 
 /// With `STOWAGE_PROFILE` set: one more run, timed per step, summed per op, on stderr.
