@@ -13,7 +13,7 @@ use std::arch::x86_64::{
 
 const MR: usize = 12;
 const NR: usize = 32;
-const KC: usize = 256;
+const KC: usize = 384;
 const MC: usize = 96;
 const NC: usize = 2048;
 
@@ -59,13 +59,19 @@ pub fn sgemm(
         }
         return;
     }
-    for i in 0..m {
-        let row = &mut dst[i * dst_rs..i * dst_rs + n];
-        if !read_dst {
-            row.fill(0.0);
-        } else if dst_coef != 1.0 {
-            row.iter_mut().for_each(|v| *v *= dst_coef);
+    // The first block of K overwrites the destination unless it is read; later blocks accumulate.
+    if read_dst && dst_coef != 1.0 {
+        for i in 0..m {
+            dst[i * dst_rs..i * dst_rs + n].iter_mut().for_each(|v| *v *= dst_coef);
         }
+    }
+    if k == 0 {
+        if !read_dst {
+            for i in 0..m {
+                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
+            }
+        }
+        return;
     }
     let mut bpack = vec![0f32; KC * NC.min(n.div_ceil(NR) * NR)];
     let mut apack = vec![0f32; MC * KC];
@@ -75,6 +81,7 @@ pub fn sgemm(
         let panels_n = nc.div_ceil(NR);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
+            let accumulate = read_dst || pc > 0;
             // With unit column stride, full panels are read from B in place (no packing pass over B); only a
             // partial last panel is packed, padded with zeros.
             let direct = b_cs == 1;
@@ -117,14 +124,13 @@ pub fn sgemm(
                         let (r0, c0) = (ic + q * MR, jc + p * NR);
                         if rows == MR && cols == NR {
                             let end = (r0 + MR - 1) * dst_rs + c0 + NR;
-                            micro(kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs);
+                            micro(kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs, accumulate);
                         } else {
-                            tile.fill(0.0);
-                            micro(kc, ap, bp, ldb, &mut tile, NR);
+                            micro(kc, ap, bp, ldb, &mut tile, NR, false);
                             for i in 0..rows {
                                 let out = &mut dst[(r0 + i) * dst_rs + c0..(r0 + i) * dst_rs + c0 + cols];
                                 for (o, t) in out.iter_mut().zip(&tile[i * NR..i * NR + cols]) {
-                                    *o += t;
+                                    *o = if accumulate { *o + t } else { *t };
                                 }
                             }
                         }
@@ -171,21 +177,22 @@ unsafe fn dot_avx512(x: *const f32, y: *const f32, n: usize) -> f32 {
     sum
 }
 
-/// `c[i·ldc + j] += Σₗ a[l·MR + i] · b[l·ldb + j]` for the 12×32 tile.
-fn micro(kc: usize, a: &[f32], b: &[f32], ldb: usize, c: &mut [f32], ldc: usize) {
+/// `c[i·ldc + j] (+)= Σₗ a[l·MR + i] · b[l·ldb + j]` for the 12×32 tile: added to `c` when `accumulate`, else
+/// stored over it.
+fn micro(kc: usize, a: &[f32], b: &[f32], ldb: usize, c: &mut [f32], ldc: usize, accumulate: bool) {
     let b_needed = if kc == 0 { 0 } else { (kc - 1) * ldb + NR };
     assert!(a.len() >= kc * MR && b.len() >= b_needed && c.len() >= (MR - 1) * ldc + NR, "sgemm: tile out of bounds");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU, and the assert above checks every
     // offset the kernel reads or writes.
     unsafe {
-        micro_avx512(kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc)
+        micro_avx512(kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc, accumulate)
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_avx512(kc: usize, a: *const f32, b: *const f32, ldb: usize, c: *mut f32, ldc: usize) {
+unsafe fn micro_avx512(kc: usize, a: *const f32, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool) {
     let mut acc: [[__m512; 2]; MR] = [[_mm512_setzero_ps(); 2]; MR];
     for l in 0..kc {
         // SAFETY: the caller guarantees `a` holds kc·MR floats, `b` (kc-1)·ldb + NR, and `c` (MR-1)·ldc + NR.
@@ -204,8 +211,13 @@ unsafe fn micro_avx512(kc: usize, a: *const f32, b: *const f32, ldb: usize, c: *
         // SAFETY: as above: row i of the tile spans c[i·ldc .. i·ldc + 32].
         unsafe {
             let p = c.add(i * ldc);
-            _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), row[0]));
-            _mm512_storeu_ps(p.add(16), _mm512_add_ps(_mm512_loadu_ps(p.add(16)), row[1]));
+            if accumulate {
+                _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), row[0]));
+                _mm512_storeu_ps(p.add(16), _mm512_add_ps(_mm512_loadu_ps(p.add(16)), row[1]));
+            } else {
+                _mm512_storeu_ps(p, row[0]);
+                _mm512_storeu_ps(p.add(16), row[1]);
+            }
         }
     }
 }
