@@ -59,6 +59,8 @@ pub struct RunOutput {
 pub struct Program {
     pub(crate) slots: usize,
     pub(crate) consts: Vec<(usize, Tensor<'static>)>,
+    /// The constants again, indexed by slot (`None` for other slots).
+    pub(crate) const_slots: Vec<Option<Tensor<'static>>>,
     pub(crate) inputs: Vec<Binding>,
     pub(crate) outputs: Vec<Binding>,
     pub(crate) steps: Vec<Step>,
@@ -130,10 +132,8 @@ impl Program {
                 ),
             });
         }
+        // Constants are read in place from `const_slots`; `values` holds inputs and intermediates.
         let mut values: Vec<Option<Tensor<'static>>> = vec![None; self.slots];
-        for (slot, t) in &self.consts {
-            values[*slot] = Some(t.clone());
-        }
         for (b, t) in self.inputs.iter().zip(inputs) {
             if t.dt() != b.dt || t.shape() != b.shape.as_slice() {
                 return Err(CpuError::Input {
@@ -149,8 +149,11 @@ impl Program {
         for (i, step) in self.steps.iter().enumerate() {
             let start = profile.then(Instant::now);
             let outs = {
-                let args: Vec<Option<&Tensor<'static>>> =
-                    step.inputs.iter().map(|s| s.and_then(|s| values[s].as_ref())).collect();
+                let args: Vec<Option<&Tensor<'static>>> = step
+                    .inputs
+                    .iter()
+                    .map(|s| s.and_then(|s| self.const_slots[s].as_ref().or(values[s].as_ref())))
+                    .collect();
                 (step.kernel)(&args, &ctx).map_err(|e| CpuError::Step {
                     node: step.name.clone(),
                     op: step.op,
@@ -181,6 +184,7 @@ impl Program {
             .map(|b| {
                 values[b.slot]
                     .clone()
+                    .or_else(|| self.const_slots[b.slot].clone())
                     .ok_or_else(|| CpuError::NotImplemented(format!("output '{}' was not computed", b.name)))
             })
             .collect::<Result<_>>()?;

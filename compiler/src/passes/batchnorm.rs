@@ -1,14 +1,67 @@
 //! BatchNormalization folded into the Conv before it: with `s = scale / sqrt(var + eps)`, the Conv's weights
 //! become `W * s` (per output channel) and its bias `(B - mean) * s + beta`. Applies when the Conv's output feeds
 //! only the BatchNorm, and weights, bias and the BatchNorm's parameters are constants of a float type.
+//!
+//! An inference BatchNormalization with constant parameters that cannot be folded (DenseNet's, after a Concat)
+//! becomes `x * s + t` with per-channel constants `s` and `t = beta - mean * s` of shape `[C, 1, …]`: two
+//! elementwise ops that a backend can fuse with what follows (a ReLU, usually).
 
 use stowage_runtime::Tensor;
 
 use crate::consts;
-use crate::ir::{Graph, Op};
+use crate::ir::{Binary, Graph, Op};
 
-/// Folds every eligible Conv + BatchNormalization pair.
+/// Folds every eligible Conv + BatchNormalization pair, then turns the other constant ones into a scale and shift.
 pub fn run(g: &mut Graph) -> usize {
+    fold_into_conv(g) + decompose(g)
+}
+
+fn decompose(g: &mut Graph) -> usize {
+    let mut count = 0;
+    for bn in g.order().to_vec() {
+        let node = g.node(bn);
+        let Op::BatchNorm { epsilon, training: false, .. } = node.op else { continue };
+        let (Some(x), Some(Some(y))) = (node.inputs[0], node.outputs.first().copied()) else { continue };
+        let params: Option<Vec<Vec<f64>>> = node.inputs[1..5]
+            .iter()
+            .map(|v| v.and_then(|v| g.const_value(v)).and_then(|t| consts::to_f64s(t).ok()))
+            .collect();
+        let Some(p) = params else { continue };
+        let ty = g.ty(x).clone();
+        if !ty.dt.is_float() || ty.rank() < 2 {
+            continue;
+        }
+        let c = ty.shape[1];
+        let s: Vec<f64> = (0..c).map(|i| p[0][i] / (p[3][i] + f64::from(epsilon)).sqrt()).collect();
+        let t: Vec<f64> = (0..c).map(|i| p[1][i] - p[2][i] * s[i]).collect();
+        let mut pshape = vec![c];
+        pshape.resize(ty.rank() - 1, 1);
+        let (Ok(st), Ok(tt)) = (consts::from_f64s(ty.dt, &pshape, &s), consts::from_f64s(ty.dt, &pshape, &t)) else {
+            continue;
+        };
+        let name = node.name.clone();
+        let out_name = g.value(y).name.clone();
+        let sv = g.add_const(format!("{name}.scale"), st);
+        let tv = g.add_const(format!("{name}.shift"), tt);
+        let mul = g.add_node(
+            format!("{name}.mul"),
+            Op::Binary(Binary::Mul),
+            vec![Some(x), Some(sv)],
+            vec![Some((format!("{out_name}.scaled"), ty.clone()))],
+        );
+        g.move_before(mul, bn);
+        let Some(Some(scaled)) = g.node(mul).outputs.first().copied() else { continue };
+        let add = g.add_node(name, Op::Binary(Binary::Add), vec![Some(scaled), Some(tv)], vec![Some((out_name, ty))]);
+        g.move_before(add, bn);
+        let Some(Some(shifted)) = g.node(add).outputs.first().copied() else { continue };
+        g.replace_uses(y, shifted);
+        g.remove_node(bn);
+        count += 1;
+    }
+    count
+}
+
+fn fold_into_conv(g: &mut Graph) -> usize {
     let mut folded = 0;
     let uses = g.use_counts();
     for bn in g.order().to_vec() {

@@ -443,24 +443,27 @@ pub fn max_pool_f32(
             (left.max(0) as usize, ((left + kw as isize).max(0) as usize).min(w))
         })
         .collect();
+    // Separable: the max over the window's rows into one row (a vectorisable pass), then over each window's
+    // columns of that row.
     let plane = |c: usize, yc: &mut [f32]| {
         let xc = &x[c * h * w..(c + 1) * h * w];
+        let mut col_max = vec![f32::NAN; w];
         for i in 0..oh {
             let top = (i * sh) as isize - pt as isize;
             let (h0, h1) = (top.max(0) as usize, ((top + kh as isize).max(0) as usize).min(h));
             let out = &mut yc[i * ow..(i + 1) * ow];
+            if h0 >= h1 {
+                out.fill(0.0);
+                continue;
+            }
+            col_max.copy_from_slice(&xc[h0 * w..(h0 + 1) * w]);
+            for r in h0 + 1..h1 {
+                for (m, &v) in col_max.iter_mut().zip(&xc[r * w..(r + 1) * w]) {
+                    *m = m.max(v);
+                }
+            }
             for (o, &(w0, w1)) in out.iter_mut().zip(&cols) {
-                if h0 >= h1 || w0 >= w1 {
-                    *o = 0.0;
-                    continue;
-                }
-                let mut best = f32::NAN;
-                for r in h0..h1 {
-                    for &v in &xc[r * w + w0..r * w + w1] {
-                        best = best.max(v);
-                    }
-                }
-                *o = best;
+                *o = if w0 >= w1 { 0.0 } else { col_max[w0..w1].iter().fold(f32::NAN, |b, &v| b.max(v)) };
             }
         }
     };

@@ -134,7 +134,22 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     for s in consts.iter().map(|(s, _)| *s).chain(inputs.iter().map(|b| b.slot)).chain(outputs.iter().map(|b| b.slot)) {
         last_use[s] = usize::MAX;
     }
-    Ok(Program { slots, consts, inputs, outputs, steps, last_use, threads, profile: false, pool: Default::default() })
+    let mut const_slots = vec![None; slots];
+    for (s, t) in &consts {
+        const_slots[*s] = Some(t.clone());
+    }
+    Ok(Program {
+        slots,
+        consts,
+        const_slots,
+        inputs,
+        outputs,
+        steps,
+        last_use,
+        threads,
+        profile: false,
+        pool: Default::default(),
+    })
 }
 
 /// The step of a fused chain: one call into the JIT's code over the whole output, or one per row when an input

@@ -91,10 +91,11 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let wt = floats::<T>(arg(a, 1)?)?;
                     let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
-                    let mut y = vec![T::zero(); out.iter().product()];
+                    let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    let y = yt.as_slice_mut::<T>()?;
                     let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
-                    conv::conv(&x, &xs, &wt, &ws, b.as_deref(), &p, &mut y, &out, cx.threads);
-                    one(Tensor::from_vec(&out, y)?)
+                    conv::conv(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads);
+                    one(yt)
                 })
             })
         }
@@ -229,10 +230,11 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let w = floats::<T>(arg(a, 1)?)?;
                     let c = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
-                    let mut y = vec![T::zero(); out.iter().product()];
+                    let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    let y = yt.as_slice_mut::<T>()?;
                     gemm::gemm(&x, [asz[0], asz[1]], g.trans_a, &w, [bsz[0], bsz[1]], g.trans_b,
-                        c.as_deref().map(|c| (c, csz.as_slice())), T::from_f64(f64::from(g.alpha)), T::from_f64(f64::from(g.beta)), &mut y, cx.threads);
-                    one(Tensor::from_vec(&out, y)?)
+                        c.as_deref().map(|c| (c, csz.as_slice())), T::from_f64(f64::from(g.alpha)), T::from_f64(f64::from(g.beta)), y, cx.threads);
+                    one(yt)
                 })
             })
         }
@@ -245,9 +247,10 @@ pub(super) fn kernel(
                 float!(wide, T => {
                     let x = floats::<T>(arg(a, 0)?)?;
                     let w = floats::<T>(arg(a, 1)?)?;
-                    let mut y = vec![T::zero(); out.iter().product()];
-                    gemm::matmul(&x, &asz, &w, &bsz, &mut y, &out, cx.threads);
-                    one(Tensor::from_vec(&out, y)?)
+                    let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    let y = yt.as_slice_mut::<T>()?;
+                    gemm::matmul(&x, &asz, &w, &bsz, y, &out, cx.threads);
+                    one(yt)
                 })
             })
         }
