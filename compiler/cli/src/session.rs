@@ -220,5 +220,10 @@ fn print_profile(program: &Program, inputs: Vec<Tensor<'static>>) -> Result<(), 
     for (op, (n, t)) in rows {
         eprintln!("profile {op:<20} {n:>4} steps {:>9.3} ms {:>5.1}%", t * 1e3, 100.0 * t / total);
     }
+    let mut steps: Vec<&(String, &str, f64)> = out.profile.iter().collect();
+    steps.sort_by(|a, b| b.2.total_cmp(&a.2));
+    for (name, op, t) in steps.iter().take(8) {
+        eprintln!("profile step {name:<28} {op:<12} {:>9.3} ms", t * 1e3);
+    }
     Ok(())
 }
