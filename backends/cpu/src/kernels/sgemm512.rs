@@ -59,6 +59,23 @@ pub fn sgemm(
         }
         return;
     }
+    if b_cs == 1 && m < MR {
+        // A few rows against a row-major B (a dense layer's weights as stored): each destination row is a sum of
+        // B's rows scaled by that row of A, streaming B once per row.
+        for i in 0..m {
+            let row = &mut dst[i * dst_rs..i * dst_rs + n];
+            if !read_dst {
+                row.fill(0.0);
+            } else if dst_coef != 1.0 {
+                row.iter_mut().for_each(|v| *v *= dst_coef);
+            }
+            for l in 0..k {
+                let coef = alpha * a[i * a_rs + l * a_cs];
+                axpy(coef, &b[l * b_rs..l * b_rs + n], row);
+            }
+        }
+        return;
+    }
     // The first block of K overwrites the destination unless it is read; later blocks accumulate.
     if read_dst && dst_coef != 1.0 {
         for i in 0..m {
@@ -73,8 +90,10 @@ pub fn sgemm(
         }
         return;
     }
-    let mut bpack = vec![0f32; KC * NC.min(n.div_ceil(NR) * NR)];
-    let mut apack = vec![0f32; MC * KC];
+    // Scratch sized to this product (small products are common: attention heads, dense layers).
+    let kc_max = KC.min(k);
+    let mut bpack = vec![0f32; kc_max * NC.min(n.div_ceil(NR) * NR)];
+    let mut apack = vec![0f32; MC.min(m.div_ceil(MR) * MR) * kc_max];
     let mut tile = [0f32; MR * NR];
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
@@ -138,6 +157,25 @@ pub fn sgemm(
                 }
             }
         }
+    }
+}
+
+/// `y += a·x`.
+fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "sgemm: axpy lengths");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU.
+    unsafe {
+        axpy_avx512(a, x, y)
+    }
+}
+
+/// The plain loop, compiled with AVX-512 enabled so that it is vectorised 16 lanes wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn axpy_avx512(a: f32, x: &[f32], y: &mut [f32]) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o += a * v;
     }
 }
 
