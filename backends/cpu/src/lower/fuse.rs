@@ -2,9 +2,11 @@
 //!
 //! A node joins the chain of an input's producer when that input feeds nothing else, is not a graph output, and
 //! has the node's own shape; the chain's result is its last node's output. Inputs of a chain are either of that
-//! shape, single elements (constant scalars become immediates), or row-broadcast: constant along rows of at least
-//! 16 elements, such as a per-channel scale `[C, 1, 1]` against `[N, C, H, W]`; then the chain runs once per row,
-//! each row getting its element of those inputs. Other broadcasting stays with the interpreter kernels.
+//! shape, single elements (constant scalars become immediates), periodic (a suffix of the output's shape of at
+//! least 16 elements, such as a bias `[D]` against `[N, S, D]`: the chain runs once per period, reading it whole),
+//! or row-broadcast: constant along rows of at least 16 elements, such as a per-channel scale `[C, 1, 1]` against
+//! `[N, C, H, W]`; then the chain runs once per row, each row getting its element of those inputs. Other
+//! broadcasting stays with the interpreter kernels.
 
 use std::collections::HashMap;
 
@@ -28,6 +30,8 @@ pub(super) struct Planned {
     pub inner: usize,
     /// Per input: for a row-broadcast input, the element it supplies to each row; `None` for the others.
     pub rows: Vec<Option<Vec<usize>>>,
+    /// Per input: true if it repeats with period `inner` (read whole for every row).
+    pub periodic: Vec<bool>,
 }
 
 /// The last axis (of `out`) along which `shape`, right-aligned to `out`, is not 1; `None` if it is all 1s.
@@ -51,6 +55,15 @@ fn row_broadcast(shape: &[usize], out: &[usize]) -> bool {
         None => return fits,
     };
     fits && inner >= MIN_ROW
+}
+
+/// If `shape` (leading 1s aside) is a proper suffix of `out` of at least [`MIN_ROW`] elements, that many: the
+/// input repeats with that period along the output (a bias over the last axis, say).
+fn periodic(shape: &[usize], out: &[usize]) -> Option<usize> {
+    let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
+    let core = &shape[first..];
+    let period: usize = core.iter().product();
+    (core.len() < out.len() && out.ends_with(core) && core != out && period >= MIN_ROW).then_some(period)
 }
 
 /// The function one node applies, if it can be fused: (instruction builder, its data inputs).
@@ -95,7 +108,11 @@ pub(super) fn plan(graph: &Graph) -> HashMap<NodeId, Planned> {
         let shape = &graph.ty(out).shape;
         let inputs_ok = node.inputs.iter().flatten().all(|&v| {
             let s = &graph.ty(v).shape;
-            f32_of(v) && (s == shape || graph.ty(v).element_count() == Some(1) || row_broadcast(s, shape))
+            f32_of(v)
+                && (s == shape
+                    || graph.ty(v).element_count() == Some(1)
+                    || periodic(s, shape).is_some()
+                    || row_broadcast(s, shape))
         });
         let clip_ok =
             !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
@@ -135,10 +152,17 @@ fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
     let out = graph.node(root).outputs[0]?;
     b.value(out)?;
     let shape = graph.ty(out).shape.clone();
-    // Row inputs: neither full-shape nor single elements. The row boundary is after the last axis any of them
-    // varies along; each row gets one element of each.
-    let is_row: Vec<bool> =
-        b.inputs.iter().map(|&v| graph.ty(v).shape != shape && graph.ty(v).element_count() != Some(1)).collect();
+    // Periodic inputs repeat along the output: the chain runs once per period, reading them whole each time.
+    // Row inputs (neither full-shape, single elements nor periodic): the row boundary is after the last axis any
+    // of them varies along; each row gets one element of each. A chain mixes at most one of the two kinds.
+    let full_or_scalar = |v: ValueId| graph.ty(v).shape == shape || graph.ty(v).element_count() == Some(1);
+    let periods: Vec<Option<usize>> =
+        b.inputs.iter().map(|&v| if full_or_scalar(v) { None } else { periodic(&graph.ty(v).shape, &shape) }).collect();
+    let is_row: Vec<bool> = b.inputs.iter().zip(&periods).map(|(&v, p)| !full_or_scalar(v) && p.is_none()).collect();
+    let period = periods.iter().flatten().copied().max();
+    if period.is_some() && (is_row.iter().any(|&r| r) || periods.iter().flatten().any(|&p| Some(p) != period)) {
+        return None;
+    }
     let split = b
         .inputs
         .iter()
@@ -146,9 +170,10 @@ fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
         .filter(|(_, r)| **r)
         .filter_map(|(&v, _)| last_varying_axis(&graph.ty(v).shape, &shape))
         .max();
-    let (inner, rows) = match split {
-        None => (shape.iter().product(), vec![None; b.inputs.len()]),
-        Some(k) => {
+    let (inner, rows) = match (period, split) {
+        (Some(p), _) => (p, vec![None; b.inputs.len()]),
+        (None, None) => (shape.iter().product(), vec![None; b.inputs.len()]),
+        (None, Some(k)) => {
             let rows = b
                 .inputs
                 .iter()
@@ -168,6 +193,7 @@ fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
         members: members.to_vec(),
         inner,
         rows,
+        periodic: periods.iter().map(Option::is_some).collect(),
     })
 }
 

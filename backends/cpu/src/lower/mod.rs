@@ -157,6 +157,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
 fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, plan: &fuse::Planned, out: Vec<usize>) -> Kernel {
     let scalar = plan.chain.scalar_inputs.clone();
     let rows = plan.rows.clone();
+    let periodic = plan.periodic.clone();
     let inner = plan.inner.max(1);
     Box::new(move |a, _| {
         let slices: Vec<std::borrow::Cow<'_, [f32]>> = a
@@ -165,7 +166,7 @@ fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, plan: &fuse::Planne
             .collect::<Result<_>>()?;
         let mut y = Tensor::zeros(DatumType::F32, &out)?;
         let ys = y.as_slice_mut::<f32>()?;
-        if rows.iter().all(Option::is_none) {
+        if rows.iter().all(Option::is_none) && !periodic.contains(&true) {
             let views: Vec<&[f32]> = slices.iter().map(|c| c.as_ref()).collect();
             code.call(index, &views, &scalar, ys)?;
         } else {
@@ -173,10 +174,11 @@ fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, plan: &fuse::Planne
                 let views: Vec<&[f32]> = slices
                     .iter()
                     .zip(&rows)
-                    .zip(&scalar)
-                    .map(|((x, row), &s)| match row {
+                    .zip(scalar.iter().zip(&periodic))
+                    .map(|((x, row), (&s, &p))| match row {
                         Some(table) => &x[table[r]..table[r] + 1],
                         None if s => &x[..1],
+                        None if p => &x[..chunk.len()],
                         None => &x[r * inner..r * inner + chunk.len()],
                     })
                     .collect();
