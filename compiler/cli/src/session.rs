@@ -82,6 +82,7 @@ pub fn run_bytes(
     start: Instant,
 ) -> Result<Outcome, String> {
     check_target(&options.target)?;
+    let progress = Progress::start(model);
     let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     let graph =
         proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
@@ -122,13 +123,17 @@ pub fn run_bytes(
             config.input_shapes.entry(name.clone()).or_insert_with(|| t.shape().to_vec());
         }
     }
+    progress.phase("importing");
     let graph = onnx::import(&proto, model.parent(), &config)
         .map_err(|e| stowage_compiler::ImportError { path: Some(model.to_path_buf()), kind: e.kind }.to_string())?;
     let mut cx = Context::new(graph);
+    progress.phase("folding constants and optimising");
     cx.optimize().map_err(|e| e.to_string())?;
+    progress.phase("generating kernels");
     let mut program =
         stowage_cpu::lower(&cx.graph, options.threads).map_err(|e| format!("{}: {e}", model.display()))?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    progress.finish();
     let mut run_inputs = Vec::with_capacity(program.inputs().len());
     for b in program.inputs() {
         let t = inputs
@@ -226,4 +231,42 @@ fn print_profile(program: &Program, inputs: Vec<Tensor<'static>>) -> Result<(), 
         eprintln!("profile step {name:<28} {op:<12} {:>9.3} ms", t * 1e3);
     }
     Ok(())
+}
+
+/// A spinner on stderr while a model compiles, shown only when stderr is a terminal and compiling takes longer
+/// than a moment (tests and pipes see nothing).
+struct Progress(Option<indicatif::ProgressBar>);
+
+impl Progress {
+    fn start(model: &Path) -> Progress {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Progress(None);
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_message(format!("compiling {}: reading", model.display()));
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        Progress(Some(bar))
+    }
+
+    fn phase(&self, what: &str) {
+        if let Some(bar) = &self.0 {
+            let msg = bar.message();
+            let model = msg.split(':').next().unwrap_or("compiling");
+            bar.set_message(format!("{model}: {what}"));
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Progress {
+    /// An error leaves no spinner behind its one-line message.
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
