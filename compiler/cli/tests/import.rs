@@ -62,3 +62,13 @@ fn usage_errors_exit_2() {
     let (code, _, _) = stowage(&["frobnicate"]);
     assert_eq!(code, 2);
 }
+
+/// README's main command: the demo compiles the bundled model, runs it and matches the bundled reference.
+#[test]
+fn demo_runs_and_matches_its_reference() {
+    let (code, out, err) = stowage(&["demo"]);
+    assert_eq!(code, 0, "{err}");
+    for needle in ["x Conv", "copies: 0 planned, 0 performed", "peak memory:", "latency:", "matches (rtol 1e-3, atol 1e-4)"] {
+        assert!(out.contains(needle), "demo output lacks {needle:?}:\n{out}");
+    }
+}
