@@ -68,7 +68,9 @@ fn usage_errors_exit_2() {
 fn demo_runs_and_matches_its_reference() {
     let (code, out, err) = stowage(&["demo"]);
     assert_eq!(code, 0, "{err}");
-    for needle in ["x Conv", "copies: 0 planned, 0 performed", "peak memory:", "latency:", "matches (rtol 1e-3, atol 1e-4)"] {
+    for needle in
+        ["x Conv", "copies: 0 planned, 0 performed", "peak memory:", "latency:", "matches (rtol 1e-3, atol 1e-4)"]
+    {
         assert!(out.contains(needle), "demo output lacks {needle:?}:\n{out}");
     }
 }
