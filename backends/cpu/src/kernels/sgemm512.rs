@@ -109,12 +109,18 @@ pub fn sgemm(
                     continue;
                 }
                 let panel = &mut bpack[p * kc * NR..(p + 1) * kc * NR];
-                for l in 0..kc {
+                let c0 = jc + p * NR;
+                let cols = NR.min(n - c0);
+                for (l, dst) in panel.chunks_exact_mut(NR).enumerate() {
                     let src = (pc + l) * b_rs;
-                    for j in 0..NR {
-                        let col = jc + p * NR + j;
-                        panel[l * NR + j] = if col < n { b[src + col * b_cs] } else { 0.0 };
+                    if b_cs == 1 {
+                        dst[..cols].copy_from_slice(&b[src + c0..src + c0 + cols]);
+                    } else {
+                        for (j, d) in dst[..cols].iter_mut().enumerate() {
+                            *d = b[src + (c0 + j) * b_cs];
+                        }
                     }
+                    dst[cols..].fill(0.0);
                 }
             }
             for ic in (0..m).step_by(MC) {
