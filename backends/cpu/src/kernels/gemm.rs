@@ -415,11 +415,12 @@ pub fn matmul<T: Float>(
             (x, 1) => x,
             _ => panic!("matmul: batch axes do not broadcast ({a_shape:?} @ {b_shape:?})"),
         };
-        if da != 1 {
-            a_bs[i] = a_st[ai.unwrap()];
+        // An axis of size other than 1 exists in that operand, so its index is Some.
+        if let (Some(j), true) = (ai, da != 1) {
+            a_bs[i] = a_st[j];
         }
-        if db != 1 {
-            b_bs[i] = b_st[bi.unwrap()];
+        if let (Some(j), true) = (bi, db != 1) {
+            b_bs[i] = b_st[j];
         }
     }
     let count: usize = batch.iter().product();
