@@ -417,3 +417,21 @@ fn resize(a: &Attrs<'_>, opset: i64, n: usize) -> Result<Parsed, ParseError> {
     };
     Ok(Parsed::Op(op, slots))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::proto::NodeProto;
+
+    /// Every op of [`crate::onnx::SUPPORTED_OPS`] is one `parse` knows (with or without its required attributes),
+    /// and a made-up one is not.
+    #[test]
+    fn the_supported_list_matches_the_parser() {
+        let node = NodeProto::default();
+        for op in crate::onnx::SUPPORTED_OPS {
+            let known = !matches!(parse(op, &Attrs(&node), 18, &[]), Err(ParseError::Unknown));
+            assert!(known, "{op} is listed as supported but the parser does not know it");
+        }
+        assert!(matches!(parse("Frobnicate", &Attrs(&node), 18, &[]), Err(ParseError::Unknown)));
+    }
+}
