@@ -292,6 +292,9 @@ pub fn average_pool<T: Float>(
     y_shape: &[usize],
     threads: usize,
 ) {
+    if average_pool_2d_inside(x, x_shape, p, y, y_shape) {
+        return;
+    }
     let win = Windows::new(x_shape, p, y_shape);
     let channels = x_shape[0] * x_shape[1];
     assert_eq!(x.len(), channels * win.in_size, "average_pool: X length");
@@ -473,6 +476,47 @@ pub fn max_pool_f32(
     } else {
         y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
     }
+}
+
+/// The common 2-D case where every window lies inside the input (no padding, no dilation, no window past the
+/// edge): the divisor is the window size whatever `count_include_pad` says, and the sums are plain loops. Returns
+/// false, doing nothing, otherwise.
+fn average_pool_2d_inside<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    p: &PoolParams<'_>,
+    y: &mut [T],
+    y_shape: &[usize],
+) -> bool {
+    let ones = |v: &[usize]| v.is_empty() || v.iter().all(|&d| d == 1);
+    let zeros = |v: &[usize]| v.iter().all(|&d| d == 0);
+    if x_shape.len() != 4 || y_shape.len() != 4 || p.kernel.len() != 2 || !ones(p.dilations) || !zeros(p.pads) {
+        return false;
+    }
+    let (h, w, oh, ow) = (x_shape[2], x_shape[3], y_shape[2], y_shape[3]);
+    let (kh, kw) = (p.kernel[0], p.kernel[1]);
+    let (sh, sw) = if p.strides.is_empty() { (1, 1) } else { (p.strides[0], p.strides[1]) };
+    let planes = x_shape[0] * x_shape[1];
+    let inside = oh > 0 && ow > 0 && (oh - 1) * sh + kh <= h && (ow - 1) * sw + kw <= w;
+    if !inside || x.len() != planes * h * w || y.len() != planes * oh * ow {
+        return false;
+    }
+    let scale = T::ONE / T::from_usize(kh * kw);
+    for (c, yc) in y.chunks_mut(oh * ow).enumerate() {
+        let xc = &x[c * h * w..(c + 1) * h * w];
+        for i in 0..oh {
+            for j in 0..ow {
+                let mut sum = T::ZERO;
+                for r in i * sh..i * sh + kh {
+                    for &v in &xc[r * w + j * sw..r * w + j * sw + kw] {
+                        sum += v;
+                    }
+                }
+                yc[i * ow + j] = sum * scale;
+            }
+        }
+    }
+    true
 }
 
 #[cfg(test)]
