@@ -49,10 +49,59 @@ fn gather_elements(
     Ok(Tensor::from_bytes(x.dt(), shape, &out)?)
 }
 
-/// Permutes axes: output axis `i` is input axis `perm[i]`.
+/// Permutes axes: output axis `i` is input axis `perm[i]`. Elements are copied as words of their size, with
+/// the innermost output axis in the inner loop.
 pub fn transpose(x: &Tensor<'_>, perm: &[usize]) -> Result<Tensor<'static>> {
-    let view = x.permute(perm)?;
-    Ok(view.to_row_major()?)
+    let src = packed_bytes(x)?;
+    let shape: Vec<usize> = perm.iter().map(|&a| x.shape()[a]).collect();
+    let st = strides(x.shape());
+    let pst: Vec<usize> = perm.iter().map(|&a| st[a]).collect();
+    let dt = x.dt();
+    Ok(match dt.size_of() {
+        1 => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u8>(&src, &shape, &pst)))?,
+        2 => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u16>(&src, &shape, &pst)))?,
+        4 => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u32>(&src, &shape, &pst)))?,
+        _ => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u64>(&src, &shape, &pst)))?,
+    })
+}
+
+/// The elements of `src` at the offsets `pst` gives for each index of `shape`, in row-major order (offsets in
+/// elements of `W`).
+fn permute_copy<W: bytemuck::Pod>(src: &[u8], shape: &[usize], pst: &[usize]) -> Vec<W> {
+    // Borrowed storage is aligned; a copied one may not be, and then is copied once more into words.
+    let words: std::borrow::Cow<'_, [W]> = match bytemuck::try_cast_slice(src) {
+        Ok(w) => std::borrow::Cow::Borrowed(w),
+        Err(_) => std::borrow::Cow::Owned(
+            src.chunks_exact(std::mem::size_of::<W>()).map(bytemuck::pod_read_unaligned).collect(),
+        ),
+    };
+    let src = words.as_ref();
+    let count: usize = shape.iter().product();
+    let mut out = vec![W::zeroed(); count];
+    let dst = out.as_mut_slice();
+    let rank = shape.len();
+    if rank == 0 || dst.is_empty() {
+        dst.copy_from_slice(&src[..dst.len()]);
+        return out;
+    }
+    let (inner, inner_stride) = (shape[rank - 1], pst[rank - 1]);
+    let mut idx = vec![0usize; rank - 1];
+    let mut base = 0usize;
+    for row in dst.chunks_exact_mut(inner) {
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = src[base + j * inner_stride];
+        }
+        for a in (0..rank - 1).rev() {
+            idx[a] += 1;
+            base += pst[a];
+            if idx[a] < shape[a] {
+                break;
+            }
+            base -= pst[a] * shape[a];
+            idx[a] = 0;
+        }
+    }
+    out
 }
 
 /// Joins tensors along `axis`.
