@@ -61,12 +61,12 @@ pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, St
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .filter(|&n| n <= MAX_ELEMENTS)
         .ok_or_else(|| format!("shape {shape:?} is too large"))?;
-    let bytes = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
-        external(t, dir, count * dt.size_of())?
+    let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
+        external(t, dir, count * dt.size_of())?.into()
     } else if let Some(raw) = &t.raw_data {
-        raw.clone()
+        raw.as_slice().into()
     } else {
-        typed_fields(t, dt, count)?
+        typed_fields(t, dt, count)?.into()
     };
     let expected = count * dt.size_of();
     if bytes.len() != expected {
