@@ -216,7 +216,7 @@ pub fn gemm_strided<T: Float>(
             )
         };
         // Threads take disjoint bands of destination rows (whole micro-tiles), each running the kernel on its band.
-        let band = if threads > 1 { m.div_ceil(threads).next_multiple_of(12) } else { m };
+        let band = if threads > 1 && m >= 48 * threads { m.div_ceil(threads).next_multiple_of(12) } else { m };
         if band >= m {
             super::sgemm512::sgemm(
                 m,
