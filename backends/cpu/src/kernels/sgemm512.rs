@@ -300,5 +300,14 @@ mod tests {
                 assert!((got - expect).abs() <= 1e-4 * expect.abs().max(1.0), "{m}x{n}x{k} [{i}]: {got} vs {expect}");
             }
         }
+        // Row bands on two threads (at least 48 rows each).
+        let (m, n, k) = (100, 70, 300);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+        let mut c = vec![0f32; m * n];
+        super::super::gemm::gemm_strided(m, n, k, &mut c, n, false, 0.0, &a, k, 1, &b, n, 1, 1.0, 2);
+        for (i, (&got, &w)) in c.iter().zip(&naive(m, n, k, &a, &b, false)).enumerate() {
+            assert!((got - w).abs() <= 1e-4 * w.abs().max(1.0), "two threads [{i}]: {got} vs {w}");
+        }
     }
 }
