@@ -91,8 +91,8 @@ enum Step {
     Clip,
 }
 
-/// Plans the chains of `graph`: one per root node.
-pub(super) fn plan(graph: &Graph) -> HashMap<NodeId, Planned> {
+/// Plans the chains of `graph`: one per root node. Nodes in `skip` (absorbed elsewhere) are left out.
+pub(super) fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<NodeId, Planned> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;
@@ -100,6 +100,9 @@ pub(super) fn plan(graph: &Graph) -> HashMap<NodeId, Planned> {
     let mut chain_of: HashMap<NodeId, usize> = HashMap::new();
     let mut chains: Vec<Option<Vec<NodeId>>> = Vec::new();
     for &n in graph.order() {
+        if skip.contains(&n) {
+            continue;
+        }
         let node = graph.node(n);
         let Some(Some(out)) = node.outputs.first().copied() else { continue };
         if node.outputs.len() != 1 || node_fn(&node.op).is_none() || !f32_of(out) {

@@ -41,7 +41,12 @@ pub fn lower(graph: &Graph, threads: usize) -> Result<Program> {
 /// Lowers `graph` to a program.
 pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let threads = options.threads;
-    let planned = if options.fuse { fuse::plan(graph) } else { HashMap::new() };
+    // A ReLU that is the only reader of an f32 Conv's output runs inside the Conv's step, on its output while it
+    // is still in cache; the Conv's step writes the ReLU's value.
+    let relu_after: HashMap<ir::NodeId, ir::NodeId> =
+        if options.fuse { conv_relu_pairs(graph) } else { HashMap::new() };
+    let absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    let planned = if options.fuse { fuse::plan(graph, &absorbed) } else { HashMap::new() };
     let fused_members: std::collections::HashSet<ir::NodeId> =
         planned.values().flat_map(|p| p.members.iter().copied()).collect();
     let mut chain_index: HashMap<ir::NodeId, usize> = HashMap::new();
@@ -73,8 +78,8 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let mut steps = Vec::new();
     for &n in graph.order() {
         let node = graph.node(n);
-        if fused_members.contains(&n) && !planned.contains_key(&n) {
-            continue; // computed inside its chain's root step
+        if fused_members.contains(&n) && !planned.contains_key(&n) || absorbed.contains(&n) {
+            continue; // computed inside its chain's root step, or inside its Conv's step
         }
         let chain = planned.get(&n);
         let node_inputs: Vec<Option<ValueId>> = match chain {
@@ -93,7 +98,11 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                 s
             }));
         }
-        let outs: Vec<Option<usize>> = node.outputs.iter().map(|o| o.map(&mut slot)).collect();
+        let out_values = match relu_after.get(&n) {
+            Some(&r) => &graph.node(r).outputs,
+            None => &node.outputs,
+        };
+        let outs: Vec<Option<usize>> = out_values.iter().map(|o| o.map(&mut slot)).collect();
         let (op_name, kernel) = match (chain, &code) {
             (Some(p), Some(code)) => {
                 let k = fused_kernel(code.clone(), chain_index[&n], p, out_shape(graph, &node.outputs, 0));
@@ -105,7 +114,10 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                     op: node.op.name(),
                     source: Box::new(e),
                 })?;
-                (node.op.name(), k)
+                match relu_after.contains_key(&n) {
+                    true => ("Conv+Relu", relu_in_place(k)),
+                    false => (node.op.name(), k),
+                }
             }
         };
         steps.push(Step { name: node.name.clone(), op: op_name, inputs: ins, outputs: outs, kernel });
@@ -149,6 +161,46 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         threads,
         profile: false,
         pool: Default::default(),
+    })
+}
+
+/// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.
+fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
+    let uses = graph.use_counts();
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    let mut reader: HashMap<ValueId, ir::NodeId> = HashMap::new();
+    for &n in graph.order() {
+        for &v in graph.node(n).inputs.iter().flatten() {
+            reader.insert(v, n);
+        }
+    }
+    let mut pairs = HashMap::new();
+    for &n in graph.order() {
+        let node = graph.node(n);
+        let (Op::Conv(_), Some(Some(v))) = (&node.op, node.outputs.first()) else { continue };
+        if uses[*v] != 1 || outputs.contains(v) || graph.ty(*v).dt != DatumType::F32 {
+            continue;
+        }
+        if let Some(&r) = reader.get(v) {
+            if matches!(graph.node(r).op, Op::Unary(ir::Unary::Relu)) {
+                pairs.insert(n, r);
+            }
+        }
+    }
+    pairs
+}
+
+/// Wraps a Conv kernel so that its f32 output goes through ReLU in place before the step ends.
+fn relu_in_place(k: Kernel) -> Kernel {
+    Box::new(move |a, cx| {
+        let mut outs = k(a, cx)?;
+        if let Some(y) = outs.first_mut() {
+            // A select, not a branch, so that the loop vectorises; NaN stays NaN as in the ReLU kernel.
+            for v in y.as_slice_mut::<f32>()? {
+                *v = if *v < 0.0 { 0.0 } else { *v };
+            }
+        }
+        Ok(outs)
     })
 }
 
