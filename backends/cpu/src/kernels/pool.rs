@@ -466,7 +466,12 @@ pub fn max_pool_f32(
                 }
             }
             for (o, &(w0, w1)) in out.iter_mut().zip(&cols) {
-                *o = if w0 >= w1 { 0.0 } else { col_max[w0..w1].iter().fold(f32::NAN, |b, &v| b.max(v)) };
+                *o = match &col_max[w0..w1.max(w0)] {
+                    [] => 0.0,
+                    [a, b] => a.max(*b),
+                    [a, b, c] => a.max(*b).max(*c),
+                    window => window.iter().fold(f32::NAN, |m, &v| m.max(v)),
+                };
             }
         }
     };
