@@ -3,9 +3,10 @@
 //! Each [`Chain`] becomes one function `fn(inputs: *const *const f32, out: *mut f32, n: usize)` that walks the
 //! elements once: a loop over 4-lane `f32x4` vectors when every instruction has a native vector form (add, mul,
 //! min/max, sqrt, floor, the ReLU family…), then a scalar loop for the tail, which calls out to Rust for
-//! transcendental functions (exp, tanh, erf…). All chains of a program live in one [`JitCode`] module, kept alive
+//! transcendental functions (exp, tanh, sigmoid…). All chains of a program live in one [`JitCode`] module, kept alive
 //! by the steps that call into it. Cranelift's x86 backend has 128-bit vectors only, so this is for the fused
-//! model-specific glue; GEMM and convolution run in the `gemm` crate (see `kernels::gemm`).
+//! model-specific glue; products and convolutions run in `kernels::gemm`. erf (and the erf GELU) is compiled as a
+//! rational approximation, so chains holding it vectorise.
 
 mod chain;
 
@@ -41,17 +42,11 @@ extern "C" fn math_sin(x: f32) -> f32 {
 extern "C" fn math_cos(x: f32) -> f32 {
     x.cos()
 }
-extern "C" fn math_erf(x: f32) -> f32 {
-    libm::erff(x)
-}
 extern "C" fn math_sigmoid(x: f32) -> f32 {
     unary_scalar(UnaryFn::Sigmoid, x)
 }
 extern "C" fn math_softplus(x: f32) -> f32 {
     unary_scalar(UnaryFn::Softplus, x)
-}
-extern "C" fn math_gelu(x: f32) -> f32 {
-    unary_scalar(UnaryFn::Gelu(false), x)
 }
 extern "C" fn math_gelu_tanh(x: f32) -> f32 {
     unary_scalar(UnaryFn::Gelu(true), x)
@@ -66,10 +61,8 @@ const MATH1: &[(&str, extern "C" fn(f32) -> f32)] = &[
     ("stowage_tanh", math_tanh),
     ("stowage_sin", math_sin),
     ("stowage_cos", math_cos),
-    ("stowage_erf", math_erf),
     ("stowage_sigmoid", math_sigmoid),
     ("stowage_softplus", math_softplus),
-    ("stowage_gelu", math_gelu),
     ("stowage_gelu_tanh", math_gelu_tanh),
 ];
 
@@ -80,10 +73,8 @@ fn math_name(f: UnaryFn) -> Option<&'static str> {
         UnaryFn::Tanh => "stowage_tanh",
         UnaryFn::Sin => "stowage_sin",
         UnaryFn::Cos => "stowage_cos",
-        UnaryFn::Erf => "stowage_erf",
         UnaryFn::Sigmoid => "stowage_sigmoid",
         UnaryFn::Softplus => "stowage_softplus",
-        UnaryFn::Gelu(false) => "stowage_gelu",
         UnaryFn::Gelu(true) => "stowage_gelu_tanh",
         _ => return None,
     })
@@ -274,6 +265,17 @@ fn emit(
                         b.ins().fadd(pos, scaled)
                     }
                     UnaryFn::HardSigmoid(alpha, beta) => hard_sigmoid(b, ty, x, alpha, beta),
+                    UnaryFn::Erf => erf(b, ty, x),
+                    UnaryFn::Gelu(false) => {
+                        let s = splat_const(b, ty, std::f32::consts::FRAC_1_SQRT_2);
+                        let scaled = b.ins().fmul(x, s);
+                        let e = erf(b, ty, scaled);
+                        let one = splat_const(b, ty, 1.0);
+                        let half = splat_const(b, ty, 0.5);
+                        let t = b.ins().fadd(e, one);
+                        let t = b.ins().fmul(t, x);
+                        b.ins().fmul(t, half)
+                    }
                     UnaryFn::HardSwish => {
                         let h = hard_sigmoid(b, ty, x, 1.0 / 6.0, 0.5);
                         b.ins().fmul(x, h)
@@ -316,6 +318,27 @@ fn emit(
         v.push(x);
     }
     v.last().copied().ok_or_else(|| jit_err("an empty chain"))
+}
+
+/// erf as `x·P(x²) / Q(x²)` on x clamped to [-4, 4] (see `chain::ERF_P`): only native instructions.
+fn erf(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
+    let (lo, hi) = (splat_const(b, ty, -4.0), splat_const(b, ty, 4.0));
+    let x = b.ins().fmax(x, lo);
+    let x = b.ins().fmin(x, hi);
+    let x2 = b.ins().fmul(x, x);
+    let horner = |b: &mut FunctionBuilder<'_>, coeffs: &[f32]| {
+        let mut acc = splat_const(b, ty, coeffs[0]);
+        for &c in &coeffs[1..] {
+            let m = b.ins().fmul(acc, x2);
+            let k = splat_const(b, ty, c);
+            acc = b.ins().fadd(m, k);
+        }
+        acc
+    };
+    let p = horner(b, &chain::ERF_P);
+    let p = b.ins().fmul(p, x);
+    let q = horner(b, &chain::ERF_Q);
+    b.ins().fdiv(p, q)
 }
 
 fn hard_sigmoid(b: &mut FunctionBuilder<'_>, ty: Type, x: Value, alpha: f32, beta: f32) -> Value {
