@@ -148,39 +148,6 @@ fn float_unary<T: Copy>(f: UnaryFn, x: f64) -> f64 {
     }
 }
 
-/// f32 versions of the hot functions, so f32 models do not pay for f64.
-fn f32_unary(f: UnaryFn, x: f32) -> f32 {
-    match f {
-        UnaryFn::Relu => {
-            if x < 0.0 {
-                0.0
-            } else {
-                x
-            }
-        }
-        UnaryFn::Neg => -x,
-        UnaryFn::Abs => x.abs(),
-        UnaryFn::Exp => x.exp(),
-        UnaryFn::Sqrt => x.sqrt(),
-        UnaryFn::Reciprocal => 1.0 / x,
-        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryFn::Tanh => x.tanh(),
-        UnaryFn::Erf => libm::erff(x),
-        UnaryFn::Log => x.ln(),
-        UnaryFn::Floor => x.floor(),
-        UnaryFn::Ceil => x.ceil(),
-        UnaryFn::LeakyRelu(a) => {
-            if x >= 0.0 {
-                x
-            } else {
-                x * a
-            }
-        }
-        UnaryFn::Gelu(false) => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
-        other => float_unary::<f32>(other, f64::from(x)) as f32,
-    }
-}
-
 /// Applies a one-input function.
 pub fn unary(f: UnaryFn, x: &Tensor<'_>) -> Result<Tensor<'static>> {
     let dt = x.dt();
@@ -193,9 +160,10 @@ pub fn unary(f: UnaryFn, x: &Tensor<'_>) -> Result<Tensor<'static>> {
         return Ok(Tensor::from_vec(shape, v)?);
     }
     match dt {
-        DatumType::F32 => {
-            Ok(Tensor::from_vec(shape, x.to_vec::<f32>()?.into_iter().map(|v| f32_unary(f, v)).collect::<Vec<_>>())?)
-        }
+        DatumType::F32 => Ok(Tensor::from_vec(
+            shape,
+            x.to_vec::<f32>()?.into_iter().map(|v| crate::jit::unary_scalar(f, v)).collect::<Vec<_>>(),
+        )?),
         DatumType::F64 => Ok(Tensor::from_vec(
             shape,
             x.to_vec::<f64>()?.into_iter().map(|v| float_unary::<f64>(f, v)).collect::<Vec<_>>(),
