@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{gemm_strided, Float};
+use super::gemm::{gemm_packed, gemm_strided, pack_lhs, Float, PackedA};
 
 /// Convolution attributes, already resolved by the caller (no `auto_pad`): one entry per spatial axis, except
 /// `pads`, which holds the begin padding of every spatial axis followed by the end padding of every spatial axis
@@ -121,13 +121,35 @@ impl Geometry {
     }
 }
 
-/// ONNX `Conv` (see the module doc for layouts): `y[n, m, o] = bias[m] + Σ_{c, k} w[m, c, k] · x[n, g·C/G + c,
-/// o·stride + k·dilation − pad_begin]`, with taps in the padding reading 0. `y_shape` is the output shape the
-/// caller computed (`Oᵢ = ⌊(Dᵢ + beginᵢ + endᵢ − dilationᵢ·(Kᵢ − 1) − 1) / strideᵢ⌋ + 1`). With `threads > 1`,
-/// (batch item, group) blocks run in parallel when there are enough of them, otherwise each product is split.
-///
-/// # Panics
-/// On inconsistent shapes, attributes or slice lengths.
+/// f32 convolution weights packed ahead of time for the product kernel (one packed operand per group), made
+/// once when a model is compiled: the weights are constant, and packing them on every run costs as much as the
+/// product when there are few output positions.
+pub struct PackedWeights {
+    groups: Vec<PackedA>,
+}
+
+impl PackedWeights {
+    /// Packs `w` (`[M, C / group, K₁ … Kₛ]`); `None` when packing ahead does not apply (see
+    /// [`super::gemm::pack_lhs`]) or the shapes are inconsistent.
+    pub fn new(w: &[f32], w_shape: &[usize], group: usize) -> Option<PackedWeights> {
+        let g = group.max(1);
+        let m = *w_shape.first()?;
+        let kdim: usize = w_shape[1..].iter().product();
+        if m % g != 0 || w.len() != m * kdim {
+            return None;
+        }
+        let mg = m / g;
+        let groups = (0..g).map(|gi| pack_lhs(mg, kdim, &w[gi * mg * kdim..][..mg * kdim], kdim, 1));
+        Some(PackedWeights { groups: groups.collect::<Option<_>>()? })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.groups.iter().map(PackedA::bytes).sum()
+    }
+}
+
+/// [`conv_packed`] without packed weights.
 #[allow(clippy::too_many_arguments)]
 pub fn conv<T: Float>(
     x: &[T],
@@ -139,6 +161,30 @@ pub fn conv<T: Float>(
     y: &mut [T],
     y_shape: &[usize],
     threads: usize,
+) {
+    conv_packed(x, x_shape, w, w_shape, bias, p, y, y_shape, threads, None)
+}
+
+/// ONNX `Conv` (see the module doc for layouts): `y[n, m, o] = bias[m] + Σ_{c, k} w[m, c, k] · x[n, g·C/G + c,
+/// o·stride + k·dilation − pad_begin]`, with taps in the padding reading 0. `y_shape` is the output shape the
+/// caller computed (`Oᵢ = ⌊(Dᵢ + beginᵢ + endᵢ − dilationᵢ·(Kᵢ − 1) − 1) / strideᵢ⌋ + 1`). With `threads > 1`,
+/// (batch item, group) blocks run in parallel when there are enough of them, otherwise each product is split.
+///
+/// # Panics
+/// On inconsistent shapes, attributes or slice lengths.
+/// `packed`, when given, is `w` packed by [`PackedWeights::new`]; it is used when `T` is f32.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_packed<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    w: &[T],
+    w_shape: &[usize],
+    bias: Option<&[T]>,
+    p: &ConvParams<'_>,
+    y: &mut [T],
+    y_shape: &[usize],
+    threads: usize,
+    packed: Option<&PackedWeights>,
 ) {
     assert!(x_shape.len() >= 2, "conv: input must have rank ≥ 2, got {x_shape:?}");
     let s = x_shape.len() - 2;
@@ -191,6 +237,28 @@ pub fn conv<T: Float>(
     if y.is_empty() {
         return;
     }
+    let packed = packed.filter(|_| std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>());
+    if let Some(pw) = packed {
+        assert!(
+            pw.groups.len() == g && pw.groups.iter().all(|a| a.rows() == mg && a.cols() == kdim),
+            "conv: packed weights of another shape"
+        );
+    }
+    // One group's product `y[.., p0..] (+)= W_g · cols`, `cols` being `width` columns with row stride `cols_rs`.
+    let product = |gi: usize, w_g: &[T], cols: &[T], cols_rs: usize, width: usize, y: &mut [T], read: bool, threads| {
+        match packed {
+            Some(pw) => {
+                // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are
+                // the same slices retyped.
+                let (cols, y) =
+                    unsafe { (&*(cols as *const [T] as *const [f32]), &mut *(y as *mut [T] as *mut [f32])) };
+                gemm_packed(&pw.groups[gi], width, y, p_out, read, cols, cols_rs, 1, threads)
+            }
+            None => {
+                gemm_strided(mg, width, kdim, y, p_out, read, T::ONE, w_g, kdim, 1, cols, cols_rs, 1, T::ONE, threads)
+            }
+        }
+    };
     let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
     debug_assert!(!pointwise || p_in == p_out);
 
@@ -212,7 +280,7 @@ pub fn conv<T: Float>(
             return;
         }
         if pointwise {
-            gemm_strided(mg, p_out, cg, y_blk, p_out, read, T::ONE, w_g, kdim, 1, x_g, p_out, 1, T::ONE, threads);
+            product(gi, w_g, x_g, p_out, p_out, y_blk, read, threads);
             return;
         }
         let tile = (COL_TILE_ELEMS / kdim).clamp(1, p_out);
@@ -237,23 +305,7 @@ pub fn conv<T: Float>(
                     fill(r, row, &mut kidx);
                 }
             }
-            gemm_strided(
-                mg,
-                width,
-                kdim,
-                &mut y_blk[p0..],
-                p_out,
-                read,
-                T::ONE,
-                w_g,
-                kdim,
-                1,
-                cols,
-                width,
-                1,
-                T::ONE,
-                threads,
-            );
+            product(gi, w_g, cols, width, width, &mut y_blk[p0..], read, threads);
         }
     };
     let blocks = nb * g;
@@ -422,6 +474,24 @@ mod tests {
                 pads: vec![0, 0, 0, 0],
                 group: 1,
             },
+            // Grouped with 13 output channels per group and a 3×3 window: packed weights where AVX-512F runs.
+            Case {
+                xs: vec![1, 4, 9, 7],
+                ws: vec![26, 2, 3, 3],
+                strides: vec![1, 1],
+                dil: vec![1, 1],
+                pads: vec![1, 1, 1, 1],
+                group: 2,
+            },
+            // Pointwise with 50 output channels (several row panels, bands on two threads).
+            Case {
+                xs: vec![2, 3, 6, 6],
+                ws: vec![200, 3, 1, 1],
+                strides: vec![1, 1],
+                dil: vec![1, 1],
+                pads: vec![0, 0, 0, 0],
+                group: 1,
+            },
             // 1-D.
             Case { xs: vec![2, 2, 9], ws: vec![3, 2, 4], strides: vec![2], dil: vec![2], pads: vec![3, 1], group: 1 },
             // 3-D.
@@ -434,6 +504,7 @@ mod tests {
                 group: 1,
             },
         ];
+        let mut packed_runs = 0;
         for (ci, case) in cases.iter().enumerate() {
             let s = case.xs.len() - 2;
             let mut ys = vec![case.xs[0], case.ws[0]];
@@ -458,6 +529,14 @@ mod tests {
                 let mut y = vec![f32::NAN; want.len()];
                 pool.install(|| conv(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, threads));
                 close(&y, &want);
+                // The same with the weights packed ahead of time, where that applies.
+                if let Some(packed) = PackedWeights::new(&w, &case.ws, case.group) {
+                    packed_runs += 1;
+                    let mut y = vec![f32::NAN; want.len()];
+                    let (xs, ws) = (&case.xs, &case.ws);
+                    pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, Some(&packed)));
+                    close(&y, &want);
+                }
             }
             // f64 and no bias.
             let want = naive(&x, &case.xs, &w, &case.ws, None, &case.strides, &case.dil, &case.pads, case.group, &ys);
@@ -466,6 +545,9 @@ mod tests {
             let mut y = vec![f64::NAN; want.len()];
             conv(&x64, &case.xs, &w64, &case.ws, None, &p, &mut y, &ys, 1);
             close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
+        }
+        if crate::kernels::sgemm512::available() {
+            assert_eq!(packed_runs, 2 * 2, "the two cases with 12 or more channels per group run packed");
         }
     }
 

@@ -14,6 +14,8 @@ use core::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAss
 
 use rayon::prelude::*;
 
+pub use super::sgemm512::PackedA;
+
 mod sealed {
     /// Restricts [`super::Float`] to the types the `gemm` crate dispatches on.
     pub trait Sealed {}
@@ -285,6 +287,59 @@ pub fn gemm_strided<T: Float>(
             parallelism,
         );
     }
+}
+
+/// [`gemm_strided`] with a left operand packed ahead of time (`a.rows()` × `a.cols()`, coefficient 1):
+/// `dst[i·dst_rs + j] = (read_dst ? dst[i·dst_rs + j] : 0) + Σₗ a[i, l] · b[l·b_rs + j·b_cs]`. Threads take bands
+/// of whole panels of rows.
+///
+/// # Panics
+/// As [`gemm_strided`]; and when this CPU cannot run the packed kernel (see [`PackedA`]'s constructor,
+/// [`pack_lhs`]).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed(
+    a: &PackedA,
+    n: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    read_dst: bool,
+    b: &[f32],
+    b_rs: usize,
+    b_cs: usize,
+    threads: usize,
+) {
+    let (m, k) = (a.rows(), a.cols());
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(super::sgemm512::available(), "gemm: a packed operand on a CPU without AVX-512F");
+    let dst_extent = extent(m, dst_rs, n, 1).expect("gemm: destination extent overflows");
+    assert!(dst_extent <= dst.len(), "gemm: destination too short ({} < {dst_extent})", dst.len());
+    assert!(m == 1 || dst_rs >= n, "gemm: destination rows overlap");
+    let b_extent = extent(k, b_rs, n, b_cs).expect("gemm: rhs extent overflows");
+    assert!(b_extent <= b.len(), "gemm: rhs too short ({} < {b_extent})", b.len());
+    let panel = super::sgemm512::PANEL_ROWS;
+    let band = if threads > 1 && m >= 4 * panel * threads { m.div_ceil(threads).next_multiple_of(panel) } else { m };
+    if band >= m {
+        super::sgemm512::sgemm_packed(a, 0, m, n, dst, dst_rs, read_dst, b, (b_rs, b_cs));
+    } else {
+        dst.par_chunks_mut(band * dst_rs).enumerate().for_each(|(i, rows)| {
+            let r0 = i * band;
+            super::sgemm512::sgemm_packed(a, r0, band.min(m - r0), n, rows, dst_rs, read_dst, b, (b_rs, b_cs));
+        });
+    }
+}
+
+/// Packs a constant f32 left operand `a[i·a_rs + l·a_cs]` (`m × k`) for [`gemm_packed`], or `None` when packing
+/// ahead does not pay or cannot run: fewer rows than one panel (those products take the dot and AXPY paths), or
+/// no AVX-512F on this CPU.
+pub fn pack_lhs(m: usize, k: usize, a: &[f32], a_rs: usize, a_cs: usize) -> Option<PackedA> {
+    if m < super::sgemm512::PANEL_ROWS || k == 0 || !super::sgemm512::available() {
+        return None;
+    }
+    let a_extent = extent(m, a_rs, k, a_cs).expect("gemm: lhs extent overflows");
+    assert!(a_extent <= a.len(), "gemm: lhs too short ({} < {a_extent})", a.len());
+    Some(PackedA::new(m, k, a, (a_rs, a_cs)))
 }
 
 /// Right-aligns a Gemm `C` shape (rank ≤ 2) against `[m, n]`; returns C's `(rows, cols)`.

@@ -13,7 +13,7 @@ use std::arch::x86_64::{
 
 const MR: usize = 12;
 const NR: usize = 32;
-const KC: usize = 384;
+const KC: usize = 256;
 const MC: usize = 96;
 const NC: usize = 2048;
 
@@ -76,6 +76,130 @@ pub fn sgemm(
         }
         return;
     }
+    blocked(
+        m,
+        n,
+        k,
+        dst,
+        dst_rs,
+        read_dst,
+        dst_coef,
+        Lhs::Strided { a, strides: (a_rs, a_cs), alpha },
+        b,
+        (b_rs, b_cs),
+    );
+}
+
+/// A left operand packed ahead of time into the kernel's panels (`MR` rows by at most `KC` columns, rows past
+/// `m` zero), for a constant operand such as convolution weights: packing it on every product costs as much as
+/// the product itself when the right operand has few columns (ResNet's last stage: 512 × 4608 weights, 49
+/// output positions).
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    panels: usize,
+    data: Vec<f32>,
+}
+
+impl PackedA {
+    /// Packs `a[i·a_rs + l·a_cs]` for `i < m`, `l < k`.
+    ///
+    /// # Panics
+    /// If the strides reach past `a`.
+    pub fn new(m: usize, k: usize, a: &[f32], (a_rs, a_cs): (usize, usize)) -> PackedA {
+        let panels = m.div_ceil(MR);
+        let mut data = vec![0f32; panels * MR * k];
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            for q in 0..panels {
+                let panel = &mut data[pc * panels * MR + q * kc * MR..][..kc * MR];
+                for i in 0..MR.min(m - q * MR) {
+                    let row = q * MR + i;
+                    for l in 0..kc {
+                        panel[l * MR + i] = a[row * a_rs + (pc + l) * a_cs];
+                    }
+                }
+            }
+        }
+        PackedA { m, k, panels, data }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// Columns (the product's inner dimension).
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+
+    /// The panel of rows `q·MR ..` over columns `pc .. pc + kc` (`pc` a multiple of `KC`).
+    fn panel(&self, pc: usize, kc: usize, q: usize) -> &[f32] {
+        &self.data[pc * self.panels * MR + q * kc * MR..][..kc * MR]
+    }
+}
+
+/// Rows that a band of a packed product must start at a multiple of.
+pub const PANEL_ROWS: usize = MR;
+
+/// `dst[i·dst_rs + j] = (read_dst ? dst : 0) + Σₗ a[row0 + i, l] · b[l·b_rs + j·b_cs]` for the `m` rows of `a`
+/// from `row0` (a multiple of [`PANEL_ROWS`]). The caller has checked the extents of `dst` and `b` and that
+/// [`available`] is true.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_packed(
+    a: &PackedA,
+    row0: usize,
+    m: usize,
+    n: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    read_dst: bool,
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+) {
+    assert!(row0.is_multiple_of(MR) && row0 + m <= a.m, "sgemm: rows {row0}..{} of a packed {}-row operand", row0 + m, a.m);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if a.k == 0 {
+        if !read_dst {
+            for i in 0..m {
+                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    blocked(m, n, a.k, dst, dst_rs, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs));
+}
+
+/// The left operand of the blocked product.
+enum Lhs<'a> {
+    /// Read through strides and packed per block, scaled by `alpha`.
+    Strided { a: &'a [f32], strides: (usize, usize), alpha: f32 },
+    /// Packed ahead of time; the product's rows start at panel `panel0`.
+    Packed { a: &'a PackedA, panel0: usize },
+}
+
+/// The blocked product over `NC`/`KC`/`MC` blocks and `MR`×`NR` tiles.
+#[allow(clippy::too_many_arguments)]
+fn blocked(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    read_dst: bool,
+    dst_coef: f32,
+    lhs: Lhs<'_>,
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+) {
     // The first block of K overwrites the destination unless it is read; later blocks accumulate.
     if read_dst && dst_coef != 1.0 {
         for i in 0..m {
@@ -92,73 +216,59 @@ pub fn sgemm(
     }
     // Scratch sized to this product (small products are common: attention heads, dense layers).
     let kc_max = KC.min(k);
-    let mut bpack = vec![0f32; kc_max * NC.min(n.div_ceil(NR) * NR)];
-    let mut apack = vec![0f32; MC.min(m.div_ceil(MR) * MR) * kc_max];
-    let mut tile = [0f32; MR * NR];
+    // With unit column stride B is read in place, edge panels through masked loads: no packing pass over B.
+    let direct = b_cs == 1;
+    let mut bpack = if direct { Vec::new() } else { vec![0f32; kc_max * NC.min(n.div_ceil(NR) * NR)] };
+    let strided = matches!(lhs, Lhs::Strided { .. });
+    let mut apack = if strided { vec![0f32; MC.min(m.div_ceil(MR) * MR) * kc_max] } else { Vec::new() };
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         let panels_n = nc.div_ceil(NR);
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let accumulate = read_dst || pc > 0;
-            // With unit column stride, full panels are read from B in place (no packing pass over B); only a
-            // partial last panel is packed, padded with zeros.
-            let direct = b_cs == 1;
-            for p in 0..panels_n {
-                if direct && NR.min(nc - p * NR) == NR {
-                    continue;
-                }
+            for p in (0..panels_n).filter(|_| !direct) {
                 let panel = &mut bpack[p * kc * NR..(p + 1) * kc * NR];
                 let c0 = jc + p * NR;
                 let cols = NR.min(n - c0);
                 for (l, dst) in panel.chunks_exact_mut(NR).enumerate() {
                     let src = (pc + l) * b_rs;
-                    if b_cs == 1 {
-                        dst[..cols].copy_from_slice(&b[src + c0..src + c0 + cols]);
-                    } else {
-                        for (j, d) in dst[..cols].iter_mut().enumerate() {
-                            *d = b[src + (c0 + j) * b_cs];
-                        }
+                    for (j, d) in dst[..cols].iter_mut().enumerate() {
+                        *d = b[src + (c0 + j) * b_cs];
                     }
-                    dst[cols..].fill(0.0);
                 }
             }
             for ic in (0..m).step_by(MC) {
                 let mc = MC.min(m - ic);
                 let panels_m = mc.div_ceil(MR);
-                for q in 0..panels_m {
-                    let panel = &mut apack[q * kc * MR..(q + 1) * kc * MR];
-                    for l in 0..kc {
-                        for i in 0..MR {
-                            let row = ic + q * MR + i;
-                            panel[l * MR + i] = if row < m { alpha * a[row * a_rs + (pc + l) * a_cs] } else { 0.0 };
+                if let Lhs::Strided { a, strides: (a_rs, a_cs), alpha } = lhs {
+                    for q in 0..panels_m {
+                        let panel = &mut apack[q * kc * MR..(q + 1) * kc * MR];
+                        for l in 0..kc {
+                            for i in 0..MR {
+                                let row = ic + q * MR + i;
+                                panel[l * MR + i] = if row < m { alpha * a[row * a_rs + (pc + l) * a_cs] } else { 0.0 };
+                            }
                         }
                     }
                 }
                 for p in 0..panels_n {
                     let cols = NR.min(nc - p * NR);
-                    let (bp, ldb) = if direct && cols == NR {
+                    let (bp, ldb) = if direct {
                         let start = pc * b_rs + jc + p * NR;
-                        (&b[start..start + (kc - 1) * b_rs + NR], b_rs)
+                        (&b[start..start + (kc - 1) * b_rs + cols], b_rs)
                     } else {
                         (&bpack[p * kc * NR..(p + 1) * kc * NR], NR)
                     };
                     for q in 0..panels_m {
-                        let ap = &apack[q * kc * MR..(q + 1) * kc * MR];
+                        let ap = match lhs {
+                            Lhs::Strided { .. } => &apack[q * kc * MR..(q + 1) * kc * MR],
+                            Lhs::Packed { a, panel0 } => a.panel(pc, kc, panel0 + (ic / MR) + q),
+                        };
                         let rows = MR.min(mc - q * MR);
                         let (r0, c0) = (ic + q * MR, jc + p * NR);
-                        if rows == MR && cols == NR {
-                            let end = (r0 + MR - 1) * dst_rs + c0 + NR;
-                            micro(kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs, accumulate);
-                        } else {
-                            micro(kc, ap, bp, ldb, &mut tile, NR, false);
-                            for i in 0..rows {
-                                let out = &mut dst[(r0 + i) * dst_rs + c0..(r0 + i) * dst_rs + c0 + cols];
-                                for (o, t) in out.iter_mut().zip(&tile[i * NR..i * NR + cols]) {
-                                    *o = if accumulate { *o + t } else { *t };
-                                }
-                            }
-                        }
+                        let end = (r0 + rows - 1) * dst_rs + c0 + cols;
+                        micro(rows, cols, kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs, accumulate);
                     }
                 }
             }
@@ -221,28 +331,62 @@ unsafe fn dot_avx512(x: *const f32, y: *const f32, n: usize) -> f32 {
     sum
 }
 
-/// `c[i·ldc + j] (+)= Σₗ a[l·MR + i] · b[l·ldb + j]` for the 12×32 tile: added to `c` when `accumulate`, else
-/// stored over it.
-fn micro(kc: usize, a: &[f32], b: &[f32], ldb: usize, c: &mut [f32], ldc: usize, accumulate: bool) {
-    let b_needed = if kc == 0 { 0 } else { (kc - 1) * ldb + NR };
-    assert!(a.len() >= kc * MR && b.len() >= b_needed && c.len() >= (MR - 1) * ldc + NR, "sgemm: tile out of bounds");
+/// `c[i·ldc + j] (+)= Σₗ a[l·MR + i] · b[l·ldb + j]` for the first `rows` rows and `cols` columns of the 12×32
+/// tile: added to `c` when `accumulate`, else stored over it. Columns past `cols` are neither read from `b` nor
+/// written to `c` (masked), so edge tiles need no packing and no scratch tile.
+#[allow(clippy::too_many_arguments)]
+fn micro(
+    rows: usize,
+    cols: usize,
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    assert!((1..=MR).contains(&rows) && (1..=NR).contains(&cols), "sgemm: tile {rows}x{cols}");
+    let b_needed = if kc == 0 { 0 } else { (kc - 1) * ldb + cols };
+    let c_needed = (rows - 1) * ldc + cols;
+    assert!(a.len() >= kc * MR && b.len() >= b_needed && c.len() >= c_needed, "sgemm: tile out of bounds");
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU, and the assert above checks every
-    // offset the kernel reads or writes.
-    unsafe {
-        micro_avx512(kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc, accumulate)
+    {
+        let mask = if cols == NR { u32::MAX } else { (1u32 << cols) - 1 };
+        let args = (kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc, accumulate, mask);
+        macro_rules! dispatch {
+            ($($r:literal)*) => {
+                match rows {
+                    $(
+                        // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU, and the asserts
+                        // above check every offset the kernel reads or writes (masked lanes are not accessed).
+                        $r => unsafe { micro_avx512::<$r>(args) },
+                    )*
+                    _ => unreachable!("rows checked above"),
+                }
+            };
+        }
+        dispatch!(1 2 3 4 5 6 7 8 9 10 11 12)
     }
 }
 
+type MicroArgs = (usize, *const f32, *const f32, usize, *mut f32, usize, bool, u32);
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_avx512(kc: usize, a: *const f32, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool) {
-    let mut acc: [[__m512; 2]; MR] = [[_mm512_setzero_ps(); 2]; MR];
+unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask): MicroArgs) {
+    use std::arch::x86_64::{__mmask16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps};
+    let (m0, m1) = (mask as __mmask16, (mask >> 16) as __mmask16);
+    let mut acc: [[__m512; 2]; R] = [[_mm512_setzero_ps(); 2]; R];
     for l in 0..kc {
-        // SAFETY: the caller guarantees `a` holds kc·MR floats, `b` (kc-1)·ldb + NR, and `c` (MR-1)·ldc + NR.
+        // SAFETY: the caller guarantees `a` holds kc·MR floats, `b` (kc-1)·ldb + the masked columns, and `c`
+        // ·ldc + the masked columns; masked-out lanes are not accessed.
         unsafe {
-            let b0 = _mm512_loadu_ps(b.add(l * ldb));
-            let b1 = _mm512_loadu_ps(b.add(l * ldb + 16));
+            let (b0, b1) = if mask == u32::MAX {
+                (_mm512_loadu_ps(b.add(l * ldb)), _mm512_loadu_ps(b.add(l * ldb + 16)))
+            } else {
+                (_mm512_maskz_loadu_ps(m0, b.add(l * ldb)), _mm512_maskz_loadu_ps(m1, b.add(l * ldb + 16)))
+            };
             let ap = a.add(l * MR);
             for (i, row) in acc.iter_mut().enumerate() {
                 let ai = _mm512_set1_ps(*ap.add(i));
@@ -252,15 +396,20 @@ unsafe fn micro_avx512(kc: usize, a: *const f32, b: *const f32, ldb: usize, c: *
         }
     }
     for (i, row) in acc.iter().enumerate() {
-        // SAFETY: as above: row i of the tile spans c[i·ldc .. i·ldc + 32].
+        // SAFETY: as above: row i of the tile spans the masked lanes of c[i·ldc .. i·ldc + 32].
         unsafe {
             let p = c.add(i * ldc);
+            let (mut v0, mut v1) = (row[0], row[1]);
             if accumulate {
-                _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), row[0]));
-                _mm512_storeu_ps(p.add(16), _mm512_add_ps(_mm512_loadu_ps(p.add(16)), row[1]));
+                v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
+                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), v1);
+            }
+            if mask == u32::MAX {
+                _mm512_storeu_ps(p, v0);
+                _mm512_storeu_ps(p.add(16), v1);
             } else {
-                _mm512_storeu_ps(p, row[0]);
-                _mm512_storeu_ps(p.add(16), row[1]);
+                _mm512_mask_storeu_ps(p, m0, v0);
+                _mm512_mask_storeu_ps(p.add(16), m1, v1);
             }
         }
     }

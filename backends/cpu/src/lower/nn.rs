@@ -86,6 +86,13 @@ pub(super) fn kernel(
         Op::Conv(c) => {
             let (xs, ws) = (in_shape(0), in_shape(1));
             let (w, g) = (c.window.clone(), c.group);
+            // Constant f32 weights are packed for the product kernel once, here.
+            let packed = match inputs.get(1).copied().flatten().map(|v| &graph.value(v).def) {
+                Some(ir::ValueDef::Const(t)) if dt == DatumType::F32 => {
+                    t.as_slice::<f32>().ok().and_then(|w| conv::PackedWeights::new(w, &ws, g))
+                }
+                _ => None,
+            };
             Box::new(move |a, cx| {
                 float!(wide, T => {
                     let x = floats::<T>(arg(a, 0)?)?;
@@ -94,7 +101,7 @@ pub(super) fn kernel(
                     let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
                     let y = yt.as_slice_mut::<T>()?;
                     let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
-                    conv::conv(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads);
+                    conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, packed.as_ref());
                     one(yt)
                 })
             })
