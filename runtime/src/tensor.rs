@@ -259,6 +259,18 @@ impl<'a> Tensor<'a> {
         })
     }
 
+    /// The bytes of this view's elements, writable (as [`Tensor::as_slice_mut`]: detached, copied out of shared
+    /// storage first). For packed row-major views of types where every bit pattern is a value: `bool` is refused
+    /// (only 0 and 1 are), so that no write through bytes can make an invalid tensor.
+    pub fn as_bytes_mut(&mut self) -> Result<&mut [u8]> {
+        if self.dt == DatumType::Bool {
+            return Err(RuntimeError::InvalidBits { tensor: self.name_or_unnamed().into(), dt: self.dt });
+        }
+        self.check_row_major("as_bytes_mut")?;
+        let range = self.byte_range();
+        Ok(&mut self.unique_storage()?.host_bytes_mut()?[range])
+    }
+
     /// The bytes of this view's elements on the host, for packed row-major views (an error otherwise).
     /// Brings device bytes to the host first where the storage lives on a device.
     pub fn as_bytes(&self) -> Result<&[u8]> {

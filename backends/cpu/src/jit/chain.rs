@@ -1,5 +1,5 @@
-//! A fused elementwise chain: a small SSA program over f32 whose inputs are either full tensors of the output's
-//! shape or scalars, evaluated element by element. Lowering builds chains from runs of elementwise IR nodes; the
+//! A fused elementwise chain: a small SSA program over f32, evaluated element by element (how its inputs are
+//! addressed, broadcast and cast is the kernel's business: `loops.rs`). Lowering builds chains from runs of elementwise IR nodes; the
 //! JIT compiles each to one machine-code loop.
 
 use crate::kernels::elementwise::{BinaryFn, UnaryFn};
@@ -22,8 +22,6 @@ pub enum Inst {
 pub struct Chain {
     /// The program.
     pub insts: Vec<Inst>,
-    /// For each input: true if it is a single element read for every output element.
-    pub scalar_inputs: Vec<bool>,
 }
 
 impl Chain {

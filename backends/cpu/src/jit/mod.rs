@@ -1,31 +1,44 @@
-//! Cranelift-generated kernels for fused elementwise chains.
+//! Cranelift-generated kernels: fused elementwise chains with their broadcasting and dtype casts, and relayout
+//! copies, all described as a [`Loops`] (a loop nest over byte-strided operands, `loops.rs`) and compiled by
+//! `emit.rs`.
 //!
-//! Each [`Chain`] becomes one function `fn(inputs: *const *const f32, out: *mut f32, n: usize)` that walks the
-//! elements once: a loop over 4-lane `f32x4` vectors when every instruction has a native vector form (add, mul,
-//! min/max, sqrt, floor, the ReLU family…), then a scalar loop for the tail, which calls out to Rust for
-//! transcendental functions (exp, tanh, sigmoid…). All chains of a program live in one [`JitCode`] module, kept alive
-//! by the steps that call into it. Cranelift's x86 backend has 128-bit vectors only, so this is for the fused
-//! model-specific glue; products and convolutions run in `kernels::gemm`. erf (and the erf GELU) is compiled as a
-//! rational approximation, so chains holding it vectorise.
+//! Each kernel becomes one function `fn(inputs: *const *const u8, out: *mut u8, begin: usize, end: usize)` over
+//! the band `[begin, end)` of its outermost axis, with every extent and stride an immediate (shapes are static). The
+//! innermost axis runs as 4-lane `f32x4` vectors where the body allows, then a scalar loop, which calls out to
+//! Rust for transcendental functions (exp, tanh, sigmoid…). All kernels of a program live in one [`JitCode`]
+//! module, kept alive by the steps that call into it. Cranelift's x86 backend has 128-bit vectors only, so this is
+//! for the model-specific glue; products and convolutions run in `kernels::gemm`. erf (and the erf GELU) is
+//! compiled as a rational approximation, so chains holding it vectorise.
 
 mod chain;
+mod emit;
+mod loops;
 
 use std::sync::Arc;
 
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
 
 pub use chain::{binary_scalar, fusable_binary, fusable_unary, unary_scalar, Chain, Inst};
+pub use loops::{broadcast_strides, packed_strides, Body, Elem, Loops, Operand};
 
 use crate::error::{CpuError, Result};
-use crate::kernels::elementwise::{BinaryFn, UnaryFn};
+use crate::kernels::elementwise::UnaryFn;
 
-/// The signature of a compiled chain.
-type ChainFn = unsafe extern "C" fn(*const *const f32, *mut f32, usize);
+/// The signature of a compiled kernel.
+type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
+
+/// What a call must provide: bytes per input, bytes of output, rows of the outermost axis, elements in all.
+#[derive(Clone, Debug)]
+struct Extents {
+    inputs: Vec<usize>,
+    output: usize,
+    rows: usize,
+    elements: usize,
+}
 
 extern "C" fn math_exp(x: f32) -> f32 {
     x.exp()
@@ -66,7 +79,7 @@ const MATH1: &[(&str, extern "C" fn(f32) -> f32)] = &[
     ("stowage_gelu_tanh", math_gelu_tanh),
 ];
 
-fn math_name(f: UnaryFn) -> Option<&'static str> {
+pub(crate) fn math_name(f: UnaryFn) -> Option<&'static str> {
     Some(match f {
         UnaryFn::Exp => "stowage_exp",
         UnaryFn::Log => "stowage_log",
@@ -80,7 +93,7 @@ fn math_name(f: UnaryFn) -> Option<&'static str> {
     })
 }
 
-fn jit_err(e: impl std::fmt::Display) -> CpuError {
+pub(crate) fn jit_err(e: impl std::fmt::Display) -> CpuError {
     CpuError::NotImplemented(format!("Cranelift: {e}"))
 }
 
@@ -88,7 +101,7 @@ fn jit_err(e: impl std::fmt::Display) -> CpuError {
 pub struct Jit {
     module: JITModule,
     fctx: FunctionBuilderContext,
-    funcs: Vec<FuncId>,
+    funcs: Vec<(FuncId, Extents)>,
     math: Vec<(&'static str, FuncId)>,
     pow: FuncId,
 }
@@ -118,77 +131,35 @@ impl Jit {
         Ok(Jit { module, fctx: FunctionBuilderContext::new(), funcs: Vec::new(), math, pow })
     }
 
-    /// Compiles a chain; returns its index in the finished module.
-    pub fn add(&mut self, chain: &Chain) -> Result<usize> {
+    /// Compiles a kernel; returns its index in the finished module.
+    pub fn add(&mut self, spec: &Loops) -> Result<usize> {
+        spec.check()?;
+        let spec = spec.clone().banded();
+        let extents = Extents {
+            inputs: spec.inputs.iter().map(|o| spec.extent(o)).collect(),
+            output: spec.extent(&spec.output),
+            rows: spec.dims[0],
+            elements: spec.dims.iter().product(),
+        };
         let ptr = self.module.target_config().pointer_type();
         let mut ctx = self.module.make_context();
-        ctx.func.signature.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(ptr)]);
+        ctx.func.signature.params.extend([AbiParam::new(ptr); 4]);
         let id = self
             .module
-            .declare_function(&format!("chain{}", self.funcs.len()), Linkage::Local, &ctx.func.signature)
+            .declare_function(&format!("kernel{}", self.funcs.len()), Linkage::Local, &ctx.func.signature)
             .map_err(jit_err)?;
-        let math: Vec<(&'static str, cranelift_codegen::ir::FuncRef)> =
-            self.math.iter().map(|(n, f)| (*n, self.module.declare_func_in_func(*f, &mut ctx.func))).collect();
-        let pow = self.module.declare_func_in_func(self.pow, &mut ctx.func);
+        let callees = emit::Callees {
+            math: self.math.iter().map(|(n, f)| (*n, self.module.declare_func_in_func(*f, &mut ctx.func))).collect(),
+            pow: self.module.declare_func_in_func(self.pow, &mut ctx.func),
+        };
         {
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut self.fctx);
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
-            let (inputs, out, n) = {
-                let p = b.block_params(entry);
-                (p[0], p[1], p[2])
-            };
-            let flags = MemFlagsData::new().with_notrap();
-            let bases: Vec<Value> = (0..chain.scalar_inputs.len())
-                .map(|k| b.ins().load(ptr, flags, inputs, (k * std::mem::size_of::<usize>()) as i32))
-                .collect();
-            let scalars: Vec<Option<Value>> = chain
-                .scalar_inputs
-                .iter()
-                .zip(&bases)
-                .map(|(&s, &base)| s.then(|| b.ins().load(types::F32, flags, base, 0)))
-                .collect();
-            let i = b.declare_var(ptr);
-            let zero = b.ins().iconst(ptr, 0);
-            b.def_var(i, zero);
-            let (vhead, vbody, shead, sbody, exit) =
-                (b.create_block(), b.create_block(), b.create_block(), b.create_block(), b.create_block());
-            let vector = chain.vectorizable();
-            b.ins().jump(if vector { vhead } else { shead }, &[]);
-            for (lanes, head, body, next) in [(4i64, vhead, vbody, shead), (1, shead, sbody, exit)] {
-                if lanes == 4 && !vector {
-                    continue;
-                }
-                let ty = if lanes == 4 { types::F32X4 } else { types::F32 };
-                b.switch_to_block(head);
-                let iv = b.use_var(i);
-                let end = b.ins().iadd_imm_s(iv, lanes);
-                let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, n);
-                b.ins().brif(fits, body, &[], next, &[]);
-                b.switch_to_block(body);
-                let iv = b.use_var(i);
-                let offset = b.ins().ishl_imm_s(iv, 2);
-                let loads: Vec<Value> = bases
-                    .iter()
-                    .zip(&scalars)
-                    .map(|(&base, scalar)| match scalar {
-                        Some(s) if lanes == 4 => b.ins().splat(ty, *s),
-                        Some(s) => *s,
-                        None => {
-                            let addr = b.ins().iadd(base, offset);
-                            b.ins().load(ty, flags, addr, 0)
-                        }
-                    })
-                    .collect();
-                let result = emit(&mut b, chain, ty, &loads, &math, pow)?;
-                let addr = b.ins().iadd(out, offset);
-                b.ins().store(flags, result, addr, 0);
-                let next_i = b.ins().iadd_imm_s(iv, lanes);
-                b.def_var(i, next_i);
-                b.ins().jump(head, &[]);
-            }
-            b.switch_to_block(exit);
+            let p = b.block_params(entry);
+            let params = [p[0], p[1], p[2], p[3]];
+            emit::body(&mut b, ptr, &spec, params, &callees)?;
             b.ins().return_(&[]);
             b.seal_all_blocks();
             let config = self.module.isa().frontend_config();
@@ -196,167 +167,40 @@ impl Jit {
         }
         self.module.define_function(id, &mut ctx).map_err(jit_err)?;
         self.module.clear_context(&mut ctx);
-        self.funcs.push(id);
+        self.funcs.push((id, extents));
         Ok(self.funcs.len() - 1)
     }
 
-    /// Finalises the module: machine code for every chain added.
+    /// Finalises the module: machine code for every kernel added.
     pub fn finish(mut self) -> Result<Arc<JitCode>> {
         self.module.finalize_definitions().map_err(jit_err)?;
         let fns = self
             .funcs
             .iter()
-            .map(|&id| {
-                let p = self.module.get_finalized_function(id);
-                // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr, ptr) and the
-                // host's default calling convention, which is what `ChainFn` is on this target.
-                unsafe { std::mem::transmute::<*const u8, ChainFn>(p) }
+            .map(|(id, extents)| {
+                let p = self.module.get_finalized_function(*id);
+                // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr, ptr, ptr) and
+                // the host's default calling convention, which is what `KernelFn` is on this target.
+                (unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }, extents.clone())
             })
             .collect();
         Ok(Arc::new(JitCode { module: Some(self.module), fns }))
     }
 }
 
-fn splat_const(b: &mut FunctionBuilder<'_>, ty: Type, c: f32) -> Value {
-    let v = b.ins().f32const(c);
-    if ty == types::F32 {
-        v
-    } else {
-        b.ins().splat(ty, v)
-    }
-}
-
-/// Emits the chain's instructions over values of `ty` (F32 or F32X4); returns the result.
-fn emit(
-    b: &mut FunctionBuilder<'_>,
-    chain: &Chain,
-    ty: Type,
-    loads: &[Value],
-    math: &[(&'static str, cranelift_codegen::ir::FuncRef)],
-    pow: cranelift_codegen::ir::FuncRef,
-) -> Result<Value> {
-    let mut v: Vec<Value> = Vec::with_capacity(chain.insts.len());
-    for inst in &chain.insts {
-        let x = match *inst {
-            Inst::Input(k) => loads[k],
-            Inst::Const(c) => splat_const(b, ty, c),
-            Inst::Unary(f, a) => {
-                let x = v[a];
-                match f {
-                    UnaryFn::Abs => b.ins().fabs(x),
-                    UnaryFn::Neg => b.ins().fneg(x),
-                    UnaryFn::Relu => {
-                        let z = splat_const(b, ty, 0.0);
-                        b.ins().fmax(x, z)
-                    }
-                    UnaryFn::Sqrt => b.ins().sqrt(x),
-                    UnaryFn::Floor => b.ins().floor(x),
-                    UnaryFn::Ceil => b.ins().ceil(x),
-                    UnaryFn::Reciprocal => {
-                        let one = splat_const(b, ty, 1.0);
-                        b.ins().fdiv(one, x)
-                    }
-                    UnaryFn::LeakyRelu(alpha) => {
-                        let z = splat_const(b, ty, 0.0);
-                        let a = splat_const(b, ty, alpha);
-                        let pos = b.ins().fmax(x, z);
-                        let neg = b.ins().fmin(x, z);
-                        let scaled = b.ins().fmul(neg, a);
-                        b.ins().fadd(pos, scaled)
-                    }
-                    UnaryFn::HardSigmoid(alpha, beta) => hard_sigmoid(b, ty, x, alpha, beta),
-                    UnaryFn::Erf => erf(b, ty, x),
-                    UnaryFn::Gelu(false) => {
-                        let s = splat_const(b, ty, std::f32::consts::FRAC_1_SQRT_2);
-                        let scaled = b.ins().fmul(x, s);
-                        let e = erf(b, ty, scaled);
-                        let one = splat_const(b, ty, 1.0);
-                        let half = splat_const(b, ty, 0.5);
-                        let t = b.ins().fadd(e, one);
-                        let t = b.ins().fmul(t, x);
-                        b.ins().fmul(t, half)
-                    }
-                    UnaryFn::HardSwish => {
-                        let h = hard_sigmoid(b, ty, x, 1.0 / 6.0, 0.5);
-                        b.ins().fmul(x, h)
-                    }
-                    other => {
-                        let name = math_name(other).ok_or_else(|| jit_err(format!("{other:?} cannot be fused")))?;
-                        let f = math.iter().find(|(n, _)| *n == name).map(|(_, f)| *f).ok_or_else(|| jit_err(name))?;
-                        if ty != types::F32 {
-                            return Err(jit_err("a math call in a vector loop"));
-                        }
-                        let call = b.ins().call(f, &[x]);
-                        b.inst_results(call)[0]
-                    }
-                }
-            }
-            Inst::Binary(f, l, r) => {
-                let (x, y) = (v[l], v[r]);
-                match f {
-                    BinaryFn::Add => b.ins().fadd(x, y),
-                    BinaryFn::Sub => b.ins().fsub(x, y),
-                    BinaryFn::Mul => b.ins().fmul(x, y),
-                    BinaryFn::Div => b.ins().fdiv(x, y),
-                    BinaryFn::Max => b.ins().fmax(x, y),
-                    BinaryFn::Min => b.ins().fmin(x, y),
-                    BinaryFn::PRelu => {
-                        let z = splat_const(b, ty, 0.0);
-                        let pos = b.ins().fmax(x, z);
-                        let neg = b.ins().fmin(x, z);
-                        let scaled = b.ins().fmul(neg, y);
-                        b.ins().fadd(pos, scaled)
-                    }
-                    BinaryFn::Pow if ty == types::F32 => {
-                        let call = b.ins().call(pow, &[x, y]);
-                        b.inst_results(call)[0]
-                    }
-                    other => return Err(jit_err(format!("{other:?} cannot be fused here"))),
-                }
-            }
-        };
-        v.push(x);
-    }
-    v.last().copied().ok_or_else(|| jit_err("an empty chain"))
-}
-
-/// erf as `x·P(x²) / Q(x²)` on x clamped to [-4, 4] (see `chain::ERF_P`): only native instructions.
-fn erf(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
-    let (lo, hi) = (splat_const(b, ty, -4.0), splat_const(b, ty, 4.0));
-    let x = b.ins().fmax(x, lo);
-    let x = b.ins().fmin(x, hi);
-    let x2 = b.ins().fmul(x, x);
-    let horner = |b: &mut FunctionBuilder<'_>, coeffs: &[f32]| {
-        let mut acc = splat_const(b, ty, coeffs[0]);
-        for &c in &coeffs[1..] {
-            let m = b.ins().fmul(acc, x2);
-            let k = splat_const(b, ty, c);
-            acc = b.ins().fadd(m, k);
-        }
-        acc
-    };
-    let p = horner(b, &chain::ERF_P);
-    let p = b.ins().fmul(p, x);
-    let q = horner(b, &chain::ERF_Q);
-    b.ins().fdiv(p, q)
-}
-
-fn hard_sigmoid(b: &mut FunctionBuilder<'_>, ty: Type, x: Value, alpha: f32, beta: f32) -> Value {
-    let a = splat_const(b, ty, alpha);
-    let c = splat_const(b, ty, beta);
-    let z = splat_const(b, ty, 0.0);
-    let one = splat_const(b, ty, 1.0);
-    let t = b.ins().fmul(x, a);
-    let t = b.ins().fadd(t, c);
-    let t = b.ins().fmax(t, z);
-    b.ins().fmin(t, one)
-}
-
 /// Finalised machine code for a program's chains. Dropping the last handle frees the code.
 pub struct JitCode {
     module: Option<JITModule>,
-    fns: Vec<ChainFn>,
+    fns: Vec<(KernelFn, Extents)>,
 }
+
+/// A pointer that may cross to another thread: the bands threads write are disjoint (`Loops::check`).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: only used to hand the output to the threads of one call, each writing its own band.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
 
 // SAFETY: after `finish` the module is never changed again; it only owns the executable memory that `fns` point
 // into, which any thread may call (the generated functions touch only the memory they are given).
@@ -374,22 +218,51 @@ impl Drop for JitCode {
     }
 }
 
+/// Kernels with fewer elements than this run on one thread.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+
 impl JitCode {
-    /// Runs chain `index` over `n` elements: `inputs[k]` points at `n` f32 (or at one, for a scalar input).
-    pub fn call(&self, index: usize, inputs: &[&[f32]], scalar: &[bool], out: &mut [f32]) -> Result<()> {
-        let f = *self.fns.get(index).ok_or_else(|| jit_err(format!("no chain {index}")))?;
-        let n = out.len();
-        for (x, &s) in inputs.iter().zip(scalar) {
-            let need = if s { 1 } else { n };
+    /// Runs kernel `index`: `inputs[k]` holds input `k`'s bytes and `out` the output's, each at least as long as
+    /// the kernel's strides reach. With `threads > 1` and enough elements, bands of the outermost axis run on the
+    /// current rayon pool.
+    pub fn call(&self, index: usize, inputs: &[&[u8]], out: &mut [u8], threads: usize) -> Result<()> {
+        let (f, ext) = self.fns.get(index).ok_or_else(|| jit_err(format!("no kernel {index}")))?;
+        if inputs.len() != ext.inputs.len() {
+            return Err(jit_err(format!("{} inputs for a kernel of {}", inputs.len(), ext.inputs.len())));
+        }
+        for (k, (x, &need)) in inputs.iter().zip(&ext.inputs).enumerate() {
             if x.len() < need {
-                return Err(jit_err(format!("an input of {} elements for {need}", x.len())));
+                return Err(jit_err(format!("input {k} has {} bytes where the kernel reads {need}", x.len())));
             }
         }
-        let ptrs: Vec<*const f32> = inputs.iter().map(|x| x.as_ptr()).collect();
-        // SAFETY: every non-scalar input holds at least `n` elements and every scalar one at least one (checked
-        // above), `out` holds `n`, and the generated code reads `inputs[k][0..n]` (or `[0]`) and writes `out[0..n]`
-        // only.
-        unsafe { f(ptrs.as_ptr(), out.as_mut_ptr(), n) };
+        if out.len() < ext.output {
+            return Err(jit_err(format!("an output of {} bytes where the kernel writes {}", out.len(), ext.output)));
+        }
+        let ptrs: Vec<*const u8> = inputs.iter().map(|x| x.as_ptr()).collect();
+        let (f, rows) = (*f, ext.rows);
+        let bands = if threads > 1 && ext.elements >= PARALLEL_MIN_ELEMENTS { threads.min(rows) } else { 1 };
+        if bands <= 1 {
+            // SAFETY: every input and the output are at least as long as the kernel's strides reach over all
+            // `rows` (checked above against the extents computed when it was compiled), and the code touches
+            // nothing else.
+            unsafe { f(ptrs.as_ptr(), out.as_mut_ptr(), 0, rows) };
+            return Ok(());
+        }
+        let out = SendPtr(out.as_mut_ptr());
+        let per = rows.div_ceil(bands);
+        let addr = ptrs.as_ptr() as usize;
+        rayon::scope(|s| {
+            for band in 0..bands {
+                let (begin, end) = (band * per, ((band + 1) * per).min(rows));
+                s.spawn(move |_| {
+                    let out = out;
+                    // SAFETY: as for one band; bands of the outermost axis write disjoint bytes of the output
+                    // (`Loops::check` refuses overlapping output strides), and the inputs are only read. `addr`
+                    // is `ptrs`, alive for the whole scope.
+                    unsafe { f(addr as *const *const u8, out.0, begin, end) };
+                });
+            }
+        });
         Ok(())
     }
 }
@@ -397,26 +270,46 @@ impl JitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::elementwise::BinaryFn;
 
-    fn check(chain: Chain, inputs: &[Vec<f32>]) {
+    fn compile(spec: &Loops) -> (Arc<JitCode>, usize) {
         let mut jit = Jit::new().expect("jit");
-        let idx = jit.add(&chain).expect("compiles");
-        let code = jit.finish().expect("finishes");
-        let n = inputs.iter().map(Vec::len).max().unwrap_or(0);
-        let mut out = vec![0.0f32; n];
-        let slices: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
-        code.call(idx, &slices, &chain.scalar_inputs, &mut out).expect("runs");
-        for i in 0..n {
-            let xs: Vec<f32> =
-                inputs.iter().zip(&chain.scalar_inputs).map(|(x, &s)| if s { x[0] } else { x[i] }).collect();
-            let want = chain.eval(&xs);
-            assert!(
-                out[i] == want
-                    || (out[i] - want).abs() <= 1e-6 * want.abs().max(1.0)
-                    || (out[i].is_nan() && want.is_nan()),
-                "element {i}: got {}, want {want}",
-                out[i]
-            );
+        let idx = jit.add(spec).expect("compiles");
+        (jit.finish().expect("finishes"), idx)
+    }
+
+    /// Runs `chain` over `out` with packed inputs broadcast to it, on 1 and 2 threads, against `Chain::eval`.
+    fn check(chain: Chain, out: &[usize], inputs: &[(Vec<usize>, Vec<f32>)]) {
+        let shapes: Vec<(Elem, &[usize])> = inputs.iter().map(|(s, _)| (Elem::F32, s.as_slice())).collect();
+        let spec = Loops::elementwise(out, &shapes, chain.clone());
+        let (code, idx) = compile(&spec);
+        let n: usize = out.iter().product();
+        let bytes: Vec<&[u8]> = inputs.iter().map(|(_, v)| bytemuck::cast_slice(v.as_slice())).collect();
+        let strides: Vec<Vec<usize>> =
+            inputs.iter().map(|(s, _)| crate::kernels::broadcast::strides_for(s, out)).collect();
+        for threads in [1, 2] {
+            let mut got = vec![0.0f32; n];
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            pool.install(|| code.call(idx, &bytes, bytemuck::cast_slice_mut(&mut got), threads)).expect("runs");
+            for (i, &g) in got.iter().enumerate() {
+                let xs: Vec<f32> = inputs
+                    .iter()
+                    .zip(&strides)
+                    .map(|((_, v), st)| {
+                        let (mut rest, mut off) = (i, 0);
+                        for a in (0..out.len()).rev() {
+                            off += (rest % out[a]) * st[a];
+                            rest /= out[a];
+                        }
+                        v[off]
+                    })
+                    .collect();
+                let want = chain.eval(&xs);
+                assert!(
+                    g == want || (g - want).abs() <= 1e-6 * want.abs().max(1.0) || (g.is_nan() && want.is_nan()),
+                    "element {i}: got {g}, want {want}"
+                );
+            }
         }
     }
 
@@ -438,10 +331,42 @@ mod tests {
                 Inst::Unary(UnaryFn::LeakyRelu(0.1), 0),
                 Inst::Binary(BinaryFn::Sub, 5, 6),
             ],
-            scalar_inputs: vec![false, false, true],
         };
         assert!(chain.vectorizable());
-        check(chain, &[data(37, 0.0), data(37, 1.0), vec![0.5]]);
+        check(chain, &[37], &[(vec![37], data(37, 0.0)), (vec![37], data(37, 1.0)), (vec![], vec![0.5])]);
+    }
+
+    #[test]
+    fn broadcast_inputs_of_every_kind() {
+        // x * scale[c] + bias[w] - y[n, 1, h, w] over [2, 3, 5, 7], large enough for two threads.
+        let chain = Chain {
+            insts: vec![
+                Inst::Input(0),
+                Inst::Input(1),
+                Inst::Binary(BinaryFn::Mul, 0, 1),
+                Inst::Input(2),
+                Inst::Binary(BinaryFn::Add, 2, 3),
+                Inst::Input(3),
+                Inst::Binary(BinaryFn::Sub, 4, 5),
+            ],
+        };
+        let out = [2, 3, 50, 70];
+        check(
+            chain.clone(),
+            &out,
+            &[
+                (out.to_vec(), data(2 * 3 * 50 * 70, 0.1)),
+                (vec![3, 1, 1], data(3, 0.2)),
+                (vec![70], data(70, 0.3)),
+                (vec![2, 1, 50, 70], data(2 * 50 * 70, 0.4)),
+            ],
+        );
+        // An odd inner axis (scalar tail after the vectors).
+        check(
+            chain,
+            &[3, 6],
+            &[(vec![3, 6], data(18, 0.0)), (vec![3, 1], data(3, 1.0)), (vec![6], data(6, 2.0)), (vec![1], vec![0.25])],
+        );
     }
 
     #[test]
@@ -463,10 +388,9 @@ mod tests {
                 Inst::Unary(UnaryFn::HardSwish, 10),
                 Inst::Binary(BinaryFn::Pow, 11, 4),
             ],
-            scalar_inputs: vec![false],
         };
         assert!(!chain.vectorizable());
-        check(chain, &[data(19, 0.3)]);
+        check(chain, &[19], &[(vec![19], data(19, 0.3))]);
     }
 
     #[test]
@@ -478,23 +402,115 @@ mod tests {
                 Inst::Input(1),
                 Inst::Binary(BinaryFn::Max, 1, 2),
             ],
-            scalar_inputs: vec![false, false],
         };
         let a = vec![f32::NAN, f32::INFINITY, -f32::INFINITY, -1.0, 2.0, 0.0, f32::NAN, 3.0];
         let b = vec![0.0, 1.0, f32::NAN, -5.0, 1.0, -0.0, 1.0, f32::INFINITY];
-        check(chain, &[a, b]);
+        check(chain, &[8], &[(vec![8], a), (vec![8], b)]);
     }
 
     #[test]
-    fn a_short_call_writes_nothing_past_the_end() {
-        let chain = Chain { insts: vec![Inst::Input(0), Inst::Unary(UnaryFn::Neg, 0)], scalar_inputs: vec![false] };
-        let mut jit = Jit::new().expect("jit");
-        let idx = jit.add(&chain).expect("compiles");
-        let code = jit.finish().expect("finishes");
-        let x = data(7, 0.0);
-        let mut out = [9.0f32; 8];
-        code.call(idx, &[&x[..5]], &[false], &mut out[..5]).expect("runs");
-        assert_eq!(out[5..], [9.0, 9.0, 9.0]);
-        assert!(code.call(idx, &[&x[..3]], &[false], &mut out[..5]).is_err(), "a short input is refused");
+    fn integer_inputs_are_cast_on_load() {
+        // (pixel - 128) / 64 + i16 + i32 over u8 [2, 3, 9] with the others broadcast: casts in the vector loop
+        // and the tail.
+        let chain = Chain {
+            insts: vec![
+                Inst::Input(0),
+                Inst::Const(128.0),
+                Inst::Binary(BinaryFn::Sub, 0, 1),
+                Inst::Const(64.0),
+                Inst::Binary(BinaryFn::Div, 2, 3),
+                Inst::Input(1),
+                Inst::Binary(BinaryFn::Add, 4, 5),
+                Inst::Input(2),
+                Inst::Binary(BinaryFn::Add, 6, 7),
+                Inst::Input(3),
+                Inst::Binary(BinaryFn::Add, 8, 9),
+            ],
+        };
+        let out = [2usize, 3, 9];
+        let px: Vec<u8> = (0..54).map(|i| (i * 37 % 256) as u8).collect();
+        let small: Vec<i16> = (0..9).map(|i| i * 1000 - 4000).collect();
+        let wide: Vec<i32> = vec![-70000, 3, 123456];
+        let signed: Vec<i8> = (0..54).map(|i| (i * 11 % 256) as u8 as i8).collect();
+        let spec = Loops::elementwise(
+            &out,
+            &[(Elem::U8, &out), (Elem::I16, &[9]), (Elem::I32, &[3, 1]), (Elem::I8, &out)],
+            chain.clone(),
+        );
+        let (code, idx) = compile(&spec);
+        let mut got = vec![0f32; 54];
+        let inputs: [&[u8]; 4] =
+            [&px, bytemuck::cast_slice(&small), bytemuck::cast_slice(&wide), bytemuck::cast_slice(&signed)];
+        code.call(idx, &inputs, bytemuck::cast_slice_mut(&mut got), 1).expect("runs");
+        for i in 0..54 {
+            let want = chain.eval(&[px[i] as f32, small[i % 9] as f32, wide[i / 9 % 3] as f32, signed[i] as f32]);
+            assert_eq!(got[i], want, "element {i}");
+        }
+    }
+
+    #[test]
+    fn padded_rows_and_column_major_inputs_are_read_in_place() {
+        // out[r, c] = a[r, c] + b[r, c]: `a` with rows padded to 8 floats, `b` column-major.
+        let (rows, cols) = (5usize, 6usize);
+        let a: Vec<f32> = (0..rows * 8).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..rows * cols).map(|i| (i * 100) as f32).collect();
+        let spec = Loops {
+            dims: vec![rows, cols],
+            inputs: vec![
+                Operand { elem: Elem::F32, strides: vec![32, 4] },
+                Operand { elem: Elem::F32, strides: vec![4, 4 * rows] },
+            ],
+            output: Operand { elem: Elem::F32, strides: packed_strides(&[rows, cols], 4) },
+            body: Body::Chain(Chain { insts: vec![Inst::Input(0), Inst::Input(1), Inst::Binary(BinaryFn::Add, 0, 1)] }),
+        };
+        let (code, idx) = compile(&spec);
+        let mut got = vec![0f32; rows * cols];
+        code.call(idx, &[bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)], bytemuck::cast_slice_mut(&mut got), 1)
+            .expect("runs");
+        for r in 0..rows {
+            for c in 0..cols {
+                assert_eq!(got[r * cols + c], a[r * 8 + c] + b[c * rows + r], "[{r}, {c}]");
+            }
+        }
+    }
+
+    #[test]
+    fn relayouts_of_every_element_size() {
+        // A transpose [3, 4, 5] → [5, 3, 4] for 1, 2, 4 and 8-byte elements, and a padded → packed copy.
+        for size in [1usize, 2, 4, 8] {
+            let shape = [3usize, 4, 5];
+            let n: usize = shape.iter().product();
+            let src: Vec<u8> = (0..n * size).map(|i| (i * 7 % 251) as u8).collect();
+            let (code, idx) = compile(&Loops::transpose(&shape, &[2, 0, 1], size));
+            let mut got = vec![0u8; n * size];
+            code.call(idx, &[&src], &mut got, 1).expect("runs");
+            for (o, chunk) in got.chunks(size).enumerate() {
+                let (i2, i0, i1) = (o / 12, o / 4 % 3, o % 4);
+                let s = (i0 * 20 + i1 * 5 + i2) * size;
+                assert_eq!(chunk, &src[s..s + size], "size {size}, element {o}");
+            }
+        }
+        // Rows of 37 bytes padded to 64, into a packed [9, 37] (the 16-byte loop and its tail).
+        let src: Vec<u8> = (0..9 * 64).map(|i| (i % 253) as u8).collect();
+        let (code, idx) = compile(&Loops::relayout(&[9, 37], 1, vec![64, 1], vec![37, 1]));
+        let mut got = vec![0u8; 9 * 37 + 3];
+        code.call(idx, &[&src], &mut got, 1).expect("runs");
+        for r in 0..9 {
+            assert_eq!(got[r * 37..r * 37 + 37], src[r * 64..r * 64 + 37], "row {r}");
+        }
+        assert_eq!(got[9 * 37..], [0, 0, 0], "nothing written past the end");
+    }
+
+    #[test]
+    fn short_buffers_are_refused() {
+        let chain = Chain { insts: vec![Inst::Input(0), Inst::Unary(UnaryFn::Neg, 0)] };
+        let (code, idx) = compile(&Loops::elementwise(&[5], &[(Elem::F32, &[5])], chain));
+        let x = data(5, 0.0);
+        let mut out = [9.0f32; 5];
+        let short: &[f32] = &x[..3];
+        assert!(code.call(idx, &[bytemuck::cast_slice(short)], bytemuck::cast_slice_mut(&mut out), 1).is_err());
+        assert!(code.call(idx, &[bytemuck::cast_slice(&x)], bytemuck::cast_slice_mut(&mut out[..4]), 1).is_err());
+        assert!(code.call(idx, &[], bytemuck::cast_slice_mut(&mut out), 1).is_err(), "a missing input");
+        assert_eq!(out, [9.0; 5], "nothing written");
     }
 }

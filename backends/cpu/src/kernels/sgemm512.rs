@@ -163,7 +163,12 @@ pub fn sgemm_packed(
     b: &[f32],
     (b_rs, b_cs): (usize, usize),
 ) {
-    assert!(row0.is_multiple_of(MR) && row0 + m <= a.m, "sgemm: rows {row0}..{} of a packed {}-row operand", row0 + m, a.m);
+    assert!(
+        row0.is_multiple_of(MR) && row0 + m <= a.m,
+        "sgemm: rows {row0}..{} of a packed {}-row operand",
+        row0 + m,
+        a.m
+    );
     if m == 0 || n == 0 {
         return;
     }

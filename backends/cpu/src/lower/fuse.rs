@@ -1,12 +1,10 @@
 //! Fusion: runs of f32 elementwise nodes become one [`Chain`] each, compiled by the JIT into one loop.
 //!
 //! A node joins the chain of an input's producer when that input feeds nothing else, is not a graph output, and
-//! has the node's own shape; the chain's result is its last node's output. Inputs of a chain are either of that
-//! shape, single elements (constant scalars become immediates), periodic (a suffix of the output's shape of at
-//! least 16 elements, such as a bias `[D]` against `[N, S, D]`: the chain runs once per period, reading it whole),
-//! or row-broadcast: constant along rows of at least 16 elements, such as a per-channel scale `[C, 1, 1]` against
-//! `[N, C, H, W]`; then the chain runs once per row, each row getting its element of those inputs. Other
-//! broadcasting stays with the interpreter kernels.
+//! has the node's own shape; the chain's result is its last node's output. A chain's inputs may be of any shape
+//! that broadcasts to its output (a per-channel scale, a bias, a scalar: strides of 0 in the kernel), and a `Cast`
+//! to f32 from an integer or f64 joins as a conversion on load, so a camera frame's `Cast → Sub → Div` is one pass
+//! over the bytes. Single-element constants become immediates.
 
 use std::collections::HashMap;
 
@@ -15,55 +13,22 @@ use stowage_compiler::ir::{self, Graph, NodeId, Op, ValueId};
 use stowage_runtime::DatumType;
 
 use super::{binary_fn, unary_fn};
-use crate::jit::{fusable_binary, fusable_unary, Chain, Inst};
+use crate::jit::{fusable_binary, fusable_unary, Chain, Elem, Inst, Loops};
 use crate::kernels::elementwise::{BinaryFn, UnaryFn};
 
 /// A chain to emit at its root node.
 pub(super) struct Planned {
-    /// The chain's program.
-    pub chain: Chain,
+    /// The kernel: the chain over its inputs, broadcast to the output's shape and cast to f32 on load.
+    pub loops: Loops,
     /// External inputs, in `Inst::Input` order.
     pub inputs: Vec<ValueId>,
     /// Every node folded into the chain (the root included).
     pub members: Vec<NodeId>,
-    /// Elements per row: the chain runs once per row when some input is constant along rows.
-    pub inner: usize,
-    /// Per input: for a row-broadcast input, the element it supplies to each row; `None` for the others.
-    pub rows: Vec<Option<Vec<usize>>>,
-    /// Per input: true if it repeats with period `inner` (read whole for every row).
-    pub periodic: Vec<bool>,
 }
 
-/// The last axis (of `out`) along which `shape`, right-aligned to `out`, is not 1; `None` if it is all 1s.
-fn last_varying_axis(shape: &[usize], out: &[usize]) -> Option<usize> {
-    let pad = out.len() - shape.len();
-    (0..shape.len()).rev().find(|&a| shape[a] != 1).map(|a| a + pad)
-}
-
-/// Smallest row worth a call into the chain.
-const MIN_ROW: usize = 16;
-
-/// True if `shape` broadcasts to `out` and is constant along rows of at least [`MIN_ROW`] elements.
-fn row_broadcast(shape: &[usize], out: &[usize]) -> bool {
-    if shape.len() > out.len() {
-        return false;
-    }
-    let pad = out.len() - shape.len();
-    let fits = shape.iter().enumerate().all(|(a, &d)| d == 1 || d == out[a + pad]);
-    let inner: usize = match last_varying_axis(shape, out) {
-        Some(k) => out[k + 1..].iter().product(),
-        None => return fits,
-    };
-    fits && inner >= MIN_ROW
-}
-
-/// If `shape` (leading 1s aside) is a proper suffix of `out` of at least [`MIN_ROW`] elements, that many: the
-/// input repeats with that period along the output (a bias over the last axis, say).
-fn periodic(shape: &[usize], out: &[usize]) -> Option<usize> {
-    let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
-    let core = &shape[first..];
-    let period: usize = core.iter().product();
-    (core.len() < out.len() && out.ends_with(core) && core != out && period >= MIN_ROW).then_some(period)
+/// True if `shape`, right-aligned, broadcasts to `out`.
+fn broadcasts(shape: &[usize], out: &[usize]) -> bool {
+    shape.len() <= out.len() && shape.iter().rev().zip(out.iter().rev()).all(|(&d, &o)| d == 1 || d == o)
 }
 
 /// The function one node applies, if it can be fused: (instruction builder, its data inputs).
@@ -78,6 +43,8 @@ fn node_fn(op: &Op) -> Option<Vec<Step>> {
             ir::Variadic::Mean => vec![Step::Fold(BinaryFn::Add), Step::Mean],
         },
         Op::Clip => vec![Step::Clip],
+        // A cast to f32 happens as its input is loaded: nothing to compute.
+        Op::Cast { to: DatumType::F32 } => vec![],
         _ => return None,
     })
 }
@@ -109,13 +76,10 @@ pub(super) fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> H
             continue;
         }
         let shape = &graph.ty(out).shape;
+        let cast = matches!(node.op, Op::Cast { .. });
         let inputs_ok = node.inputs.iter().flatten().all(|&v| {
-            let s = &graph.ty(v).shape;
-            f32_of(v)
-                && (s == shape
-                    || graph.ty(v).element_count() == Some(1)
-                    || periodic(s, shape).is_some()
-                    || row_broadcast(s, shape))
+            let loadable = f32_of(v) || cast && Elem::of(graph.ty(v).dt, false).is_some();
+            loadable && broadcasts(&graph.ty(v).shape, shape)
         });
         let clip_ok =
             !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
@@ -150,72 +114,17 @@ pub(super) fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> H
 
 /// Builds the instructions of the chain rooted at `root`.
 fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
-    let mut b =
-        Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), scalar: Vec::new(), memo: HashMap::new() };
+    let mut b = Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), memo: HashMap::new() };
     let out = graph.node(root).outputs[0]?;
     b.value(out)?;
     let shape = graph.ty(out).shape.clone();
-    // Periodic inputs repeat along the output: the chain runs once per period, reading them whole each time.
-    // Row inputs (neither full-shape, single elements nor periodic): the row boundary is after the last axis any
-    // of them varies along; each row gets one element of each. A chain mixes at most one of the two kinds.
-    let full_or_scalar = |v: ValueId| graph.ty(v).shape == shape || graph.ty(v).element_count() == Some(1);
-    let periods: Vec<Option<usize>> =
-        b.inputs.iter().map(|&v| if full_or_scalar(v) { None } else { periodic(&graph.ty(v).shape, &shape) }).collect();
-    let is_row: Vec<bool> = b.inputs.iter().zip(&periods).map(|(&v, p)| !full_or_scalar(v) && p.is_none()).collect();
-    let period = periods.iter().flatten().copied().max();
-    if period.is_some() && (is_row.iter().any(|&r| r) || periods.iter().flatten().any(|&p| Some(p) != period)) {
-        return None;
-    }
-    let split = b
+    let operands: Vec<(Elem, &[usize])> = b
         .inputs
         .iter()
-        .zip(&is_row)
-        .filter(|(_, r)| **r)
-        .filter_map(|(&v, _)| last_varying_axis(&graph.ty(v).shape, &shape))
-        .max();
-    let (inner, rows) = match (period, split) {
-        (Some(p), _) => (p, vec![None; b.inputs.len()]),
-        (None, None) => (shape.iter().product(), vec![None; b.inputs.len()]),
-        (None, Some(k)) => {
-            let rows = b
-                .inputs
-                .iter()
-                .zip(&is_row)
-                .map(|(&v, &r)| r.then(|| row_table(&graph.ty(v).shape, &shape, k)))
-                .collect();
-            (shape[k + 1..].iter().product(), rows)
-        }
-    };
-    let mut scalar = b.scalar;
-    for (s, r) in scalar.iter_mut().zip(&is_row) {
-        *s |= *r;
-    }
-    Some(Planned {
-        chain: Chain { insts: b.insts, scalar_inputs: scalar },
-        inputs: b.inputs,
-        members: members.to_vec(),
-        inner,
-        rows,
-        periodic: periods.iter().map(Option::is_some).collect(),
-    })
-}
-
-/// For an input of `shape` broadcast to `out`, the offset of its element for each row (rows: the indices of
-/// `out[..=k]` in row-major order).
-fn row_table(shape: &[usize], out: &[usize], k: usize) -> Vec<usize> {
-    let st = crate::kernels::broadcast::strides_for(shape, out);
-    let outer = &out[..=k];
-    let count: usize = outer.iter().product();
-    (0..count)
-        .map(|i| {
-            let (mut rest, mut off) = (i, 0);
-            for a in (0..outer.len()).rev() {
-                off += (rest % outer[a]) * st[a];
-                rest /= outer[a];
-            }
-            off
-        })
-        .collect()
+        .map(|&v| Some((Elem::of(graph.ty(v).dt, false)?, graph.ty(v).shape.as_slice())))
+        .collect::<Option<_>>()?;
+    let loops = Loops::elementwise(&shape, &operands, Chain { insts: b.insts });
+    Some(Planned { loops, inputs: b.inputs, members: members.to_vec() })
 }
 
 struct Builder<'g> {
@@ -223,7 +132,6 @@ struct Builder<'g> {
     members: &'g [NodeId],
     insts: Vec<Inst>,
     inputs: Vec<ValueId>,
-    scalar: Vec<bool>,
     memo: HashMap<ValueId, usize>,
 }
 
@@ -243,7 +151,7 @@ impl Builder<'_> {
             Some(p) => {
                 let node = g.node(p);
                 let args: Vec<usize> = node.inputs.iter().flatten().map(|&a| self.value(a)).collect::<Option<_>>()?;
-                let mut acc = *args.first()?;
+                let mut acc = *args.first()?; // a cast adds no instruction
                 for step in node_fn(&node.op)? {
                     acc = match step {
                         Step::Unary(f) => self.push(Inst::Unary(f, acc)),
@@ -281,9 +189,6 @@ impl Builder<'_> {
                 None => {
                     let k = self.inputs.len();
                     self.inputs.push(v);
-                    self.scalar.push(
-                        g.ty(v).element_count() == Some(1) && g.ty(v).rank() < 2 || g.ty(v).element_count() == Some(1),
-                    );
                     self.push(Inst::Input(k))
                 }
             },

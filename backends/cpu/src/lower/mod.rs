@@ -9,8 +9,7 @@ use stowage_compiler::ir::{self, Graph, Op, ValueDef, ValueId};
 use stowage_runtime::{DatumType, Tensor};
 
 use crate::error::{CpuError, Result};
-use crate::jit::{Jit, JitCode};
-use crate::kernels::dtype::elems;
+use crate::jit::{Jit, JitCode, Loops};
 use crate::kernels::elementwise::{self, BinaryFn, UnaryFn};
 use crate::kernels::{cast, movement};
 use crate::program::{Binding, Kernel, Program, Step};
@@ -49,15 +48,19 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let planned = if options.fuse { fuse::plan(graph, &absorbed) } else { HashMap::new() };
     let fused_members: std::collections::HashSet<ir::NodeId> =
         planned.values().flat_map(|p| p.members.iter().copied()).collect();
-    let mut chain_index: HashMap<ir::NodeId, usize> = HashMap::new();
-    let code = if planned.is_empty() {
+    // Generated kernels: each chain at its root node, and each Transpose as a relayout copy.
+    let mut generated: Vec<(ir::NodeId, Loops)> = planned.iter().map(|(&n, p)| (n, p.loops.clone())).collect();
+    if options.fuse {
+        generated.extend(graph.order().iter().filter_map(|&n| Some((n, transpose_loops(graph, n)?))));
+    }
+    generated.sort_by_key(|(n, _)| *n);
+    let mut kernel_index: HashMap<ir::NodeId, usize> = HashMap::new();
+    let code = if generated.is_empty() {
         None
     } else {
         let mut jit = Jit::new()?;
-        let mut roots: Vec<&ir::NodeId> = planned.keys().collect();
-        roots.sort();
-        for root in roots {
-            chain_index.insert(*root, jit.add(&planned[root].chain)?);
+        for (n, loops) in &generated {
+            kernel_index.insert(*n, jit.add(loops)?);
         }
         Some(jit.finish()?)
     };
@@ -103,10 +106,13 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
             None => &node.outputs,
         };
         let outs: Vec<Option<usize>> = out_values.iter().map(|o| o.map(&mut slot)).collect();
-        let (op_name, kernel) = match (chain, &code) {
-            (Some(p), Some(code)) => {
-                let k = fused_kernel(code.clone(), chain_index[&n], p, out_shape(graph, &node.outputs, 0));
-                ("Fused", k)
+        let (op_name, kernel) = match (kernel_index.get(&n), &code) {
+            (Some(&index), Some(code)) => {
+                let out = node.outputs[0]
+                    .map(|v| graph.ty(v).clone())
+                    .ok_or_else(|| CpuError::NotImplemented(format!("node '{}' has no first output", node.name)))?;
+                let k = generated_kernel(code.clone(), index, out.dt, out.shape.clone());
+                (if chain.is_some() { "Fused" } else { node.op.name() }, k)
             }
             _ => {
                 let k = kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(|e| CpuError::Step {
@@ -206,37 +212,34 @@ fn relu_in_place(k: Kernel) -> Kernel {
 
 /// The step of a fused chain: one call into the JIT's code over the whole output, or one per row when an input
 /// is constant along rows (a per-channel scale, say).
-fn fused_kernel(code: std::sync::Arc<JitCode>, index: usize, plan: &fuse::Planned, out: Vec<usize>) -> Kernel {
-    let scalar = plan.chain.scalar_inputs.clone();
-    let rows = plan.rows.clone();
-    let periodic = plan.periodic.clone();
-    let inner = plan.inner.max(1);
-    Box::new(move |a, _| {
-        let slices: Vec<std::borrow::Cow<'_, [f32]>> = a
+/// The relayout copy a Transpose node is, when its element size allows one (every type but bool).
+fn transpose_loops(graph: &Graph, n: ir::NodeId) -> Option<Loops> {
+    let node = graph.node(n);
+    let Op::Transpose { perm } = &node.op else { return None };
+    let ty = graph.ty(node.inputs.first().copied().flatten()?);
+    let rank = ty.shape.len();
+    let perm = perm.clone().unwrap_or_else(|| (0..rank).rev().collect());
+    let elem = crate::jit::Elem::of(ty.dt, true).filter(|_| ty.dt != DatumType::Bool)?;
+    Some(Loops::transpose(&ty.shape, &perm, elem.size()))
+}
+
+/// A step running generated kernel `index` on its (packed row-major) inputs into a new `dt` tensor of `shape`.
+fn generated_kernel(code: std::sync::Arc<JitCode>, index: usize, dt: DatumType, shape: Vec<usize>) -> Kernel {
+    Box::new(move |a, cx| {
+        let inputs: Vec<std::borrow::Cow<'_, [u8]>> = a
             .iter()
-            .map(|t| Ok(elems::<f32>(t.ok_or_else(|| CpuError::NotImplemented("a chain input is missing".into()))?)?))
+            .map(|t| {
+                let t = t.ok_or_else(|| CpuError::NotImplemented("a generated kernel's input is missing".into()))?;
+                Ok(if t.is_row_major() {
+                    std::borrow::Cow::Borrowed(t.as_bytes()?)
+                } else {
+                    std::borrow::Cow::Owned(t.to_row_major()?.as_bytes()?.to_vec())
+                })
+            })
             .collect::<Result<_>>()?;
-        let mut y = Tensor::zeros(DatumType::F32, &out)?;
-        let ys = y.as_slice_mut::<f32>()?;
-        if rows.iter().all(Option::is_none) && !periodic.contains(&true) {
-            let views: Vec<&[f32]> = slices.iter().map(|c| c.as_ref()).collect();
-            code.call(index, &views, &scalar, ys)?;
-        } else {
-            for (r, chunk) in ys.chunks_mut(inner).enumerate() {
-                let views: Vec<&[f32]> = slices
-                    .iter()
-                    .zip(&rows)
-                    .zip(scalar.iter().zip(&periodic))
-                    .map(|((x, row), (&s, &p))| match row {
-                        Some(table) => &x[table[r]..table[r] + 1],
-                        None if s => &x[..1],
-                        None if p => &x[..chunk.len()],
-                        None => &x[r * inner..r * inner + chunk.len()],
-                    })
-                    .collect();
-                code.call(index, &views, &scalar, chunk)?;
-            }
-        }
+        let views: Vec<&[u8]> = inputs.iter().map(|c| c.as_ref()).collect();
+        let mut y = Tensor::zeros(dt, &shape)?;
+        code.call(index, &views, y.as_bytes_mut()?, cx.threads)?;
         Ok(vec![y])
     })
 }
