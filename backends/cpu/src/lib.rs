@@ -5,6 +5,8 @@ mod error;
 pub mod jit;
 pub mod kernels;
 #[cfg(feature = "compile")]
+pub mod layouts;
+#[cfg(feature = "compile")]
 pub mod lower;
 pub mod program;
 

@@ -437,3 +437,108 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
         _ => return nn::kernel(graph, op, inputs, outputs, out, out_dt.unwrap_or(DatumType::F32)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use stowage_compiler::ir::{Binary, Graph, Op, ValueType};
+    use stowage_runtime::{DatumType, Layout, PlainStorage, Tensor};
+
+    fn out(g: &Graph, n: stowage_compiler::ir::NodeId) -> stowage_compiler::ir::ValueId {
+        g.node(n).outputs[0].expect("an output")
+    }
+
+    /// A tensor of `values` (given in row-major index order) stored in `layout`.
+    fn laid_out(shape: [usize; 2], values: &[f32], layout: Layout) -> Tensor<'static> {
+        let span = layout.span_bytes(DatumType::F32, &shape).expect("span");
+        let mut bytes = vec![0u8; span];
+        for r in 0..shape[0] {
+            for c in 0..shape[1] {
+                let at = (r * layout.strides()[0] + c * layout.strides()[1]) * 4;
+                bytes[at..at + 4].copy_from_slice(&values[r * shape[1] + c].to_ne_bytes());
+            }
+        }
+        let storage = PlainStorage::copy_from(&bytes).expect("storage");
+        Tensor::from_storage(DatumType::F32, &shape, layout, storage).expect("tensor")
+    }
+
+    #[test]
+    fn a_matmul_reads_padded_and_column_major_operands_in_place() {
+        let (m, k, n) = (13, 7, 5);
+        let mut g = Graph::new("mm");
+        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![m, k]));
+        let b = g.add_input("b", ValueType::new(DatumType::F32, vec![k, n]));
+        let mm = g.add_node(
+            "mm",
+            Op::MatMul,
+            vec![Some(a), Some(b)],
+            vec![Some(("y".into(), ValueType::new(DatumType::F32, vec![m, n])))],
+        );
+        let y = out(&g, mm);
+        g.add_output("y", y);
+        let program = super::lower(&g, 1).expect("lowers");
+        let av: Vec<f32> = (0..m * k).map(|i| (i % 11) as f32 - 5.0).collect();
+        let bv: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.5).collect();
+        let packed = program
+            .run(vec![Tensor::from_slice(&[m, k], &av).unwrap(), Tensor::from_slice(&[k, n], &bv).unwrap()])
+            .expect("runs");
+        let want = packed.outputs[0].to_vec::<f32>().unwrap();
+        let a_cm = laid_out([m, k], &av, Layout::column_major(DatumType::F32, &[m, k]).unwrap());
+        let b_pad = laid_out([k, n], &bv, Layout::padded(DatumType::F32, &[k, n], 0, 64).unwrap());
+        let got = program.run(vec![a_cm, b_pad]).expect("runs on strided operands");
+        assert_eq!(got.outputs[0].to_vec::<f32>().unwrap(), want);
+        assert!(super::super::layouts::accepts(&Op::MatMul, &[2, 2]).layouts.len() == 3);
+    }
+
+    #[test]
+    fn a_camera_frame_is_cast_and_normalised_in_one_generated_step() {
+        // u8 [1, 4, 6, 3] → Cast f32 → Sub 127.5 → Div 255 per channel → Transpose to NCHW.
+        let shape = vec![1, 4, 6, 3];
+        let f32ty = |s: Vec<usize>| ValueType::new(DatumType::F32, s);
+        let mut g = Graph::new("camera");
+        let x = g.add_input("frame", ValueType::new(DatumType::U8, shape.clone()));
+        let cast = g.add_node(
+            "cast",
+            Op::Cast { to: DatumType::F32 },
+            vec![Some(x)],
+            vec![Some(("c".into(), f32ty(shape.clone())))],
+        );
+        let mean = g.add_const("mean", Tensor::from_slice(&[], &[127.5f32]).unwrap());
+        let c = out(&g, cast);
+        let sub = g.add_node(
+            "sub",
+            Op::Binary(Binary::Sub),
+            vec![Some(c), Some(mean)],
+            vec![Some(("s".into(), f32ty(shape.clone())))],
+        );
+        let scale = g.add_const("scale", Tensor::from_slice(&[3], &[255.0f32, 128.0, 64.0]).unwrap());
+        let s = out(&g, sub);
+        let div = g.add_node(
+            "div",
+            Op::Binary(Binary::Div),
+            vec![Some(s), Some(scale)],
+            vec![Some(("d".into(), f32ty(shape.clone())))],
+        );
+        let d = out(&g, div);
+        let tr = g.add_node(
+            "nchw",
+            Op::Transpose { perm: Some(vec![0, 3, 1, 2]) },
+            vec![Some(d)],
+            vec![Some(("y".into(), f32ty(vec![1, 3, 4, 6])))],
+        );
+        let y = out(&g, tr);
+        g.add_output("y", y);
+        let program = super::lower(&g, 1).expect("lowers");
+        let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
+        assert_eq!(ops, ["Fused", "Transpose"], "cast, sub and div are one generated kernel");
+        let px: Vec<u8> = (0..72).map(|i| (i * 29 % 256) as u8).collect();
+        let got = program.run(vec![Tensor::from_slice(&shape, &px).unwrap()]).expect("runs").outputs[0]
+            .to_vec::<f32>()
+            .unwrap();
+        for ch in 0..3 {
+            for p in 0..24 {
+                let want = (f32::from(px[p * 3 + ch]) - 127.5) / [255.0, 128.0, 64.0][ch];
+                assert_eq!(got[ch * 24 + p], want, "channel {ch}, pixel {p}");
+            }
+        }
+    }
+}

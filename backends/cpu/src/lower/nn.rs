@@ -39,6 +39,22 @@ fn floats<'t, T: Float + stowage_runtime::Datum>(t: &'t Tensor<'_>) -> Result<Co
     }
 }
 
+/// A 2-D host tensor in a layout other than packed row-major, as its elements from the first one with a row and a
+/// column stride in elements (padded rows, column-major, a transposed view; the runtime's strides are in elements): what a product reads in place.
+/// `None` for packed row-major tensors (read as slices) and for what strides cannot express in elements.
+fn matrix_view<'t, T: Float + stowage_runtime::Datum + bytemuck::Pod>(
+    t: &'t Tensor<'_>,
+) -> Option<(&'t [T], usize, usize)> {
+    let size = std::mem::size_of::<T>();
+    let strides = t.layout().strides();
+    if t.shape().len() != 2 || t.dt() != T::DATUM_TYPE {
+        return None;
+    }
+    let bytes = t.storage().host_bytes()?.get(t.layout().offset()..)?;
+    let elems: &[T] = bytemuck::try_cast_slice(&bytes[..bytes.len() / size * size]).ok()?;
+    Some((elems, strides[0], strides[1]))
+}
+
 /// Mean and (population) variance per channel (axis 1) over the batch and spatial axes, in f64.
 fn batch_statistics<T: Float>(x: &[T], shape: &[usize]) -> (Vec<f64>, Vec<f64>) {
     let (n, c) = (shape[0], shape[1]);
@@ -252,10 +268,16 @@ pub(super) fn kernel(
             let (asz, bsz) = (in_shape(0), in_shape(1));
             Box::new(move |a, cx| {
                 float!(wide, T => {
-                    let x = floats::<T>(arg(a, 0)?)?;
-                    let w = floats::<T>(arg(a, 1)?)?;
+                    let (xa, wa) = (arg(a, 0)?, arg(a, 1)?);
                     let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
                     let y = yt.as_slice_mut::<T>()?;
+                    // Two matrices, in any of the layouts `layouts.rs` lists, are read in place through their strides.
+                    if let (Some((x, xr, xc)), Some((w, wr, wc))) = (matrix_view::<T>(xa), matrix_view::<T>(wa)) {
+                        let (m, k, n) = (asz[0], asz[1], bsz[1]);
+                        gemm::gemm_strided(m, n, k, y, n, false, T::ZERO, x, xr, xc, w, wr, wc, T::ONE, cx.threads);
+                        return one(yt);
+                    }
+                    let (x, w) = (floats::<T>(xa)?, floats::<T>(wa)?);
                     gemm::matmul(&x, &asz, &w, &bsz, y, &out, cx.threads);
                     one(yt)
                 })
