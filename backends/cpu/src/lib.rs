@@ -9,8 +9,10 @@ pub mod layouts;
 #[cfg(feature = "compile")]
 pub mod lower;
 pub mod program;
+pub mod storage;
 
 pub use error::{CpuError, Result};
 #[cfg(feature = "compile")]
 pub use lower::{lower, lower_with, LowerOptions};
 pub use program::{Program, RunOutput};
+pub use storage::HostBuffer;

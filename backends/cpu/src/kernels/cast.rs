@@ -93,18 +93,18 @@ fn convert<D: FromWide>(x: &Tensor<'_>) -> Result<Vec<D>> {
 pub fn cast(x: &Tensor<'_>, to: DatumType) -> Result<Tensor<'static>> {
     let shape = x.shape();
     Ok(match to {
-        DatumType::Bool => Tensor::from_vec(shape, convert::<bool>(x)?)?,
-        DatumType::U8 => Tensor::from_vec(shape, convert::<u8>(x)?)?,
-        DatumType::U16 => Tensor::from_vec(shape, convert::<u16>(x)?)?,
-        DatumType::U32 => Tensor::from_vec(shape, convert::<u32>(x)?)?,
-        DatumType::U64 => Tensor::from_vec(shape, convert::<u64>(x)?)?,
-        DatumType::I8 => Tensor::from_vec(shape, convert::<i8>(x)?)?,
-        DatumType::I16 => Tensor::from_vec(shape, convert::<i16>(x)?)?,
-        DatumType::I32 => Tensor::from_vec(shape, convert::<i32>(x)?)?,
-        DatumType::I64 => Tensor::from_vec(shape, convert::<i64>(x)?)?,
-        DatumType::F16 => Tensor::from_vec(shape, convert::<f16>(x)?)?,
-        DatumType::BF16 => Tensor::from_vec(shape, convert::<bf16>(x)?)?,
-        DatumType::F32 => Tensor::from_vec(shape, convert::<f32>(x)?)?,
-        DatumType::F64 => Tensor::from_vec(shape, convert::<f64>(x)?)?,
+        DatumType::Bool => crate::storage::tensor_from_vec(shape, convert::<bool>(x)?)?,
+        DatumType::U8 => crate::storage::tensor_from_vec(shape, convert::<u8>(x)?)?,
+        DatumType::U16 => crate::storage::tensor_from_vec(shape, convert::<u16>(x)?)?,
+        DatumType::U32 => crate::storage::tensor_from_vec(shape, convert::<u32>(x)?)?,
+        DatumType::U64 => crate::storage::tensor_from_vec(shape, convert::<u64>(x)?)?,
+        DatumType::I8 => crate::storage::tensor_from_vec(shape, convert::<i8>(x)?)?,
+        DatumType::I16 => crate::storage::tensor_from_vec(shape, convert::<i16>(x)?)?,
+        DatumType::I32 => crate::storage::tensor_from_vec(shape, convert::<i32>(x)?)?,
+        DatumType::I64 => crate::storage::tensor_from_vec(shape, convert::<i64>(x)?)?,
+        DatumType::F16 => crate::storage::tensor_from_vec(shape, convert::<f16>(x)?)?,
+        DatumType::BF16 => crate::storage::tensor_from_vec(shape, convert::<bf16>(x)?)?,
+        DatumType::F32 => crate::storage::tensor_from_vec(shape, convert::<f32>(x)?)?,
+        DatumType::F64 => crate::storage::tensor_from_vec(shape, convert::<f64>(x)?)?,
     })
 }

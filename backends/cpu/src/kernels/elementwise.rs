@@ -157,14 +157,14 @@ pub fn unary(f: UnaryFn, x: &Tensor<'_>) -> Result<Tensor<'static>> {
     }
     if f == UnaryFn::Not {
         let v: Vec<bool> = x.to_vec::<bool>()?.into_iter().map(|b| !b).collect();
-        return Ok(Tensor::from_vec(shape, v)?);
+        return Ok(crate::storage::tensor_from_vec(shape, v)?);
     }
     match dt {
-        DatumType::F32 => Ok(Tensor::from_vec(
+        DatumType::F32 => Ok(crate::storage::tensor_from_vec(
             shape,
             x.to_vec::<f32>()?.into_iter().map(|v| crate::jit::unary_scalar(f, v)).collect::<Vec<_>>(),
         )?),
-        DatumType::F64 => Ok(Tensor::from_vec(
+        DatumType::F64 => Ok(crate::storage::tensor_from_vec(
             shape,
             x.to_vec::<f64>()?.into_iter().map(|v| float_unary::<f64>(f, v)).collect::<Vec<_>>(),
         )?),
@@ -176,7 +176,7 @@ pub fn unary(f: UnaryFn, x: &Tensor<'_>) -> Result<Tensor<'static>> {
                 UnaryFn::Sign => |v| T::from_f64(if v > T::zero() { 1.0 } else if v < T::zero() { -1.0 } else { 0.0 }),
                 _ => return Err(CpuError::Unsupported { op: "this elementwise function", dt }),
             };
-            Ok(Tensor::from_vec(shape, x.to_vec::<T>()?.into_iter().map(g).collect::<Vec<_>>())?)
+            Ok(crate::storage::tensor_from_vec(shape, x.to_vec::<T>()?.into_iter().map(g).collect::<Vec<_>>())?)
         }, else Err(CpuError::Unsupported { op: "elementwise", dt })),
     }
 }
@@ -201,7 +201,7 @@ pub fn binary(f: BinaryFn, a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Res
         } else {
             broadcast::zip(&x, a.shape(), &y, b.shape(), out, |p, q| p || q)
         };
-        return Ok(Tensor::from_vec(out, r)?);
+        return Ok(crate::storage::tensor_from_vec(out, r)?);
     }
     if f == BinaryFn::Pow && b.dt() != dt {
         // The exponent may have its own type: bring it to the base's.
@@ -214,16 +214,19 @@ pub fn binary(f: BinaryFn, a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Res
     }
     if dt == DatumType::Bool && f == BinaryFn::Equal {
         let (x, y) = (a.to_vec::<bool>()?, b.to_vec::<bool>()?);
-        return Ok(Tensor::from_vec(out, broadcast::zip(&x, a.shape(), &y, b.shape(), out, |p, q| p == q))?);
+        return Ok(crate::storage::tensor_from_vec(
+            out,
+            broadcast::zip(&x, a.shape(), &y, b.shape(), out, |p, q| p == q),
+        )?);
     }
     numeric!(dt, T => {
         let (x, y) = (elems::<T>(a)?, elems::<T>(b)?);
         let (ash, bsh) = (a.shape(), b.shape());
         let cmp = |g: fn(T, T) -> bool| -> Result<Tensor<'static>> {
-            Ok(Tensor::from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
+            Ok(crate::storage::tensor_from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
         };
         let num = |g: fn(T, T) -> T| -> Result<Tensor<'static>> {
-            Ok(Tensor::from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
+            Ok(crate::storage::tensor_from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
         };
         match f {
             BinaryFn::Add => num(T::add),
@@ -250,7 +253,7 @@ pub fn variadic(f: BinaryFn, mean: bool, xs: &[&Tensor<'_>], out: &[usize]) -> R
         acc = binary(f, &acc, x, out)?;
     }
     if mean {
-        let n = Tensor::from_vec(&[], vec![xs.len() as f64])?;
+        let n = crate::storage::tensor_from_vec(&[], vec![xs.len() as f64])?;
         let n = cast(&n, acc.dt())?;
         acc = binary(BinaryFn::Div, &acc, &n, out)?;
     }
@@ -265,7 +268,7 @@ pub fn expand(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
     let count: usize = out.iter().product();
     let mut r = Vec::with_capacity(count * size);
     broadcast::for_each_offset(out, &[x.shape()], |_, o| r.extend_from_slice(&src[o[0] * size..(o[0] + 1) * size]));
-    Ok(Tensor::from_bytes(x.dt(), out, &r)?)
+    Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?)
 }
 
 /// Clamps `x` to `[min, max]` (either may be absent).
@@ -293,5 +296,5 @@ pub fn select(cond: &Tensor<'_>, x: &Tensor<'_>, y: &Tensor<'_>, out: &[usize]) 
         let src = if c[o[0]] { &xs[o[1] * size..(o[1] + 1) * size] } else { &ys[o[2] * size..(o[2] + 1) * size] };
         r.extend_from_slice(src);
     });
-    Ok(Tensor::from_bytes(x.dt(), out, &r)?)
+    Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?)
 }

@@ -46,7 +46,7 @@ fn gather_elements(
             idx[a] = 0;
         }
     }
-    Ok(Tensor::from_bytes(x.dt(), shape, &out)?)
+    Ok(crate::storage::tensor_from_bytes(x.dt(), shape, &out)?)
 }
 
 /// Permutes axes: output axis `i` is input axis `perm[i]`. Elements are copied as words of their size, with
@@ -58,10 +58,26 @@ pub fn transpose(x: &Tensor<'_>, perm: &[usize]) -> Result<Tensor<'static>> {
     let pst: Vec<usize> = perm.iter().map(|&a| st[a]).collect();
     let dt = x.dt();
     Ok(match dt.size_of() {
-        1 => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u8>(&src, &shape, &pst)))?,
-        2 => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u16>(&src, &shape, &pst)))?,
-        4 => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u32>(&src, &shape, &pst)))?,
-        _ => Tensor::from_bytes(dt, &shape, bytemuck::cast_slice(&permute_copy::<u64>(&src, &shape, &pst)))?,
+        1 => crate::storage::tensor_from_bytes(
+            dt,
+            &shape,
+            bytemuck::cast_slice(&permute_copy::<u8>(&src, &shape, &pst)),
+        )?,
+        2 => crate::storage::tensor_from_bytes(
+            dt,
+            &shape,
+            bytemuck::cast_slice(&permute_copy::<u16>(&src, &shape, &pst)),
+        )?,
+        4 => crate::storage::tensor_from_bytes(
+            dt,
+            &shape,
+            bytemuck::cast_slice(&permute_copy::<u32>(&src, &shape, &pst)),
+        )?,
+        _ => crate::storage::tensor_from_bytes(
+            dt,
+            &shape,
+            bytemuck::cast_slice(&permute_copy::<u64>(&src, &shape, &pst)),
+        )?,
     })
 }
 
@@ -118,7 +134,7 @@ pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'
             r.extend_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
         }
     }
-    Ok(Tensor::from_bytes(first.dt(), out, &r)?)
+    Ok(crate::storage::tensor_from_bytes(first.dt(), out, &r)?)
 }
 
 /// Cuts `x` along `axis` into parts of the given sizes.
@@ -250,7 +266,7 @@ pub fn pad(
             idx[a] = 0;
         }
     }
-    Ok(Tensor::from_bytes(x.dt(), out, &r)?)
+    Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?)
 }
 
 /// Broadcasts `x` to `out` (Expand).

@@ -238,7 +238,7 @@ fn generated_kernel(code: std::sync::Arc<JitCode>, index: usize, dt: DatumType, 
             })
             .collect::<Result<_>>()?;
         let views: Vec<&[u8]> = inputs.iter().map(|c| c.as_ref()).collect();
-        let mut y = Tensor::zeros(dt, &shape)?;
+        let mut y = crate::storage::output(dt, &shape)?;
         code.call(index, &views, y.as_bytes_mut()?, cx.threads)?;
         Ok(vec![y])
     })
@@ -364,7 +364,7 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
                 let y = if x.is_row_major() { x.reshape(&out)? } else { x.to_row_major()?.reshape(&out)? };
                 let mut r = vec![y];
                 if let Some(shape) = &mask {
-                    r.push(Tensor::from_vec(shape, vec![true; shape.iter().product()])?);
+                    r.push(crate::storage::tensor_from_vec(shape, vec![true; shape.iter().product()])?);
                 }
                 Ok(r)
             })

@@ -114,7 +114,7 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let wt = floats::<T>(arg(a, 1)?)?;
                     let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
-                    let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
                     let y = yt.as_slice_mut::<T>()?;
                     let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
                     conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, packed.as_ref());
@@ -133,7 +133,7 @@ pub(super) fn kernel(
                     // MaxPool only compares, so it runs on every numeric type as is.
                     PoolKind::Max if wide == DatumType::F32 && !want_indices => {
                         let x = floats::<f32>(arg(a, 0)?)?;
-                        let mut y = Tensor::zeros(DatumType::F32, &out)?;
+                        let mut y = crate::storage::output(DatumType::F32, &out)?;
                         pool::max_pool_f32(&x, &xs, &pp, y.as_slice_mut::<f32>()?, &out, cx.threads);
                         one(y)
                     }
@@ -142,9 +142,9 @@ pub(super) fn kernel(
                         let mut y = vec![T::default(); out.iter().product()];
                         let mut idx = want_indices.then(|| vec![0i64; y.len()]);
                         pool::max_pool(&x, &xs, &pp, &mut y, &out, idx.as_deref_mut(), col, cx.threads);
-                        let mut r = vec![Tensor::from_vec(&out, y)?];
+                        let mut r = vec![crate::storage::tensor_from_vec(&out, y)?];
                         if let Some(idx) = idx {
-                            r.push(Tensor::from_vec(&out, idx)?);
+                            r.push(crate::storage::tensor_from_vec(&out, idx)?);
                         }
                         Ok(r)
                     }, else Err(CpuError::Unsupported { op: "MaxPool", dt: wide })),
@@ -152,7 +152,7 @@ pub(super) fn kernel(
                         let x = floats::<T>(arg(a, 0)?)?;
                         let mut y = vec![T::zero(); out.iter().product()];
                         pool::average_pool(&x, &xs, &pp, count_include_pad, &mut y, &out, cx.threads);
-                        one(Tensor::from_vec(&out, y)?)
+                        one(crate::storage::tensor_from_vec(&out, y)?)
                     }),
                 }
             })
@@ -165,7 +165,7 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let mut y = vec![T::zero(); out.iter().product()];
                     pool::global_pool(&x, &xs, max, &mut y);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
         }
@@ -176,7 +176,7 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let mut y = vec![T::zero(); x.len()];
                     norm::lrn(&x, &xs, size, alpha, beta, bias, &mut y);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
         }
@@ -191,16 +191,16 @@ pub(super) fn kernel(
                     let mut y = vec![T::zero(); x.len()];
                     let (bm, bv): (Vec<T>, Vec<T>) = (mean.iter().map(|&m| T::from_f64(m)).collect(), var.iter().map(|&v| T::from_f64(v)).collect());
                     norm::batch_norm(&x, &xs, &p[0], &p[1], &bm, &bv, eps, &mut y);
-                    let mut r = vec![Tensor::from_vec(&out, y)?];
+                    let mut r = vec![crate::storage::tensor_from_vec(&out, y)?];
                     let m = f64::from(momentum);
                     let blend = |running: &[T], batch: &[f64]| -> Vec<T> {
                         running.iter().zip(batch).map(|(&r, &b)| T::from_f64(r.to_f64() * m + b * (1.0 - m))).collect()
                     };
                     if extra > 1 {
-                        r.push(Tensor::from_vec(&[xs[1]], blend(&p[2], &mean))?);
+                        r.push(crate::storage::tensor_from_vec(&[xs[1]], blend(&p[2], &mean))?);
                     }
                     if extra > 2 {
-                        r.push(Tensor::from_vec(&[xs[1]], blend(&p[3], &var))?);
+                        r.push(crate::storage::tensor_from_vec(&[xs[1]], blend(&p[3], &var))?);
                     }
                     Ok(r)
                 })
@@ -214,7 +214,7 @@ pub(super) fn kernel(
                     let p: Vec<Cow<'_, [T]>> = (1..5).map(|i| floats::<T>(arg(a, i)?)).collect::<Result<_>>()?;
                     let mut y = vec![T::zero(); x.len()];
                     norm::batch_norm(&x, &xs, &p[0], &p[1], &p[2], &p[3], eps, &mut y);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
         }
@@ -235,10 +235,10 @@ pub(super) fn kernel(
                     let mut mean = stats[0].as_ref().map(|_| vec![0f32; rows]);
                     let mut inv = stats[1].as_ref().map(|_| vec![0f32; rows]);
                     norm::layer_norm(&x, &xs, axis, &s, &ss, b.as_deref().map(|b| (b, bs.as_slice())), eps, &mut y, mean.as_deref_mut(), inv.as_deref_mut());
-                    let mut r = vec![Tensor::from_vec(&out, y)?];
+                    let mut r = vec![crate::storage::tensor_from_vec(&out, y)?];
                     for (shape, v) in stats.iter().zip([mean, inv]) {
                         if let (Some(shape), Some(v)) = (shape, v) {
-                            r.push(Tensor::from_vec(shape, v)?);
+                            r.push(crate::storage::tensor_from_vec(shape, v)?);
                         }
                     }
                     Ok(r)
@@ -253,7 +253,7 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let w = floats::<T>(arg(a, 1)?)?;
                     let c = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
-                    let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
                     let y = yt.as_slice_mut::<T>()?;
                     gemm::gemm(&x, [asz[0], asz[1]], g.trans_a, &w, [bsz[0], bsz[1]], g.trans_b,
                         c.as_deref().map(|c| (c, csz.as_slice())), T::from_f64(f64::from(g.alpha)), T::from_f64(f64::from(g.beta)), y, cx.threads);
@@ -269,7 +269,7 @@ pub(super) fn kernel(
             Box::new(move |a, cx| {
                 float!(wide, T => {
                     let (xa, wa) = (arg(a, 0)?, arg(a, 1)?);
-                    let mut yt = Tensor::zeros(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
                     let y = yt.as_slice_mut::<T>()?;
                     // Two matrices, in any of the layouts `layouts.rs` lists, are read in place through their strides.
                     if let (Some((x, xr, xc)), Some((w, wr, wc))) = (matrix_view::<T>(xa), matrix_view::<T>(wa)) {
@@ -291,7 +291,7 @@ pub(super) fn kernel(
                     let x = floats::<T>(arg(a, 0)?)?;
                     let mut y = vec![T::zero(); x.len()];
                     norm::softmax(&x, &xs, axis, flatten, log, &mut y);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
         }
@@ -331,7 +331,7 @@ pub(super) fn kernel(
                         let v = x.to_vec::<T>()?;
                         let mut y = vec![T::default(); out.iter().product()];
                         reduce::reduce(&v, &xs, &axes, kind, &mut y);
-                        Tensor::from_vec(&out, y)?
+                        crate::storage::tensor_from_vec(&out, y)?
                     }, else return Err(CpuError::Unsupported { op: "reduction", dt: rdt }));
                     return one(cast(&r, DatumType::Bool)?);
                 }
@@ -339,7 +339,7 @@ pub(super) fn kernel(
                     let v = x.to_vec::<T>()?;
                     let mut y = vec![T::default(); out.iter().product()];
                     reduce::reduce(&v, &xs, &axes, kind, &mut y);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 }, else Err(CpuError::Unsupported { op: "reduction", dt: rdt }))
             })
         }
@@ -359,7 +359,7 @@ pub(super) fn kernel(
                     let v = x.to_vec::<T>()?;
                     let mut y = vec![0i64; out.iter().product()];
                     reduce::argmax(&v, &xs, axis, last, &mut y);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 }, else Err(CpuError::Unsupported { op: "ArgMax", dt: xdt }))
             })
         }
@@ -427,7 +427,7 @@ pub(super) fn kernel(
                         exclude_outside: r.exclude_outside,
                     };
                     resize::resize(&x, &xs, &p, &mut y, &out);
-                    one(Tensor::from_vec(&out, y)?)
+                    one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
         }

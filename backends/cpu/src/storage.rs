@@ -1,0 +1,130 @@
+//! The CPU target's memory: host bytes, 64-byte aligned, with rows padded to 64 bytes where a layout asks for it.
+//! Written with the runtime's `#[derive(TensorStorage)]` like every backend's storage; its `DESCRIPTOR` is what the
+//! planner reads for the `cpu` target. Every value a CPU program computes lives in one of these.
+
+use stowage_runtime::{DatumType, Layout, PlainStorage, Result, Tensor, TensorStorage};
+
+/// Aligned host bytes (the runtime's `PlainStorage`), as the byte buffer the derive reads and writes.
+#[derive(Clone)]
+pub struct Bytes(PlainStorage);
+
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl AsMut<[u8]> for Bytes {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.0.as_bytes_mut()
+    }
+}
+
+/// A CPU value's storage: bytes, datum type and shape.
+#[derive(Clone, TensorStorage)]
+#[storage(
+    space = host,
+    name = "cpu",
+    alignment = 64,
+    row_pitch_alignment = 64,
+    layouts(row_major, column_major, padded_rows)
+)]
+pub struct HostBuffer {
+    #[storage(buffer)]
+    bytes: Bytes,
+    #[storage(dtype)]
+    dt: DatumType,
+    #[storage(shape)]
+    shape: Vec<usize>,
+}
+
+/// Bytes from one row of `shape` (its last axis) to the next when rows are padded to the storage's row pitch
+/// alignment.
+pub fn padded_pitch(dt: DatumType, shape: &[usize]) -> usize {
+    let row = shape.last().copied().unwrap_or(1) * dt.size_of();
+    row.next_multiple_of(HostBuffer::DESCRIPTOR.row_pitch_alignment)
+}
+
+impl HostBuffer {
+    /// Zeroed packed row-major storage for a `dt` tensor of `shape`.
+    pub fn zeroed(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
+        let bytes = Layout::row_major(dt, shape)?.span_bytes(dt, shape)?;
+        Ok(HostBuffer { bytes: Bytes(PlainStorage::zeroed(bytes)?), dt, shape: shape.to_vec() })
+    }
+
+    /// A zeroed tensor of `shape` whose rows (last axis) start every [`padded_pitch`] bytes, for kernels that
+    /// want aligned rows.
+    pub fn padded_tensor(dt: DatumType, shape: &[usize]) -> Result<Tensor<'static>> {
+        let axis = shape.len().saturating_sub(2);
+        let layout = if shape.len() < 2 {
+            Layout::row_major(dt, shape)?
+        } else {
+            Layout::padded(dt, shape, axis, padded_pitch(dt, shape))?
+        };
+        let bytes = layout.span_bytes(dt, shape)?;
+        let buf = HostBuffer { bytes: Bytes(PlainStorage::zeroed(bytes)?), dt, shape: shape.to_vec() };
+        Tensor::from_storage(dt, shape, layout, buf)
+    }
+}
+
+/// A zeroed packed row-major `dt` tensor of `shape` in CPU storage: what kernels write their results into.
+pub fn output(dt: DatumType, shape: &[usize]) -> Result<Tensor<'static>> {
+    HostBuffer::zeroed(dt, shape)?.into_tensor()
+}
+
+/// A packed row-major tensor in CPU storage holding `data`.
+pub fn tensor_from_vec<T: stowage_runtime::Datum>(shape: &[usize], data: Vec<T>) -> Result<Tensor<'static>> {
+    tensor_from(shape, &data)
+}
+
+/// A packed row-major `dt` tensor in CPU storage holding `bytes`, which must be exactly as long as the shape needs
+/// (and, for bool, hold only 0 and 1).
+pub fn tensor_from_bytes(dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Tensor<'static>> {
+    if dt == DatumType::Bool && bytes.iter().any(|&b| b > 1) {
+        return Err(stowage_runtime::RuntimeError::InvalidBits { tensor: "<unnamed>".into(), dt });
+    }
+    let mut buf = HostBuffer::zeroed(dt, shape)?;
+    let dst = buf.host_bytes_mut()?;
+    if dst.len() != bytes.len() {
+        return Err(stowage_runtime::RuntimeError::ByteLength {
+            tensor: "<unnamed>".into(),
+            dt,
+            shape: shape.to_vec(),
+            expected: dst.len(),
+            found: bytes.len(),
+        });
+    }
+    dst.copy_from_slice(bytes);
+    buf.into_tensor()
+}
+
+/// A packed row-major tensor in CPU storage holding a copy of `data`.
+pub fn tensor_from<T: stowage_runtime::Datum>(shape: &[usize], data: &[T]) -> Result<Tensor<'static>> {
+    tensor_from_bytes(T::DATUM_TYPE, shape, stowage_runtime::bytemuck::cast_slice(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stowage_runtime::{LayoutKind, LayoutSupport, MemoryKind};
+
+    #[test]
+    fn the_descriptor_is_host_memory_with_padded_rows() {
+        let d = HostBuffer::DESCRIPTOR;
+        assert_eq!((d.name, d.kind, d.alignment, d.row_pitch_alignment), ("cpu", MemoryKind::Host, 64, 64));
+        assert!(d.holds(LayoutSupport::PaddedRows) && d.holds(LayoutSupport::ColumnMajor));
+    }
+
+    #[test]
+    fn buffers_are_aligned_and_padded_rows_start_on_64_bytes() {
+        let t = output(DatumType::F32, &[3, 5]).unwrap();
+        assert_eq!(t.storage().host_bytes().unwrap().as_ptr() as usize % 64, 0);
+        assert!(t.storage().as_any().unwrap().downcast_ref::<HostBuffer>().is_some(), "CPU storage");
+        let p = HostBuffer::padded_tensor(DatumType::F32, &[2, 3, 5]).unwrap();
+        assert_eq!(p.layout_kind(), LayoutKind::PaddedRows { axis: 1, pitch: 64 });
+        assert_eq!(p.storage().byte_len(), 6 * 64 - 64 + 20);
+        let v = tensor_from(&[2, 2], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        assert_eq!(v.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0]);
+        assert!(tensor_from(&[3], &[1.0f32]).is_err(), "a short slice");
+    }
+}
