@@ -11,7 +11,14 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{gemm_packed, gemm_strided, pack_lhs, Float, PackedA};
+use super::gemm::{gemm_packed, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
+
+/// `max(0, v)` over `y`, NaN kept (a select, so that the loop vectorises).
+fn relu_pass<T: Float>(y: &mut [T]) {
+    for v in y {
+        *v = if *v < T::ZERO { T::ZERO } else { *v };
+    }
+}
 
 /// Convolution attributes, already resolved by the caller (no `auto_pad`): one entry per spatial axis, except
 /// `pads`, which holds the begin padding of every spatial axis followed by the end padding of every spatial axis
@@ -162,7 +169,17 @@ pub fn conv<T: Float>(
     y_shape: &[usize],
     threads: usize,
 ) {
-    conv_packed(x, x_shape, w, w_shape, bias, p, y, y_shape, threads, None)
+    conv_packed(x, x_shape, w, w_shape, bias, p, y, y_shape, threads, Post::default())
+}
+
+/// What [`conv_packed`] adds to a plain convolution.
+#[derive(Clone, Copy, Default)]
+pub struct Post<'a> {
+    /// The weights packed by [`PackedWeights::new`], used when `T` is f32: then the bias and the ReLU are applied
+    /// in the product's registers.
+    pub packed: Option<&'a PackedWeights>,
+    /// `max(0, y)` on the result (NaN stays NaN).
+    pub relu: bool,
 }
 
 /// ONNX `Conv` (see the module doc for layouts): `y[n, m, o] = bias[m] + Σ_{c, k} w[m, c, k] · x[n, g·C/G + c,
@@ -172,7 +189,7 @@ pub fn conv<T: Float>(
 ///
 /// # Panics
 /// On inconsistent shapes, attributes or slice lengths.
-/// `packed`, when given, is `w` packed by [`PackedWeights::new`]; it is used when `T` is f32.
+/// With `post`: weights packed ahead of time and a ReLU on the output.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_packed<T: Float>(
     x: &[T],
@@ -184,8 +201,9 @@ pub fn conv_packed<T: Float>(
     y: &mut [T],
     y_shape: &[usize],
     threads: usize,
-    packed: Option<&PackedWeights>,
+    post: Post<'_>,
 ) {
+    let (packed, relu) = (post.packed, post.relu);
     assert!(x_shape.len() >= 2, "conv: input must have rank ≥ 2, got {x_shape:?}");
     let s = x_shape.len() - 2;
     assert_eq!(w_shape.len(), s + 2, "conv: weight rank");
@@ -245,14 +263,22 @@ pub fn conv_packed<T: Float>(
         );
     }
     // One group's product `y[.., p0..] (+)= W_g · cols`, `cols` being `width` columns with row stride `cols_rs`.
+    // With packed weights the bias and the ReLU are the product's epilogue; otherwise the bias is written into `y`
+    // first (`read`) and the ReLU is a pass after.
     let product = |gi: usize, w_g: &[T], cols: &[T], cols_rs: usize, width: usize, y: &mut [T], read: bool, threads| {
         match packed {
             Some(pw) => {
                 // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are
                 // the same slices retyped.
-                let (cols, y) =
-                    unsafe { (&*(cols as *const [T] as *const [f32]), &mut *(y as *mut [T] as *mut [f32])) };
-                gemm_packed(&pw.groups[gi], width, y, p_out, read, cols, cols_rs, 1, threads)
+                let (cols, y, bias) = unsafe {
+                    (
+                        &*(cols as *const [T] as *const [f32]),
+                        &mut *(y as *mut [T] as *mut [f32]),
+                        bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
+                    )
+                };
+                let epilogue = Epilogue { bias, relu };
+                gemm_packed(&pw.groups[gi], width, y, p_out, false, cols, cols_rs, 1, threads, epilogue)
             }
             None => {
                 gemm_strided(mg, width, kdim, y, p_out, read, T::ONE, w_g, kdim, 1, cols, cols_rs, 1, T::ONE, threads)
@@ -265,22 +291,29 @@ pub fn conv_packed<T: Float>(
     // One (batch item, group) block: y_blk is y[ni, gi·mg .. (gi+1)·mg, :], contiguous.
     let block = |bi: usize, y_blk: &mut [T], threads: usize| {
         let (ni, gi) = (bi / g, bi % g);
-        if let Some(b) = bias {
+        let read = bias.is_some() && packed.is_none();
+        if let (Some(b), true) = (bias, read) {
             for (r, row) in y_blk.chunks_mut(p_out).enumerate() {
                 row.fill(b[gi * mg + r]);
             }
         }
-        let read = bias.is_some();
         let w_g = &w[gi * mg * kdim..][..mg * kdim];
         let x_g = &x[(ni * c + gi * cg) * p_in..][..cg * p_in];
         if kdim == 0 {
-            if !read {
-                y_blk.fill(T::ZERO);
+            match bias {
+                Some(b) => y_blk.chunks_mut(p_out).enumerate().for_each(|(r, row)| row.fill(b[gi * mg + r])),
+                None => y_blk.fill(T::ZERO),
+            }
+            if relu {
+                relu_pass(y_blk);
             }
             return;
         }
         if pointwise {
             product(gi, w_g, x_g, p_out, p_out, y_blk, read, threads);
+            if relu && packed.is_none() {
+                relu_pass(y_blk);
+            }
             return;
         }
         let tile = (COL_TILE_ELEMS / kdim).clamp(1, p_out);
@@ -306,6 +339,9 @@ pub fn conv_packed<T: Float>(
                 }
             }
             product(gi, w_g, cols, width, width, &mut y_blk[p0..], read, threads);
+        }
+        if relu && packed.is_none() {
+            relu_pass(y_blk);
         }
     };
     let blocks = nb * g;
@@ -534,10 +570,19 @@ mod tests {
                     packed_runs += 1;
                     let mut y = vec![f32::NAN; want.len()];
                     let (xs, ws) = (&case.xs, &case.ws);
-                    pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, Some(&packed)));
+                    let post = Post { packed: Some(&packed), relu: false };
+                    pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
                     close(&y, &want);
+                    // And with the ReLU in the product's epilogue.
+                    let post = Post { packed: Some(&packed), relu: true };
+                    pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
+                    close(&y, &want.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
                 }
             }
+            // ReLU after the plain product.
+            let mut y = vec![f32::NAN; want.len()];
+            conv_packed(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, 1, Post { packed: None, relu: true });
+            close(&y, &want.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
             // f64 and no bias.
             let want = naive(&x, &case.xs, &w, &case.ws, None, &case.strides, &case.dil, &case.pads, case.group, &ys);
             let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();

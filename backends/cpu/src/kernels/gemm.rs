@@ -14,7 +14,7 @@ use core::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAss
 
 use rayon::prelude::*;
 
-pub use super::sgemm512::PackedA;
+pub use super::sgemm512::{Epilogue, PackedA};
 
 mod sealed {
     /// Restricts [`super::Float`] to the types the `gemm` crate dispatches on.
@@ -290,8 +290,8 @@ pub fn gemm_strided<T: Float>(
 }
 
 /// [`gemm_strided`] with a left operand packed ahead of time (`a.rows()` × `a.cols()`, coefficient 1):
-/// `dst[i·dst_rs + j] = (read_dst ? dst[i·dst_rs + j] : 0) + Σₗ a[i, l] · b[l·b_rs + j·b_cs]`. Threads take bands
-/// of whole panels of rows.
+/// `dst[i·dst_rs + j] = epilogue((read_dst ? dst[i·dst_rs + j] : 0) + Σₗ a[i, l] · b[l·b_rs + j·b_cs])`, the
+/// epilogue adding a per-row bias and applying ReLU in registers. Threads take bands of whole panels of rows.
 ///
 /// # Panics
 /// As [`gemm_strided`]; and when this CPU cannot run the packed kernel (see [`PackedA`]'s constructor,
@@ -307,6 +307,7 @@ pub fn gemm_packed(
     b_rs: usize,
     b_cs: usize,
     threads: usize,
+    epilogue: Epilogue<'_>,
 ) {
     let (m, k) = (a.rows(), a.cols());
     if m == 0 || n == 0 {
@@ -321,11 +322,23 @@ pub fn gemm_packed(
     let panel = super::sgemm512::PANEL_ROWS;
     let band = if threads > 1 && m >= 4 * panel * threads { m.div_ceil(threads).next_multiple_of(panel) } else { m };
     if band >= m {
-        super::sgemm512::sgemm_packed(a, 0, m, n, dst, dst_rs, read_dst, b, (b_rs, b_cs));
+        super::sgemm512::sgemm_packed(a, 0, m, n, dst, dst_rs, read_dst, b, (b_rs, b_cs), epilogue);
     } else {
         dst.par_chunks_mut(band * dst_rs).enumerate().for_each(|(i, rows)| {
             let r0 = i * band;
-            super::sgemm512::sgemm_packed(a, r0, band.min(m - r0), n, rows, dst_rs, read_dst, b, (b_rs, b_cs));
+            let epilogue = Epilogue { bias: epilogue.bias.map(|bias| &bias[r0..]), ..epilogue };
+            super::sgemm512::sgemm_packed(
+                a,
+                r0,
+                band.min(m - r0),
+                n,
+                rows,
+                dst_rs,
+                read_dst,
+                b,
+                (b_rs, b_cs),
+                epilogue,
+            );
         });
     }
 }

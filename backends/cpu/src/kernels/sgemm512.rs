@@ -87,6 +87,7 @@ pub fn sgemm(
         Lhs::Strided { a, strides: (a_rs, a_cs), alpha },
         b,
         (b_rs, b_cs),
+        Epilogue::default(),
     );
 }
 
@@ -148,8 +149,9 @@ impl PackedA {
 /// Rows that a band of a packed product must start at a multiple of.
 pub const PANEL_ROWS: usize = MR;
 
-/// `dst[i·dst_rs + j] = (read_dst ? dst : 0) + Σₗ a[row0 + i, l] · b[l·b_rs + j·b_cs]` for the `m` rows of `a`
-/// from `row0` (a multiple of [`PANEL_ROWS`]). The caller has checked the extents of `dst` and `b` and that
+/// `dst[i·dst_rs + j] = epilogue((read_dst ? dst : 0) + Σₗ a[row0 + i, l] · b[l·b_rs + j·b_cs])` for the `m` rows
+/// of `a` from `row0` (a multiple of [`PANEL_ROWS`]); the epilogue's bias is indexed from row `row0` (its first
+/// value is row `row0`'s). The caller has checked the extents of `dst` and `b` and that
 /// [`available`] is true.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm_packed(
@@ -162,7 +164,9 @@ pub fn sgemm_packed(
     read_dst: bool,
     b: &[f32],
     (b_rs, b_cs): (usize, usize),
+    epilogue: Epilogue<'_>,
 ) {
+    assert!(epilogue.bias.is_none_or(|bias| bias.len() >= m), "sgemm: a bias shorter than the {m} rows");
     assert!(
         row0.is_multiple_of(MR) && row0 + m <= a.m,
         "sgemm: rows {row0}..{} of a packed {}-row operand",
@@ -180,7 +184,18 @@ pub fn sgemm_packed(
         }
         return;
     }
-    blocked(m, n, a.k, dst, dst_rs, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs));
+    blocked(m, n, a.k, dst, dst_rs, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs), epilogue);
+}
+
+/// What the tiles do besides the sum: a per-row bias added once (the first block of K, when the destination is
+/// not read) and a ReLU after the last block, while the tile is still in registers. A convolution's bias and the
+/// ReLU after it cost no pass over the output.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    /// One value per row of the product, added to every element of the row.
+    pub bias: Option<&'a [f32]>,
+    /// `max(0, x)` on the result (NaN stays NaN).
+    pub relu: bool,
 }
 
 /// The left operand of the blocked product.
@@ -204,6 +219,7 @@ fn blocked(
     lhs: Lhs<'_>,
     b: &[f32],
     (b_rs, b_cs): (usize, usize),
+    epilogue: Epilogue<'_>,
 ) {
     // The first block of K overwrites the destination unless it is read; later blocks accumulate.
     if read_dst && dst_coef != 1.0 {
@@ -232,6 +248,10 @@ fn blocked(
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let accumulate = read_dst || pc > 0;
+            let tile_epilogue = |row: usize| TileEpilogue {
+                bias: epilogue.bias.filter(|_| !accumulate).map(|b| b[row..].as_ptr()),
+                relu: epilogue.relu && pc + kc == k,
+            };
             for p in (0..panels_n).filter(|_| !direct) {
                 let panel = &mut bpack[p * kc * NR..(p + 1) * kc * NR];
                 let c0 = jc + p * NR;
@@ -273,7 +293,8 @@ fn blocked(
                         let rows = MR.min(mc - q * MR);
                         let (r0, c0) = (ic + q * MR, jc + p * NR);
                         let end = (r0 + rows - 1) * dst_rs + c0 + cols;
-                        micro(rows, cols, kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs, accumulate);
+                        let epi = tile_epilogue(r0);
+                        micro(rows, cols, kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs, accumulate, epi);
                     }
                 }
             }
@@ -350,6 +371,7 @@ fn micro(
     c: &mut [f32],
     ldc: usize,
     accumulate: bool,
+    epilogue: TileEpilogue,
 ) {
     assert!((1..=MR).contains(&rows) && (1..=NR).contains(&cols), "sgemm: tile {rows}x{cols}");
     let b_needed = if kc == 0 { 0 } else { (kc - 1) * ldb + cols };
@@ -358,7 +380,7 @@ fn micro(
     #[cfg(target_arch = "x86_64")]
     {
         let mask = if cols == NR { u32::MAX } else { (1u32 << cols) - 1 };
-        let args = (kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc, accumulate, mask);
+        let args = (kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc, accumulate, mask, epilogue);
         macro_rules! dispatch {
             ($($r:literal)*) => {
                 match rows {
@@ -375,12 +397,19 @@ fn micro(
     }
 }
 
-type MicroArgs = (usize, *const f32, *const f32, usize, *mut f32, usize, bool, u32);
+/// A tile's part of the [`Epilogue`]: the bias of its first row (the caller checked that `rows` values follow).
+#[derive(Clone, Copy)]
+struct TileEpilogue {
+    bias: Option<*const f32>,
+    relu: bool,
+}
+
+type MicroArgs = (usize, *const f32, *const f32, usize, *mut f32, usize, bool, u32, TileEpilogue);
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask): MicroArgs) {
-    use std::arch::x86_64::{__mmask16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps};
+unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask, epi): MicroArgs) {
+    use std::arch::x86_64::{__mmask16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_max_ps};
     let (m0, m1) = (mask as __mmask16, (mask >> 16) as __mmask16);
     let mut acc: [[__m512; 2]; R] = [[_mm512_setzero_ps(); 2]; R];
     for l in 0..kc {
@@ -401,13 +430,24 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask)
         }
     }
     for (i, row) in acc.iter().enumerate() {
-        // SAFETY: as above: row i of the tile spans the masked lanes of c[i·ldc .. i·ldc + 32].
+        // SAFETY: as above: row i of the tile spans the masked lanes of c[i·ldc .. i·ldc + 32], and a bias pointer
+        // has R values after it (`sgemm_packed` checked the bias against the product's rows).
         unsafe {
             let p = c.add(i * ldc);
             let (mut v0, mut v1) = (row[0], row[1]);
             if accumulate {
                 v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
                 v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), v1);
+            }
+            if let Some(bias) = epi.bias {
+                let bi = _mm512_set1_ps(*bias.add(i));
+                v0 = _mm512_add_ps(v0, bi);
+                v1 = _mm512_add_ps(v1, bi);
+            }
+            if epi.relu {
+                // max(0, v) returns its second operand when either is NaN, so NaN passes through.
+                v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
+                v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
             }
             if mask == u32::MAX {
                 _mm512_storeu_ps(p, v0);

@@ -115,14 +115,14 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                 (if chain.is_some() { "Fused" } else { node.op.name() }, k)
             }
             _ => {
-                let k = kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(|e| CpuError::Step {
-                    node: node.name.clone(),
-                    op: node.op.name(),
-                    source: Box::new(e),
-                })?;
-                match relu_after.contains_key(&n) {
-                    true => ("Conv+Relu", relu_in_place(k)),
-                    false => (node.op.name(), k),
+                let step_err = |e| CpuError::Step { node: node.name.clone(), op: node.op.name(), source: Box::new(e) };
+                match (&node.op, relu_after.contains_key(&n)) {
+                    (Op::Conv(c), true) => {
+                        let out = out_shape(graph, &node.outputs, 0);
+                        let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, true).map_err(step_err)?;
+                        ("Conv+Relu", k)
+                    }
+                    _ => (node.op.name(), kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(step_err)?),
                 }
             }
         };
@@ -196,22 +196,6 @@ fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
     pairs
 }
 
-/// Wraps a Conv kernel so that its f32 output goes through ReLU in place before the step ends.
-fn relu_in_place(k: Kernel) -> Kernel {
-    Box::new(move |a, cx| {
-        let mut outs = k(a, cx)?;
-        if let Some(y) = outs.first_mut() {
-            // A select, not a branch, so that the loop vectorises; NaN stays NaN as in the ReLU kernel.
-            for v in y.as_slice_mut::<f32>()? {
-                *v = if *v < 0.0 { 0.0 } else { *v };
-            }
-        }
-        Ok(outs)
-    })
-}
-
-/// The step of a fused chain: one call into the JIT's code over the whole output, or one per row when an input
-/// is constant along rows (a per-channel scale, say).
 /// The relayout copy a Transpose node is, when its element size allows one (every type but bool).
 fn transpose_loops(graph: &Graph, n: ir::NodeId) -> Option<Loops> {
     let node = graph.node(n);

@@ -87,6 +87,43 @@ macro_rules! float {
     };
 }
 
+/// A Conv's kernel; with `relu`, the ReLU that is its output's only reader runs inside it (on f32, in the product's
+/// registers when the weights are packed).
+pub(super) fn conv_kernel(
+    graph: &Graph,
+    c: &ir::Conv,
+    inputs: &[Option<ValueId>],
+    out: Vec<usize>,
+    dt: DatumType,
+    relu: bool,
+) -> Result<Kernel> {
+    let in_shape = |i: usize| inputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone()).unwrap_or_default();
+    let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { dt };
+    let (xs, ws) = (in_shape(0), in_shape(1));
+    let (w, g) = (c.window.clone(), c.group);
+    // Constant f32 weights are packed for the product kernel once, here.
+    let packed = match inputs.get(1).copied().flatten().map(|v| &graph.value(v).def) {
+        Some(ir::ValueDef::Const(t)) if dt == DatumType::F32 => {
+            t.as_slice::<f32>().ok().and_then(|w| conv::PackedWeights::new(w, &ws, g))
+        }
+        _ => None,
+    };
+    let k: Kernel = Box::new(move |a, cx| {
+        float!(wide, T => {
+            let x = floats::<T>(arg(a, 0)?)?;
+            let wt = floats::<T>(arg(a, 1)?)?;
+            let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
+            let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+            let y = yt.as_slice_mut::<T>()?;
+            let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
+            let post = conv::Post { packed: packed.as_ref(), relu };
+            conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, post);
+            one(yt)
+        })
+    });
+    Ok(via_f32(dt, k))
+}
+
 pub(super) fn kernel(
     graph: &Graph,
     op: &Op,
@@ -99,29 +136,7 @@ pub(super) fn kernel(
     let in_dt = inputs.first().copied().flatten().map(|v| graph.ty(v).dt).unwrap_or(dt);
     let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { dt };
     let k: Kernel = match op {
-        Op::Conv(c) => {
-            let (xs, ws) = (in_shape(0), in_shape(1));
-            let (w, g) = (c.window.clone(), c.group);
-            // Constant f32 weights are packed for the product kernel once, here.
-            let packed = match inputs.get(1).copied().flatten().map(|v| &graph.value(v).def) {
-                Some(ir::ValueDef::Const(t)) if dt == DatumType::F32 => {
-                    t.as_slice::<f32>().ok().and_then(|w| conv::PackedWeights::new(w, &ws, g))
-                }
-                _ => None,
-            };
-            Box::new(move |a, cx| {
-                float!(wide, T => {
-                    let x = floats::<T>(arg(a, 0)?)?;
-                    let wt = floats::<T>(arg(a, 1)?)?;
-                    let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
-                    let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
-                    let y = yt.as_slice_mut::<T>()?;
-                    let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
-                    conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, packed.as_ref());
-                    one(yt)
-                })
-            })
-        }
+        Op::Conv(c) => return conv_kernel(graph, c, inputs, out, dt, false),
         Op::Pool(p) => {
             let xs = in_shape(0);
             let (w, kind, col) = (p.window.clone(), p.kind, p.column_major_indices);
