@@ -465,7 +465,20 @@ pub fn max_pool_f32(
                     *m = m.max(v);
                 }
             }
-            for (o, &(w0, w1)) in out.iter_mut().zip(&cols) {
+            // Windows of 3 at stride 2 wholly inside the row (SqueezeNet's pools), as pairs of even and odd
+            // elements so that the loop vectorises; the rest through the window table.
+            let mut j0 = 0;
+            if kw == 3 && sw == 2 && pl == 0 {
+                let j1 = ow.min(w.saturating_sub(1) / 2);
+                let (pairs, rest) = col_max[..2 * j1].as_chunks::<2>();
+                debug_assert!(rest.is_empty());
+                let next = &col_max[2..2 * j1 + 1];
+                for ((o, pair), third) in out[..j1].iter_mut().zip(pairs).zip(next.iter().step_by(2)) {
+                    *o = pair[0].max(pair[1]).max(*third);
+                }
+                j0 = j1;
+            }
+            for (o, &(w0, w1)) in out.iter_mut().zip(&cols).skip(j0).take(ow - j0.min(ow)) {
                 *o = match &col_max[w0..w1.max(w0)] {
                     [] => 0.0,
                     [a, b] => a.max(*b),
@@ -527,6 +540,34 @@ fn average_pool_2d_inside<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_f32_fast_path_matches_the_general_max_pool() {
+        // (H, W, kernel, stride, pads [top, left, bottom, right]): SqueezeNet's 3/2, ceil-mode-like windows past the
+        // edge, padding, windows of 2 and 5.
+        let cases: [(usize, usize, usize, usize, [usize; 4]); 6] = [
+            (111, 111, 3, 2, [0, 0, 0, 0]),
+            (14, 13, 3, 2, [0, 0, 1, 1]),
+            (9, 10, 3, 2, [1, 1, 1, 1]),
+            (8, 8, 2, 2, [0, 0, 0, 0]),
+            (12, 11, 5, 3, [2, 1, 2, 2]),
+            (7, 7, 3, 1, [1, 1, 1, 1]),
+        ];
+        for (h, w, k, st, pads) in cases {
+            let oh = (h + pads[0] + pads[2] - k) / st + 1;
+            let ow = (w + pads[1] + pads[3] - k) / st + 1;
+            let x: Vec<f32> = (0..2 * h * w).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25).collect();
+            let p = PoolParams { kernel: &[k, k], strides: &[st, st], dilations: &[1, 1], pads: &pads };
+            let (xs, ys) = ([1, 2, h, w], [1, 2, oh, ow]);
+            let mut want = vec![0.0; 2 * oh * ow];
+            max_pool(&x, &xs, &p, &mut want, &ys, None, false, 1);
+            for threads in [1, 2] {
+                let mut got = vec![f32::NAN; want.len()];
+                max_pool_f32(&x, &xs, &p, &mut got, &ys, threads);
+                assert_eq!(got, want, "{h}x{w} kernel {k} stride {st} pads {pads:?}, {threads} threads");
+            }
+        }
+    }
 
     #[test]
     fn max_pool_ceil_mode_with_indices() {
