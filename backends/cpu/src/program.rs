@@ -61,6 +61,8 @@ pub struct Program {
     pub(crate) consts: Vec<(usize, Tensor<'static>)>,
     /// The constants again, indexed by slot (`None` for other slots).
     pub(crate) const_slots: Vec<Option<Tensor<'static>>>,
+    /// Bytes of constants held inside kernels instead (convolution weights packed for the product kernel).
+    pub(crate) packed_bytes: usize,
     pub(crate) inputs: Vec<Binding>,
     pub(crate) outputs: Vec<Binding>,
     pub(crate) steps: Vec<Step>,
@@ -91,9 +93,9 @@ impl Program {
         &self.steps
     }
 
-    /// Bytes of constants the program holds.
+    /// Bytes of constants the program holds, those packed inside kernels included.
     pub fn const_bytes(&self) -> usize {
-        self.consts.iter().map(|(_, t)| t.len() * t.dt().size_of()).sum()
+        self.consts.iter().map(|(_, t)| t.len() * t.dt().size_of()).sum::<usize>() + self.packed_bytes
     }
 
     /// Runs the program on `inputs`, given in the order of [`Program::inputs`], each of its declared type.

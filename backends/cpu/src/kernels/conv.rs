@@ -139,6 +139,9 @@ impl PackedWeights {
     /// Packs `w` (`[M, C / group, K₁ … Kₛ]`); `None` when packing ahead does not apply (see
     /// [`super::gemm::pack_lhs`]) or the shapes are inconsistent.
     pub fn new(w: &[f32], w_shape: &[usize], group: usize) -> Option<PackedWeights> {
+        if !PackedWeights::applies(w_shape, group) {
+            return None;
+        }
         let g = group.max(1);
         let m = *w_shape.first()?;
         let kdim: usize = w_shape[1..].iter().product();
@@ -148,6 +151,22 @@ impl PackedWeights {
         let mg = m / g;
         let groups = (0..g).map(|gi| pack_lhs(mg, kdim, &w[gi * mg * kdim..][..mg * kdim], kdim, 1));
         Some(PackedWeights { groups: groups.collect::<Option<_>>()? })
+    }
+
+    /// True when weights of this shape are packed on this CPU: 12 or more output channels per group (fewer take
+    /// the product's dot and AXPY paths) and AVX-512F.
+    pub fn applies(w_shape: &[usize], group: usize) -> bool {
+        let g = group.max(1);
+        let (m, kdim) = (w_shape.first().copied().unwrap_or(0), w_shape.iter().skip(1).product::<usize>());
+        m % g == 0 && m / g >= super::sgemm512::PANEL_ROWS && kdim > 0 && super::sgemm512::available()
+    }
+
+    /// Bytes [`PackedWeights::new`] holds for weights of this shape (rows padded to whole panels).
+    pub fn bytes_for(w_shape: &[usize], group: usize) -> usize {
+        let g = group.max(1);
+        let (m, kdim) = (w_shape.first().copied().unwrap_or(0), w_shape.iter().skip(1).product::<usize>());
+        let panel = super::sgemm512::PANEL_ROWS;
+        g * (m / g).div_ceil(panel) * panel * kdim * std::mem::size_of::<f32>()
     }
 
     /// Bytes held.
@@ -247,7 +266,8 @@ pub fn conv_packed<T: Float>(
     let kk: usize = geo.kernel.iter().product();
     let kdim = cg * kk;
     assert_eq!(x.len(), nb * c * p_in, "conv: X length");
-    assert_eq!(w.len(), m * kdim, "conv: W length");
+    // With packed weights `w` is not read (a program keeps only the packed copy).
+    assert!(packed.is_some() || w.len() == m * kdim, "conv: W length {} for {m} × {kdim}", w.len());
     assert_eq!(y.len(), nb * m * p_out, "conv: Y length");
     if let Some(b) = bias {
         assert_eq!(b.len(), m, "conv: bias length");
@@ -265,7 +285,7 @@ pub fn conv_packed<T: Float>(
     // One group's product `y[.., p0..] (+)= W_g · cols`, `cols` being `width` columns with row stride `cols_rs`.
     // With packed weights the bias and the ReLU are the product's epilogue; otherwise the bias is written into `y`
     // first (`read`) and the ReLU is a pass after.
-    let product = |gi: usize, w_g: &[T], cols: &[T], cols_rs: usize, width: usize, y: &mut [T], read: bool, threads| {
+    let product = |gi: usize, cols: &[T], cols_rs: usize, width: usize, y: &mut [T], read: bool, threads| {
         match packed {
             Some(pw) => {
                 // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are
@@ -281,6 +301,7 @@ pub fn conv_packed<T: Float>(
                 gemm_packed(&pw.groups[gi], width, y, p_out, false, cols, cols_rs, 1, threads, epilogue)
             }
             None => {
+                let w_g = &w[gi * mg * kdim..][..mg * kdim];
                 gemm_strided(mg, width, kdim, y, p_out, read, T::ONE, w_g, kdim, 1, cols, cols_rs, 1, T::ONE, threads)
             }
         }
@@ -297,7 +318,6 @@ pub fn conv_packed<T: Float>(
                 row.fill(b[gi * mg + r]);
             }
         }
-        let w_g = &w[gi * mg * kdim..][..mg * kdim];
         let x_g = &x[(ni * c + gi * cg) * p_in..][..cg * p_in];
         if kdim == 0 {
             match bias {
@@ -310,7 +330,7 @@ pub fn conv_packed<T: Float>(
             return;
         }
         if pointwise {
-            product(gi, w_g, x_g, p_out, p_out, y_blk, read, threads);
+            product(gi, x_g, p_out, p_out, y_blk, read, threads);
             if relu && packed.is_none() {
                 relu_pass(y_blk);
             }
@@ -338,7 +358,7 @@ pub fn conv_packed<T: Float>(
                     fill(r, row, &mut kidx);
                 }
             }
-            product(gi, w_g, cols, width, width, &mut y_blk[p0..], read, threads);
+            product(gi, cols, width, width, &mut y_blk[p0..], read, threads);
         }
         if relu && packed.is_none() {
             relu_pass(y_blk);
@@ -568,6 +588,7 @@ mod tests {
                 // The same with the weights packed ahead of time, where that applies.
                 if let Some(packed) = PackedWeights::new(&w, &case.ws, case.group) {
                     packed_runs += 1;
+                    assert_eq!(packed.bytes(), PackedWeights::bytes_for(&case.ws, case.group));
                     let mut y = vec![f32::NAN; want.len()];
                     let (xs, ws) = (&case.xs, &case.ws);
                     let post = Post { packed: Some(&packed), relu: false };

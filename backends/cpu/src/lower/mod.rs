@@ -79,6 +79,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         })
         .collect();
     let mut steps = Vec::new();
+    let mut packed_bytes = 0;
     for &n in graph.order() {
         let node = graph.node(n);
         if fused_members.contains(&n) && !planned.contains_key(&n) || absorbed.contains(&n) {
@@ -89,8 +90,20 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
             Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
             None => node.inputs.clone(),
         };
+        // A Conv that packs its weights when lowered does not read them: the program does not keep the constant.
+        let packed_weights = match &node.op {
+            Op::Conv(c) if chain.is_none() => nn::packs_weights(graph, c, &node.inputs, out_dt_of(graph, node)),
+            _ => false,
+        };
+        if let (true, Op::Conv(c), Some(w)) = (packed_weights, &node.op, node.inputs.get(1).copied().flatten()) {
+            packed_bytes += crate::kernels::conv::PackedWeights::bytes_for(&graph.ty(w).shape, c.group);
+        }
         let mut ins = Vec::with_capacity(node_inputs.len());
-        for input in &node_inputs {
+        for (i, input) in node_inputs.iter().enumerate() {
+            if packed_weights && i == 1 {
+                ins.push(None);
+                continue;
+            }
             ins.push(input.map(|v| {
                 let s = slot(v);
                 if let ValueDef::Const(t) = &graph.value(v).def {
@@ -160,6 +173,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         slots,
         consts,
         const_slots,
+        packed_bytes,
         inputs,
         outputs,
         steps,
@@ -194,6 +208,11 @@ fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
         }
     }
     pairs
+}
+
+/// The datum type of a node's first output (f32 if it has none).
+fn out_dt_of(graph: &Graph, node: &ir::NodeData) -> DatumType {
+    node.outputs.first().copied().flatten().map_or(DatumType::F32, |v| graph.ty(v).dt)
 }
 
 /// The relayout copy a Transpose node is, when its element size allows one (every type but bool).

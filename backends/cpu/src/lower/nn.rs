@@ -87,6 +87,14 @@ macro_rules! float {
     };
 }
 
+/// True when a Conv node's weights are packed into its kernel when lowered (constant f32 weights of a shape
+/// `PackedWeights` takes): then the step does not read its weight input and the program need not keep it.
+pub(super) fn packs_weights(graph: &Graph, c: &ir::Conv, inputs: &[Option<ValueId>], dt: DatumType) -> bool {
+    let Some(w) = inputs.get(1).copied().flatten() else { return false };
+    let is_f32_const = matches!(&graph.value(w).def, ir::ValueDef::Const(t) if t.as_slice::<f32>().is_ok());
+    dt == DatumType::F32 && is_f32_const && conv::PackedWeights::applies(&graph.ty(w).shape, c.group)
+}
+
 /// A Conv's kernel; with `relu`, the ReLU that is its output's only reader runs inside it (on f32, in the product's
 /// registers when the weights are packed).
 pub(super) fn conv_kernel(
@@ -103,15 +111,17 @@ pub(super) fn conv_kernel(
     let (w, g) = (c.window.clone(), c.group);
     // Constant f32 weights are packed for the product kernel once, here.
     let packed = match inputs.get(1).copied().flatten().map(|v| &graph.value(v).def) {
-        Some(ir::ValueDef::Const(t)) if dt == DatumType::F32 => {
-            t.as_slice::<f32>().ok().and_then(|w| conv::PackedWeights::new(w, &ws, g))
+        Some(ir::ValueDef::Const(t)) if packs_weights(graph, c, inputs, dt) => {
+            let packed = t.as_slice::<f32>().ok().and_then(|w| conv::PackedWeights::new(w, &ws, g));
+            Some(packed.ok_or_else(|| CpuError::NotImplemented("conv weights that cannot be packed".into()))?)
         }
         _ => None,
     };
     let k: Kernel = Box::new(move |a, cx| {
         float!(wide, T => {
             let x = floats::<T>(arg(a, 0)?)?;
-            let wt = floats::<T>(arg(a, 1)?)?;
+            // Packed weights are all the step keeps (the program drops the constant, see `packs_weights`).
+            let wt = if packed.is_some() { Cow::Borrowed(&[][..]) } else { floats::<T>(arg(a, 1)?)? };
             let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
             let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
             let y = yt.as_slice_mut::<T>()?;
