@@ -154,6 +154,13 @@ impl<'a> Tensor<'a> {
         &*self.storage
     }
 
+    /// The storage itself, shared: a backend that uses the bytes in place (a unified-memory device importing a
+    /// host buffer) holds this, so the bytes cannot be freed while it does; a later write through a tensor copies
+    /// first (copy-on-write), so it never reaches the shared bytes.
+    pub fn shared_storage(&self) -> Arc<dyn TensorStorage + 'a> {
+        Arc::clone(&self.storage)
+    }
+
     /// The memory space the bytes are in now.
     pub fn space(&self) -> MemorySpace {
         self.storage.space()

@@ -1,3 +1,28 @@
-//! stowage's OpenCL backend.
+//! stowage's OpenCL backend, on the `opencl3` crate (loaded at run time, so a machine without OpenCL gets an error
+//! naming the target, not a missing library).
 //!
-//! Empty until the OpenCL backend issue lands; see ARCHITECTURE.md for what goes here.
+//! - `device.rs`: devices found on the machine and an opened [`Target`] (context, in-order queue, the descriptor
+//!   of its memory filled from the device; `opencl:discrete` forces the discrete path).
+//! - `buffer.rs`: [`ClBuffer`], the storage, written with `#[derive(TensorStorage)]` only; its backend functions
+//!   (allocation, upload through a pinned staging buffer or in-place import, download, map/unmap with events).
+//! - `codegen.rs`: OpenCL C for every kernel (elementwise chains from the CPU backend's `Loops`, a tiled GEMM,
+//!   im2col, pools, softmax, layer norm), all extents as literals.
+//! - `lower.rs` and `exec.rs`: the IR lowered to a [`ClProgram`] (one program per model) and its executor (inputs
+//!   imported or uploaded once, values freed after their last reader, outputs lazy).
+//! - `program.rs`: programs built once per process and cached on disk by device and source hash; kernel launches
+//!   that record their event on the buffers they write.
+
+mod buffer;
+pub mod codegen;
+mod device;
+mod error;
+mod exec;
+mod lower;
+mod program;
+
+pub use buffer::{ClBuffer, Staging};
+pub use device::{describe_devices, descriptor_for, devices, parse_target, DeviceInfo, Mode, Target};
+pub use error::{ClError, Result};
+pub use exec::{Binding, ClProgram, Step};
+pub use lower::lower;
+pub use program::{cache_dir, Arg, BuildStats};

@@ -36,15 +36,15 @@ pub fn run(threads: usize) -> Result<String, String> {
     let ok = g.len() == w.len() && g.iter().zip(&w).all(|(a, b)| (a - b).abs() <= 1e-4 + 1e-3 * b.abs());
 
     let mut ops: BTreeMap<&str, usize> = BTreeMap::new();
-    for step in outcome.program.steps() {
-        *ops.entry(step.op).or_default() += 1;
+    for (_, op) in &outcome.steps {
+        *ops.entry(op).or_default() += 1;
     }
     let mut text = String::new();
     text.push_str("stowage demo: SqueezeNet 1.0 (the onnx package's light model), input 1x3x224x224 f32\n\n");
     text.push_str(&format!(
         "compiled in {:.1} ms to {} steps on target cpu:\n",
         outcome.compile_ms,
-        outcome.program.steps().len()
+        outcome.steps.len()
     ));
     for (op, count) in &ops {
         text.push_str(&format!("  cpu  {count:>3} x {op}\n"));
@@ -54,7 +54,7 @@ pub fn run(threads: usize) -> Result<String, String> {
          peak memory: {:.2} MiB of intermediate values, {:.2} MiB of constants\n\
          latency: first run {:.2} ms, median {:.2} ms over {} runs, {threads} thread(s)\n",
         outcome.peak_bytes as f64 / (1 << 20) as f64,
-        outcome.program.const_bytes() as f64 / (1 << 20) as f64,
+        outcome.const_bytes as f64 / (1 << 20) as f64,
         outcome.first_run_ms,
         outcome.run_median_ms,
         options.repeat,

@@ -96,8 +96,16 @@ fn main() -> ExitCode {
         Command::Plan { .. } => "`stowage plan` comes with the planner issue",
         Command::Build { .. } => "`stowage build` comes with the generated binaries issue",
         Command::Targets => {
-            println!("cpu      host memory, 64-byte aligned; Rust kernels (gemm crate for products)");
-            println!("opencl   not yet: comes with the OpenCL backend issue");
+            println!("cpu       host memory, 64-byte aligned; Cranelift-generated fused kernels, AVX-512 products");
+            match stowage_opencl::describe_devices() {
+                Ok(devices) => {
+                    for d in devices {
+                        println!("{d}");
+                    }
+                    println!("opencl:discrete  any OpenCL device through the discrete path (staged copies)");
+                }
+                Err(e) => println!("opencl    none: {e}"),
+            }
             return ExitCode::SUCCESS;
         }
     };

@@ -137,16 +137,37 @@ impl Drop for Staging {
 /// The JSON report of DESIGN.md's CLI contract.
 pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
     let peak = outcome.peak_bytes;
+    let moves = |moves: &[stowage_runtime::Move]| -> Vec<serde_json::Value> {
+        moves
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "value": &*m.value,
+                    "kind": m.kind.to_string(),
+                    "from": m.from.name(),
+                    "to": m.to.name(),
+                    "bytes": m.bytes,
+                    "reason": &*m.reason,
+                    "per_run": true,
+                })
+            })
+            .collect()
+    };
+    let performed = outcome.ledger.entries();
+    let space = outcome.ran_on.clone();
     serde_json::json!({
         "target": target,
+        "ran_on": space,
+        "path": outcome.path,
         "planned_copies": [],
-        "performed_copies": [],
-        "bytes_moved": 0,
+        "performed_copies": moves(&performed),
+        "setup_copies": moves(&outcome.setup_copies),
+        "bytes_moved": outcome.ledger.bytes_moved(),
         "peak_bytes": { "host": peak },
         "peak_lower_bound_bytes": { "host": peak },
         "assumed_inputs": outcome.assumed_inputs,
-        "steps": outcome.program.steps().len(),
-        "constant_bytes": outcome.program.const_bytes(),
+        "steps": outcome.steps.len(),
+        "constant_bytes": outcome.const_bytes,
         "timings_ms": {
             "compile": outcome.compile_ms,
             "first_run": outcome.first_run_ms,
@@ -208,13 +229,21 @@ fn run_inner(
     for (name, t) in &outcome.outputs {
         summary.push_str(&format!("output '{name}': {}{:?}\n", t.dt(), t.shape()));
     }
+    let copies = outcome.ledger.entries();
+    if let Some(path) = &outcome.path {
+        summary.push_str(&format!("ran on {}: {path}\n", outcome.ran_on));
+    }
+    for m in &copies {
+        summary.push_str(&format!("copy: {m}\n"));
+    }
     summary.push_str(&format!(
-        "compile {:.1} ms, first run {:.2} ms, median run {:.2} ms over {} runs, peak {} bytes, 0 copies\n",
+        "compile {:.1} ms, first run {:.2} ms, median run {:.2} ms over {} runs, peak {} bytes, {} copies\n",
         outcome.compile_ms,
         outcome.first_run_ms,
         outcome.run_median_ms,
         options.repeat.max(1),
-        outcome.peak_bytes
+        outcome.peak_bytes,
+        copies.len()
     ));
     Ok(summary)
 }

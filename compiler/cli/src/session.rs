@@ -9,12 +9,13 @@ use stowage_compiler::onnx::proto::{type_proto, ValueInfoProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 use stowage_compiler::Context;
 use stowage_cpu::Program;
-use stowage_runtime::Tensor;
+use stowage_runtime::{Ledger, Move, Tensor};
 
 /// How to compile and run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Target list as given (`cpu`; others are refused until their backends land).
+    /// Target as given: `cpu`, `opencl`, `opencl:discrete`, `opencl:N`, `opencl:N:discrete` (lists of several
+    /// come with the planner).
     pub target: String,
     /// Kernel threads.
     pub threads: usize,
@@ -44,22 +45,33 @@ pub struct Outcome {
     pub peak_bytes: usize,
     /// Inputs whose values were folded into the compiled program.
     pub assumed_inputs: Vec<String>,
-    /// The compiled program (for reports).
-    pub program: Program,
+    /// Where it ran: `cpu` or the OpenCL device's memory space (`opencl:0`).
+    pub ran_on: String,
+    /// The steps that ran: node and op.
+    pub steps: Vec<(String, &'static str)>,
+    /// Bytes of constants the program holds.
+    pub const_bytes: usize,
+    /// Every transfer the runtime performed (uploads of inputs, reads of outputs once they are read): the ledger
+    /// keeps recording after the runs, so reading an output later shows here.
+    pub ledger: Ledger,
+    /// Transfers made once when the program was made (its constants to a device).
+    pub setup_copies: Vec<Move>,
+    /// The OpenCL path taken, when the target is OpenCL (`unified memory: inputs imported in place` …).
+    pub path: Option<String>,
 }
 
-/// Checks a target list: only `cpu` exists so far.
+/// Checks a target: `cpu` or one OpenCL target. A list of several needs the planner (its own issue).
 pub fn check_target(target: &str) -> Result<(), String> {
-    for t in target.split(',') {
-        match t.trim() {
-            "cpu" => {}
-            "opencl" | "opencl:discrete" => {
-                return Err(format!(
-                    "target '{t}' is not available yet (the OpenCL backend has not landed); try --target cpu"
-                ))
-            }
-            other => return Err(format!("unknown target '{other}' (`stowage targets` lists them)")),
+    let list: Vec<&str> = target.split(',').map(str::trim).collect();
+    for t in &list {
+        if *t != "cpu" && stowage_opencl::parse_target(t).is_err() {
+            return Err(format!("unknown target '{t}' (`stowage targets` lists them)"));
         }
+    }
+    if list.len() > 1 {
+        return Err(format!(
+            "target list '{target}': placing nodes across several targets comes with the planner; give one target"
+        ));
     }
     Ok(())
 }
@@ -130,6 +142,10 @@ pub fn run_bytes(
     progress.phase("folding constants and optimising");
     cx.optimize().map_err(|e| e.to_string())?;
     progress.phase("generating kernels");
+    let target = options.target.trim();
+    if target != "cpu" {
+        return run_opencl(&cx, model, target, inputs, options, start, progress);
+    }
     let mut program =
         stowage_cpu::lower(&cx.graph, options.threads).map_err(|e| format!("{}: {e}", model.display()))?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -156,9 +172,7 @@ pub fn run_bytes(
     if std::env::var_os("STOWAGE_PROFILE").is_some() {
         print_profile(&program, run_inputs)?;
     }
-    let first_run_ms = times[0];
-    times.sort_by(f64::total_cmp);
-    let run_median_ms = times[times.len() / 2];
+    let (first_run_ms, run_median_ms) = first_and_median(times);
     let outputs = program.outputs().iter().map(|b| b.name.clone()).zip(out.outputs).collect();
     Ok(Outcome {
         outputs,
@@ -167,7 +181,76 @@ pub fn run_bytes(
         run_median_ms,
         peak_bytes: out.peak_bytes,
         assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
-        program,
+        ran_on: "cpu".into(),
+        steps: program.steps().iter().map(|s| (s.name.clone(), s.op)).collect(),
+        const_bytes: program.const_bytes(),
+        ledger: Ledger::recording(),
+        setup_copies: Vec::new(),
+        path: None,
+    })
+}
+
+fn first_and_median(mut times: Vec<f64>) -> (f64, f64) {
+    let first = times[0];
+    times.sort_by(f64::total_cmp);
+    (first, times[times.len() / 2])
+}
+
+/// The OpenCL half of [`run_bytes`]: open the target, lower, run `repeat` times (each timed to the end of its
+/// work), outputs lazy.
+fn run_opencl(
+    cx: &Context,
+    model: &Path,
+    target: &str,
+    inputs: Vec<(String, Tensor<'static>)>,
+    options: &RunOptions,
+    start: Instant,
+    progress: Progress,
+) -> Result<Outcome, String> {
+    let device = stowage_opencl::Target::open(target).map_err(|e| e.to_string())?;
+    let setup = Ledger::recording();
+    let program = stowage_opencl::lower(&cx.graph, &device, &setup).map_err(|e| format!("{}: {e}", model.display()))?;
+    device.finish().map_err(|e| e.to_string())?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    progress.finish();
+    let mut run_inputs = Vec::with_capacity(program.inputs().len());
+    for b in program.inputs() {
+        let t = inputs.iter().find(|(n, _)| *n == b.name).map(|(_, t)| t.clone());
+        run_inputs.push(t.ok_or_else(|| format!("input '{}' is missing", b.name))?);
+    }
+    let ledger = Ledger::recording();
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..options.repeat.max(1) {
+        let t0 = Instant::now();
+        let out = program.run(run_inputs.clone(), &ledger).map_err(|e| e.to_string())?;
+        device.finish().map_err(|e| e.to_string())?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        last = Some(out);
+    }
+    let out = last.ok_or("no run happened")?;
+    let (first_run_ms, run_median_ms) = first_and_median(times);
+    let path = match device.mode() {
+        stowage_opencl::Mode::Unified => {
+            "unified memory: inputs at the device's alignment are used in place, outputs read in place"
+        }
+        stowage_opencl::Mode::Discrete => {
+            "discrete: one upload per input through a pinned staging buffer, one download per output read"
+        }
+    };
+    Ok(Outcome {
+        outputs: program.outputs().iter().map(|b| b.name.clone()).zip(out).collect(),
+        compile_ms,
+        first_run_ms,
+        run_median_ms,
+        peak_bytes: 0,
+        assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
+        ran_on: device.space().to_string(),
+        steps: program.steps().iter().map(|s| (s.name.clone(), s.op)).collect(),
+        const_bytes: program.const_bytes,
+        ledger,
+        setup_copies: setup.entries(),
+        path: Some(format!("{} ({})", path, device.info().name)),
     })
 }
 

@@ -384,20 +384,55 @@ fn a_report_that_cannot_be_written_is_named() {
 }
 
 #[test]
-fn targets_other_than_cpu_are_refused() {
+fn targets_are_checked_and_opencl_runs_where_there_is_a_device() {
     let add = case("test_add");
     let inputs = ["--input", &data(&add, "input_0.pb"), "--input", &data(&add, "input_1.pb")].map(String::from);
     let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
     let m = model(&add);
-    let err = fails(&[&["run", &m, "--target", "opencl"], &inputs[..]].concat());
-    assert!(err.contains("opencl") && err.contains("not available"), "{err}");
     let err = fails(&[&["run", &m, "--target", "nope"], &inputs[..]].concat());
     assert!(err.contains("unknown target 'nope'"), "{err}");
     // The target is checked before anything else.
     let err = fails(&["run", &m, "--target", "nope"]);
     assert!(err.contains("unknown target 'nope'"), "{err}");
+    let err = fails(&[&["run", &m, "--target", "opencl,cpu"], &inputs[..]].concat());
+    assert!(err.contains("opencl,cpu") && err.contains("planner"), "{err}");
     let (code, _, err) = stowage(&[&["run", &m, "--target", "cpu"], &inputs[..]].concat());
     assert_eq!(code, 0, "{err}");
+    for target in ["opencl", "opencl:discrete"] {
+        let (code, out, err) = stowage(&[&["run", &m, "--target", target], &inputs[..]].concat());
+        assert_eq!(code, 0, "{target}: {err}");
+        assert!(out.contains("ran on opencl:0"), "{target}: {out}");
+    }
+    let err = fails(&[&["run", &m, "--target", "opencl:7"], &inputs[..]].concat());
+    assert!(err.contains("opencl:7"), "{err}");
+}
+
+#[test]
+fn without_an_opencl_platform_the_target_is_named_and_cpu_still_works() {
+    let add = case("test_add");
+    let inputs = ["--input", &data(&add, "input_0.pb"), "--input", &data(&add, "input_1.pb")].map(String::from);
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let m = model(&add);
+    let none = tempfile::tempdir().expect("temp dir");
+    let run = |target: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stowage"))
+            .args([&["run", &m, "--target", target], &inputs[..]].concat())
+            .env("OCL_ICD_VENDORS", none.path())
+            .output()
+            .expect("runs");
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run("opencl");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.starts_with("error: target 'opencl': no OpenCL device") && err.lines().count() == 1, "{err}");
+    assert_eq!(run("cpu").0, 0);
+    let listed = Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .arg("targets")
+        .env("OCL_ICD_VENDORS", none.path())
+        .output()
+        .expect("runs");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("cpu ") && text.contains("opencl    none:"), "{text}");
 }
 
 #[test]

@@ -17,7 +17,7 @@ use crate::jit::{fusable_binary, fusable_unary, Chain, Elem, Inst, Loops};
 use crate::kernels::elementwise::{BinaryFn, UnaryFn};
 
 /// A chain to emit at its root node.
-pub(super) struct Planned {
+pub struct Planned {
     /// The kernel: the chain over its inputs, broadcast to the output's shape and cast to f32 on load.
     pub loops: Loops,
     /// External inputs, in `Inst::Input` order.
@@ -59,7 +59,7 @@ enum Step {
 }
 
 /// Plans the chains of `graph`: one per root node. Nodes in `skip` (absorbed elsewhere) are left out.
-pub(super) fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<NodeId, Planned> {
+pub fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<NodeId, Planned> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;

@@ -14,7 +14,7 @@ use crate::kernels::elementwise::{self, BinaryFn, UnaryFn};
 use crate::kernels::{cast, movement};
 use crate::program::{Binding, Kernel, Program, Step};
 
-mod fuse;
+pub mod fuse;
 mod nn;
 
 /// How to lower.
@@ -185,7 +185,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
 }
 
 /// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.
-fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
+pub fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let mut reader: HashMap<ValueId, ir::NodeId> = HashMap::new();

@@ -1,0 +1,217 @@
+//! A program compiled for an OpenCL target and its executor.
+//!
+//! Constants are uploaded once, when the program is made. Each run takes the caller's inputs in place where the
+//! target allows (unified memory, aligned) or uploads each once (recorded in the run's ledger), allocates every
+//! value fresh, frees it after its last reader, and returns the outputs as lazy host tensors: nothing is read back
+//! until the caller reads.
+
+use std::sync::{Arc, Mutex};
+
+use opencl3::kernel::Kernel;
+use opencl3::program::Program;
+use stowage_runtime::{DatumType, DeviceBuffer, Ledger, LedgerTag, MemorySpace, MoveKind, Tensor};
+
+use crate::buffer::ClBuffer;
+use crate::device::Target;
+use crate::error::{ClError, Result};
+use crate::program::Arg;
+
+/// A named input or output with its static type.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    /// The model's name for it.
+    pub name: String,
+    /// Its slot.
+    pub slot: usize,
+    /// Datum type.
+    pub dt: DatumType,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+/// A kernel argument, resolved at run time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ArgRef {
+    /// The buffer of a value slot.
+    Slot(usize),
+    /// A scratch buffer of the step.
+    Scratch(usize),
+}
+
+/// One kernel launch.
+#[derive(Clone, Debug)]
+pub(crate) struct Launch {
+    pub kernel: usize,
+    pub args: Vec<ArgRef>,
+    pub global: Vec<usize>,
+    pub local: Option<Vec<usize>>,
+    pub writes: Vec<ArgRef>,
+}
+
+/// What a step does.
+#[derive(Clone, Debug)]
+pub(crate) enum StepKind {
+    /// The output is the input's buffer seen with another shape (Reshape, Flatten, Squeeze, Identity…).
+    Alias { from: usize, to: usize },
+    /// Allocates its outputs (and scratch of these byte sizes) and launches kernels.
+    Launches { outs: Vec<usize>, scratch: Vec<usize>, launches: Vec<Launch> },
+}
+
+/// One node's work.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The node's name.
+    pub name: String,
+    /// The op (`Fused` for a fused chain).
+    pub op: &'static str,
+    pub(crate) kind: StepKind,
+}
+
+/// A program ready to run on its target.
+pub struct ClProgram {
+    pub(crate) target: Target,
+    pub(crate) _program: Option<Arc<Program>>,
+    pub(crate) kernels: Vec<Mutex<Kernel>>,
+    pub(crate) steps: Vec<Step>,
+    /// Per slot: datum type and shape.
+    pub(crate) types: Vec<(DatumType, Vec<usize>)>,
+    pub(crate) inputs: Vec<Binding>,
+    pub(crate) outputs: Vec<Binding>,
+    pub(crate) consts: Vec<(usize, ClBuffer)>,
+    /// Per slot, the last step reading it (`usize::MAX`: kept to the end).
+    pub(crate) last_use: Vec<usize>,
+    /// Bytes uploaded when the program was made (its constants).
+    pub const_bytes: usize,
+}
+
+impl ClProgram {
+    /// The target.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Inputs, in order.
+    pub fn inputs(&self) -> &[Binding] {
+        &self.inputs
+    }
+
+    /// Outputs, in order.
+    pub fn outputs(&self) -> &[Binding] {
+        &self.outputs
+    }
+
+    /// Steps, in order.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Runs on `inputs` (in [`ClProgram::inputs`] order). Transfers are recorded in `ledger`; outputs are lazy.
+    pub fn run(&self, inputs: Vec<Tensor<'static>>, ledger: &Ledger) -> Result<Vec<Tensor<'static>>> {
+        let bad = |name: &str, m: String| ClError::Input { input: name.into(), message: m };
+        if inputs.len() != self.inputs.len() {
+            let name = self.inputs.get(inputs.len()).map_or("(extra)", |b| b.name.as_str());
+            return Err(bad(
+                name,
+                format!("the model takes {} inputs, {} were given", self.inputs.len(), inputs.len()),
+            ));
+        }
+        let mut slots: Vec<Option<ClBuffer>> = vec![None; self.types.len()];
+        for (s, b) in &self.consts {
+            slots[*s] = Some(b.clone());
+        }
+        for (b, t) in self.inputs.iter().zip(&inputs) {
+            if t.dt() != b.dt || t.shape() != b.shape.as_slice() {
+                return Err(bad(&b.name, format!("expected {}{:?}, got {}{:?}", b.dt, b.shape, t.dt(), t.shape())));
+            }
+            let t = t.clone().with_name(b.name.clone());
+            let transfer =
+                |e: stowage_runtime::RuntimeError| ClError::Transfer { value: b.name.clone(), message: e.to_string() };
+            let buffer = match ClBuffer::import(&self.target, &t)? {
+                Ok(imported) => imported,
+                // A device output handed back, or a strided view: the runtime's rule (no transfer, or a relayout
+                // and one upload).
+                Err(_) if t.device_buffer::<ClBuffer>().is_some() || !t.is_row_major() => {
+                    ClBuffer::from_tensor(&t, &self.target, ledger).map_err(transfer)?
+                }
+                Err(why) => {
+                    let bytes = t.as_bytes().map_err(transfer)?;
+                    let up =
+                        <ClBuffer as DeviceBuffer>::upload(&self.target, t.dt(), t.shape(), bytes).map_err(transfer)?;
+                    if up.copied {
+                        let tag = LedgerTag::new(ledger, b.name.as_str());
+                        let space = self.target.space();
+                        tag.record(MoveKind::Upload, &MemorySpace::HOST, space, bytes.len(), || why.into());
+                    }
+                    up.value
+                }
+            };
+            slots[b.slot] = Some(buffer);
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            self.run_step(step, &mut slots)?;
+            for (s, slot) in slots.iter_mut().enumerate() {
+                if self.last_use[s] == i {
+                    *slot = None;
+                }
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|b| {
+                let buffer = slots[b.slot].clone().ok_or_else(|| ClError::Input {
+                    input: b.name.clone(),
+                    message: "the output was not computed".into(),
+                })?;
+                buffer
+                    .with_shape(&b.shape)
+                    .into_tensor(LedgerTag::new(ledger, b.name.as_str()))
+                    .map_err(|e| ClError::Transfer { value: b.name.clone(), message: e.to_string() })
+            })
+            .collect()
+    }
+
+    fn run_step(&self, step: &Step, slots: &mut [Option<ClBuffer>]) -> Result<()> {
+        let missing = |s: usize| ClError::Step {
+            node: step.name.clone(),
+            op: step.op,
+            message: format!("value slot {s} is empty"),
+        };
+        match &step.kind {
+            StepKind::Alias { from, to } => {
+                let b = slots[*from].clone().ok_or_else(|| missing(*from))?;
+                slots[*to] = Some(b.with_shape(&self.types[*to].1));
+            }
+            StepKind::Launches { outs, scratch, launches } => {
+                let alloc_err = |e: stowage_runtime::RuntimeError| ClError::Step {
+                    node: step.name.clone(),
+                    op: step.op,
+                    message: e.to_string(),
+                };
+                for &o in outs {
+                    let (dt, shape) = &self.types[o];
+                    slots[o] = Some(ClBuffer::allocate(&self.target, *dt, shape).map_err(alloc_err)?);
+                }
+                let scratch: Vec<ClBuffer> = scratch
+                    .iter()
+                    .map(|&bytes| ClBuffer::allocate(&self.target, DatumType::U8, &[bytes]).map_err(alloc_err))
+                    .collect::<Result<_>>()?;
+                let get = |r: &ArgRef| -> Result<&ClBuffer> {
+                    match *r {
+                        ArgRef::Slot(s) => slots[s].as_ref().ok_or_else(|| missing(s)),
+                        ArgRef::Scratch(k) => Ok(&scratch[k]),
+                    }
+                };
+                for l in launches {
+                    let bufs: Vec<&ClBuffer> = l.args.iter().map(get).collect::<Result<_>>()?;
+                    let args: Vec<Arg<'_>> = bufs.iter().map(|b| Arg::Buf(b)).collect();
+                    let writes: Vec<&ClBuffer> = l.writes.iter().map(get).collect::<Result<_>>()?;
+                    let kernel = self.kernels[l.kernel].lock().unwrap_or_else(|p| p.into_inner());
+                    self.target
+                        .launch(&kernel, &args, &l.global, l.local.as_deref(), &writes)
+                        .map_err(|e| ClError::Step { node: step.name.clone(), op: step.op, message: e.to_string() })?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

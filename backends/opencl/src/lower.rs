@@ -1,0 +1,538 @@
+//! Lowering of the optimised IR to a [`ClProgram`]: one generated kernel (or two, for a convolution) per node, all
+//! in one OpenCL program; reshape-like nodes become aliases of their input's buffer.
+//!
+//! Elementwise chains are fused exactly as on the CPU (`stowage_cpu::lower::fuse`: the same `Loops`, generated here
+//! as OpenCL C), a ReLU that is a convolution's only reader runs in its product's epilogue, and Transpose and Concat
+//! are generated relayout copies. Ops without a kernel here are refused at lowering, naming the node.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use stowage_compiler::ir::{self, Graph, Op, PoolKind, SoftmaxKind, ValueDef, ValueId};
+use stowage_cpu::jit::{packed_strides, Loops};
+use stowage_runtime::{DatumType, Ledger};
+
+use crate::buffer::ClBuffer;
+use crate::codegen::{self, Gemm, Window, TILE};
+use crate::device::Target;
+use crate::error::{ClError, Result};
+use crate::exec::{ArgRef, Binding, ClProgram, Launch, Step, StepKind};
+
+struct Builder<'g> {
+    graph: &'g Graph,
+    source: String,
+    fp64: bool,
+    kernels: Vec<String>,
+    slot_of: HashMap<ValueId, usize>,
+    types: Vec<(DatumType, Vec<usize>)>,
+}
+
+impl Builder<'_> {
+    fn slot(&mut self, v: ValueId) -> usize {
+        if let Some(&s) = self.slot_of.get(&v) {
+            return s;
+        }
+        let ty = self.graph.ty(v);
+        self.types.push((ty.dt, ty.shape.clone()));
+        self.slot_of.insert(v, self.types.len() - 1);
+        self.types.len() - 1
+    }
+
+    /// Adds a kernel whose source `make(name)` writes; returns its index.
+    fn kernel(&mut self, make: impl FnOnce(&str) -> String) -> usize {
+        let name = format!("k{}", self.kernels.len());
+        self.source.push_str(&make(&name));
+        self.source.push('\n');
+        self.kernels.push(name);
+        self.kernels.len() - 1
+    }
+}
+
+fn launch(
+    kernel: usize,
+    args: Vec<ArgRef>,
+    global: Vec<usize>,
+    local: Option<Vec<usize>>,
+    writes: Vec<ArgRef>,
+) -> Launch {
+    Launch { kernel, args, global, local, writes }
+}
+
+fn round_up(v: usize) -> usize {
+    v.div_ceil(TILE).max(1) * TILE
+}
+
+/// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache) and uploads the
+/// constants (recorded in `ledger`).
+pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgram> {
+    let relu_after = stowage_cpu::lower::conv_relu_pairs(graph);
+    let absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    let planned = stowage_cpu::lower::fuse::plan(graph, &absorbed);
+    let members: HashSet<ir::NodeId> = planned.values().flat_map(|p| p.members.iter().copied()).collect();
+    let mut b = Builder {
+        graph,
+        source: String::new(),
+        fp64: false,
+        kernels: Vec::new(),
+        slot_of: HashMap::new(),
+        types: Vec::new(),
+    };
+    let inputs: Vec<Binding> = graph
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let ty = graph.ty(v);
+            Binding { name: graph.value(v).name.clone(), slot: b.slot(v), dt: ty.dt, shape: ty.shape.clone() }
+        })
+        .collect();
+    let mut consts: Vec<(usize, ValueId)> = Vec::new();
+    let mut steps = Vec::new();
+    let mut reads: Vec<Vec<usize>> = Vec::new();
+    for &n in graph.order() {
+        let node = graph.node(n);
+        if (members.contains(&n) && !planned.contains_key(&n)) || absorbed.contains(&n) {
+            continue;
+        }
+        let unsupported = |reason: String| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason };
+        let node_inputs: Vec<Option<ValueId>> = match planned.get(&n) {
+            Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
+            None => node.inputs.clone(),
+        };
+        for v in node_inputs.iter().flatten() {
+            if matches!(graph.value(*v).def, ValueDef::Const(_)) && !consts.iter().any(|(_, c)| c == v) {
+                let s = b.slot(*v);
+                consts.push((s, *v));
+            }
+        }
+        let ins: Vec<Option<usize>> = node_inputs.iter().map(|v| v.map(|v| b.slot(v))).collect();
+        let out_value = match relu_after.get(&n) {
+            Some(&r) => graph.node(r).outputs[0],
+            None => node.outputs.first().copied().flatten(),
+        };
+        let out_value = out_value.ok_or_else(|| unsupported("a node without its first output".into()))?;
+        let out = b.slot(out_value);
+        let out_ty = graph.ty(out_value).clone();
+        let in_ty = |i: usize| node.inputs.get(i).copied().flatten().map(|v| graph.ty(v).clone());
+        let arg = |i: usize| -> Result<ArgRef> {
+            ins.get(i).copied().flatten().map(ArgRef::Slot).ok_or_else(|| unsupported(format!("input {i} is missing")))
+        };
+        if node.outputs.iter().skip(1).any(Option::is_some) && !matches!(node.op, Op::Dropout { .. }) {
+            return Err(unsupported("a second output".into()));
+        }
+        let f32_only = |dt: DatumType| {
+            if dt == DatumType::F32 {
+                Ok(())
+            } else {
+                Err(unsupported(format!("{dt} data (f32 only here)")))
+            }
+        };
+        let (op, kind) = if let Some(p) = planned.get(&n) {
+            b.fp64 |= codegen::needs_fp64(&p.loops);
+            let k = b.kernel(|name| codegen::loops(name, &p.loops, 0, &[]));
+            let args: Vec<ArgRef> = ins.iter().flatten().map(|&s| ArgRef::Slot(s)).chain([ArgRef::Slot(out)]).collect();
+            let total: usize = p.loops.dims.iter().product();
+            let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
+            ("Fused", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+        } else {
+            match &node.op {
+                Op::Identity
+                | Op::Reshape { .. }
+                | Op::Flatten { .. }
+                | Op::Squeeze
+                | Op::Unsqueeze
+                | Op::Dropout { .. } => {
+                    if node.outputs.iter().skip(1).any(Option::is_some) {
+                        return Err(unsupported("Dropout's mask output".into()));
+                    }
+                    (
+                        node.op.name(),
+                        StepKind::Alias { from: ins[0].ok_or_else(|| unsupported("no input".into()))?, to: out },
+                    )
+                }
+                Op::Transpose { perm } => {
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let perm = perm.clone().unwrap_or_else(|| (0..x.shape.len()).rev().collect());
+                    let size = x.dt.size_of();
+                    if !matches!(size, 1 | 2 | 4 | 8) || x.dt == DatumType::Bool && size != 1 {
+                        return Err(unsupported(format!("{}-byte elements", size)));
+                    }
+                    let l = Loops::transpose(&x.shape, &perm, size);
+                    let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
+                    let total: usize = out_ty.shape.iter().product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                    ("Transpose", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::Concat { axis } => {
+                    let axis = *axis as usize;
+                    let size = out_ty.dt.size_of();
+                    if !matches!(size, 1 | 2 | 4 | 8) {
+                        return Err(unsupported(format!("{size}-byte elements")));
+                    }
+                    let dst = packed_strides(&out_ty.shape, size);
+                    let mut launches = Vec::new();
+                    let mut at = 0;
+                    for (i, v) in node.inputs.iter().enumerate() {
+                        let Some(v) = v else { continue };
+                        let shape = graph.ty(*v).shape.clone();
+                        let l = Loops::relayout(&shape, size, packed_strides(&shape, size), dst.clone());
+                        let base = at * dst.get(axis).copied().unwrap_or(size) / size;
+                        at += shape.get(axis).copied().unwrap_or(1);
+                        let total: usize = shape.iter().product();
+                        if total == 0 {
+                            continue;
+                        }
+                        let k = b.kernel(|name| codegen::loops(name, &l, base, &[]));
+                        launches.push(launch(
+                            k,
+                            vec![arg(i)?, ArgRef::Slot(out)],
+                            vec![total],
+                            None,
+                            vec![ArgRef::Slot(out)],
+                        ));
+                    }
+                    ("Concat", StepKind::Launches { outs: vec![out], scratch: vec![], launches })
+                }
+                Op::MatMul | Op::Gemm(_) => {
+                    f32_only(out_ty.dt)?;
+                    let (a, bt) =
+                        (in_ty(0).unwrap_or_else(|| out_ty.clone()), in_ty(1).unwrap_or_else(|| out_ty.clone()));
+                    let g = match &node.op {
+                        Op::Gemm(g) => gemm_of(g, &a.shape, &bt.shape, in_ty(2).map(|c| c.shape), &out_ty.shape),
+                        _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
+                    }
+                    .ok_or_else(|| unsupported("operand shapes this kernel does not take".into()))?;
+                    let k = b.kernel(|name| codegen::gemm(name, &g));
+                    let mut args = vec![arg(0)?, arg(1)?, ArgRef::Slot(out)];
+                    if g.bias.is_some() {
+                        args.push(arg(2)?);
+                    }
+                    let batch: usize = g.batch.iter().product();
+                    let global = vec![round_up(g.n), round_up(g.m), batch.max(1)];
+                    let l = launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::Conv(c) => {
+                    f32_only(out_ty.dt)?;
+                    let (x, w) = (
+                        in_ty(0).ok_or_else(|| unsupported("no input".into()))?,
+                        in_ty(1).ok_or_else(|| unsupported("no weights".into()))?,
+                    );
+                    let relu = relu_after.contains_key(&n);
+                    let (launches, scratch) = conv(&mut b, c, &x.shape, &w.shape, &out_ty.shape, &ins, out, relu)
+                        .ok_or_else(|| unsupported("this convolution's shape".into()))?;
+                    let op = if relu { "Conv+Relu" } else { "Conv" };
+                    (op, StepKind::Launches { outs: vec![out], scratch, launches })
+                }
+                Op::Pool(p) => {
+                    f32_only(out_ty.dt)?;
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let w = window(&p.window, &x.shape, &out_ty.shape);
+                    let (max, cip) = match p.kind {
+                        PoolKind::Max => (true, false),
+                        PoolKind::Average { count_include_pad } => (false, count_include_pad),
+                    };
+                    let k = b.kernel(|name| codegen::pool(name, &w, max, cip));
+                    let total: usize = out_ty.shape.iter().product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::GlobalPool(kind) => {
+                    f32_only(out_ty.dt)?;
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let plane: usize = x.shape.iter().skip(2).product();
+                    let k = b.kernel(|name| codegen::global_pool(name, plane, *kind == PoolKind::Max));
+                    let rows = x.shape.iter().take(2).product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![rows], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::Softmax { kind, axis, flatten } => {
+                    f32_only(out_ty.dt)?;
+                    let sh = &out_ty.shape;
+                    let axis = (*axis as usize).min(sh.len().saturating_sub(1));
+                    let outer: usize = sh[..axis].iter().product();
+                    let (len, inner) = if *flatten {
+                        (sh[axis..].iter().product(), 1)
+                    } else {
+                        (sh[axis], sh[axis + 1..].iter().product())
+                    };
+                    let k = b.kernel(|name| codegen::softmax(name, len, inner, *kind == SoftmaxKind::LogSoftmax));
+                    let l =
+                        launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![outer * inner], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::LayerNorm { axis, epsilon, .. } => {
+                    f32_only(out_ty.dt)?;
+                    let sh = &out_ty.shape;
+                    let axis = (*axis as usize).min(sh.len());
+                    let (rows, len): (usize, usize) = (sh[..axis].iter().product(), sh[axis..].iter().product());
+                    let same = |i: usize| in_ty(i).is_none_or(|t| t.shape.iter().product::<usize>() == len);
+                    if !same(1) || !same(2) {
+                        return Err(unsupported("a scale or bias that is broadcast".into()));
+                    }
+                    let bias = ins.get(2).copied().flatten().is_some();
+                    let k = b.kernel(|name| codegen::layer_norm(name, len, *epsilon, bias));
+                    let mut args = vec![arg(0)?, arg(1)?];
+                    if bias {
+                        args.push(arg(2)?);
+                    }
+                    args.push(ArgRef::Slot(out));
+                    let l = launch(k, args, vec![rows], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::Lrn { size, alpha, beta, bias } => {
+                    f32_only(out_ty.dt)?;
+                    let sh = &out_ty.shape;
+                    if sh.len() < 2 || *size == 0 {
+                        return Err(unsupported("an input of rank below 2".into()));
+                    }
+                    let plane: usize = sh[2..].iter().product();
+                    let k = b.kernel(|name| codegen::lrn(name, sh[1], plane, *size, *alpha, *beta, *bias));
+                    let total: usize = sh.iter().product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                    ("LRN", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                other => return Err(unsupported(format!("{} has no kernel on this target yet", other.name()))),
+            }
+        };
+        let mut read: Vec<usize> = ins.iter().flatten().copied().collect();
+        if let StepKind::Alias { from, .. } = kind {
+            read.push(from);
+        }
+        reads.push(read);
+        steps.push(Step { name: node.name.clone(), op, kind });
+    }
+    let outputs: Vec<Binding> = graph
+        .outputs()
+        .iter()
+        .map(|o| {
+            let ty = graph.ty(o.value);
+            Binding { name: o.name.clone(), slot: b.slot(o.value), dt: ty.dt, shape: ty.shape.clone() }
+        })
+        .collect();
+    // Aliases keep their source alive as long as themselves: a value's last use is the last read of it or of any
+    // alias of it.
+    let slots = b.types.len();
+    let mut last_use = vec![usize::MAX; slots];
+    let mut alias_root: Vec<usize> = (0..slots).collect();
+    for step in &steps {
+        if let StepKind::Alias { from, to } = step.kind {
+            alias_root[to] = alias_root[from];
+        }
+    }
+    let mut last = vec![None; slots];
+    for (i, read) in reads.iter().enumerate() {
+        for &s in read {
+            last[alias_root[s]] = Some(i);
+        }
+    }
+    let kept: HashSet<usize> = consts
+        .iter()
+        .map(|(s, _)| *s)
+        .chain(inputs.iter().map(|b| b.slot))
+        .chain(outputs.iter().map(|b| alias_root[b.slot]))
+        .collect();
+    for s in 0..slots {
+        if let (Some(i), false) = (last[alias_root[s]], kept.contains(&alias_root[s])) {
+            last_use[s] = i;
+        }
+    }
+    let (program, kernels) = if b.kernels.is_empty() {
+        (None, Vec::new())
+    } else {
+        let mut source = String::new();
+        if b.fp64 {
+            source.push_str("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
+        }
+        source.push_str(&b.source);
+        let program = target.program(&source, &format!("graph '{}'", graph.name))?;
+        let kernels =
+            b.kernels.iter().map(|k| Ok(Mutex::new(target.kernel(&program, k)?))).collect::<Result<Vec<_>>>()?;
+        (Some(program), kernels)
+    };
+    let mut uploaded = Vec::new();
+    let mut const_bytes = 0;
+    for (s, v) in consts {
+        let t = graph.const_value(v).ok_or_else(|| ClError::Transfer {
+            value: graph.value(v).name.clone(),
+            message: "not a constant".into(),
+        })?;
+        let t = t.clone().with_name(graph.value(v).name.clone());
+        const_bytes += t.len() * t.dt().size_of();
+        let buffer = ClBuffer::from_tensor(&t, target, ledger)
+            .map_err(|e| ClError::Transfer { value: graph.value(v).name.clone(), message: e.to_string() })?;
+        uploaded.push((s, buffer));
+    }
+    Ok(ClProgram {
+        target: target.clone(),
+        _program: program,
+        kernels,
+        steps,
+        types: b.types,
+        inputs,
+        outputs,
+        consts: uploaded,
+        last_use,
+        const_bytes,
+    })
+}
+
+fn window(w: &ir::Window, x: &[usize], y: &[usize]) -> Window {
+    let s = x.len().saturating_sub(2);
+    let at = |v: &[usize], i: usize, d: usize| v.get(i).copied().unwrap_or(d);
+    Window {
+        input: x[2..].to_vec(),
+        output: y[2..].to_vec(),
+        kernel: w.kernel.clone(),
+        strides: (0..s).map(|i| at(&w.strides, i, 1).max(1)).collect(),
+        dilations: (0..s).map(|i| at(&w.dilations, i, 1).max(1)).collect(),
+        pads: (0..2 * s).map(|i| at(&w.pads, i, 0)).collect(),
+    }
+}
+
+/// The product of a MatMul (numpy broadcasting; 1-D operands promoted).
+fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
+    let (a2, b2) =
+        (if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() }, if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() });
+    let (m, k, n) = (a2[a2.len() - 2], a2[a2.len() - 1], b2[b2.len() - 1]);
+    if b2[b2.len() - 2] != k {
+        return None;
+    }
+    let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
+    let rank = ab.len().max(bb.len());
+    let batch: Vec<usize> = (0..rank)
+        .map(|i| {
+            let da = (i + ab.len()).checked_sub(rank).map_or(1, |j| ab[j]);
+            let db = (i + bb.len()).checked_sub(rank).map_or(1, |j| bb[j]);
+            da.max(db)
+        })
+        .collect();
+    let strides = |sh: &[usize], rows: usize, cols: usize| -> Vec<usize> {
+        let mut st = vec![0; rank];
+        let mut acc = rows * cols;
+        for i in (0..sh.len()).rev() {
+            if sh[i] != 1 {
+                st[i + rank - sh.len()] = acc;
+            }
+            acc *= sh[i];
+        }
+        st
+    };
+    let yn: usize = y.iter().product();
+    if yn != batch.iter().product::<usize>() * m * n {
+        return None;
+    }
+    Some(Gemm {
+        m,
+        n,
+        k,
+        a: (strides(ab, m, k), k, 1),
+        b: (strides(bb, k, n), n, 1),
+        c: (strides(&batch, m, n), n, 1),
+        batch,
+        alpha: 1.0,
+        bias: None,
+        relu: false,
+    })
+}
+
+/// ONNX Gemm: `alpha · A' · B' + beta · C`, C broadcast to `[m, n]`.
+fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usize>>, y: &[usize]) -> Option<Gemm> {
+    let ([ar, ac], [br, bc]) = (<[usize; 2]>::try_from(a).ok()?, <[usize; 2]>::try_from(b).ok()?);
+    let (m, k) = if g.trans_a { (ac, ar) } else { (ar, ac) };
+    let (k2, n) = if g.trans_b { (bc, br) } else { (br, bc) };
+    if k != k2 || y != [m, n] {
+        return None;
+    }
+    let bias = match c {
+        None => None,
+        Some(cs) => {
+            let (cr, cc) = match cs.as_slice() {
+                [] => (1, 1),
+                [x] => (1, *x),
+                [r, c] => (*r, *c),
+                _ => return None,
+            };
+            let rs = if cr == 1 { 0 } else { cc };
+            let cs_ = if cc == 1 { 0 } else { 1 };
+            Some(((vec![], rs, cs_), g.beta))
+        }
+    };
+    Some(Gemm {
+        m,
+        n,
+        k,
+        batch: vec![],
+        a: (vec![], if g.trans_a { 1 } else { ac }, if g.trans_a { ac } else { 1 }),
+        b: (vec![], if g.trans_b { 1 } else { bc }, if g.trans_b { bc } else { 1 }),
+        c: (vec![], n, 1),
+        alpha: g.alpha,
+        bias,
+        relu: false,
+    })
+}
+
+/// A convolution as im2col + a product batched over (batch item, group), with the bias and the ReLU in the
+/// product's epilogue; a pointwise one reads the input directly.
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    b: &mut Builder<'_>,
+    c: &ir::Conv,
+    x: &[usize],
+    w: &[usize],
+    y: &[usize],
+    ins: &[Option<usize>],
+    out: usize,
+    relu: bool,
+) -> Option<(Vec<Launch>, Vec<usize>)> {
+    let (nb, ch, m) = (*x.first()?, *x.get(1)?, *w.first()?);
+    let g = c.group.max(1);
+    let (cg, mg) = (ch / g, m / g);
+    let geo = window(&c.window, x, y);
+    let kk: usize = w[2..].iter().product();
+    let kdim = cg * kk;
+    let p: usize = y[2..].iter().product();
+    let pin: usize = x[2..].iter().product();
+    let pointwise = kk == 1 && geo.strides.iter().all(|&s| s == 1) && geo.pads.iter().all(|&v| v == 0);
+    let bias = ins.get(2).copied().flatten();
+    let gemm = Gemm {
+        m: mg,
+        n: p,
+        k: kdim,
+        batch: vec![nb, g],
+        a: (vec![0, mg * kdim], kdim, 1),
+        b: if pointwise { (vec![ch * pin, cg * pin], pin, 1) } else { (vec![g * kdim * p, kdim * p], p, 1) },
+        c: (vec![m * p, mg * p], p, 1),
+        alpha: 1.0,
+        bias: bias.map(|_| ((vec![0, mg], 1, 0), 1.0)),
+        relu,
+    };
+    let mut launches = Vec::new();
+    let mut scratch = Vec::new();
+    let src = if pointwise {
+        ArgRef::Slot(ins[0]?)
+    } else {
+        let k = b.kernel(|name| codegen::im2col(name, &geo, ch, g));
+        scratch.push(nb * g * kdim * p * 4);
+        launches.push(launch(
+            k,
+            vec![ArgRef::Slot(ins[0]?), ArgRef::Scratch(0)],
+            vec![p, kdim, nb * g],
+            None,
+            vec![ArgRef::Scratch(0)],
+        ));
+        ArgRef::Scratch(0)
+    };
+    let k = b.kernel(|name| codegen::gemm(name, &gemm));
+    let mut args = vec![ArgRef::Slot(ins[1]?), src, ArgRef::Slot(out)];
+    if let Some(bs) = bias {
+        args.push(ArgRef::Slot(bs));
+    }
+    launches.push(launch(
+        k,
+        args,
+        vec![round_up(p), round_up(mg), nb * g],
+        Some(vec![TILE, TILE, 1]),
+        vec![ArgRef::Slot(out)],
+    ));
+    Some((launches, scratch))
+}

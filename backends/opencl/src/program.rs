@@ -1,0 +1,202 @@
+//! OpenCL programs: built once per process and target, and cached on disk keyed by the device and the source's
+//! hash, so that a second start loads the device binary instead of compiling again. Kernels are launched on the
+//! target's in-order queue; each launch records its event on the buffers it writes, so waiting for one of them waits
+//! for exactly that work.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use opencl3::kernel::Kernel;
+use opencl3::memory::ClMem as _;
+use opencl3::program::Program;
+use opencl3::types::cl_event;
+
+use crate::buffer::ClBuffer;
+use crate::device::Target;
+use crate::error::{code_name, ClError, Result};
+
+/// Where built programs are kept: `$STOWAGE_CACHE_DIR/opencl`, else `$XDG_CACHE_HOME/stowage/opencl`, else
+/// `$HOME/.cache/stowage/opencl`; `None` when none is set (then nothing is cached on disk).
+pub fn cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("STOWAGE_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("stowage")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("stowage")))?;
+    Some(base.join("opencl"))
+}
+
+/// How programs of a target were obtained (for tests and reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildStats {
+    /// Compiled from source by the device's compiler.
+    pub compiled: usize,
+    /// Loaded from the disk cache.
+    pub loaded: usize,
+    /// Found already built in this process.
+    pub reused: usize,
+}
+
+impl Target {
+    /// The program for `source`, built for this target's device: from this process's programs, else the disk cache,
+    /// else compiled (and then cached). A source that does not compile is [`ClError::Build`] with the compiler's
+    /// log, naming `op`.
+    pub fn program(&self, source: &str, op: &str) -> Result<Arc<Program>> {
+        let inner = &self.inner;
+        let mut h = DefaultHasher::new();
+        (&inner.info.platform, &inner.info.name, &inner.driver, source).hash(&mut h);
+        let key = h.finish();
+        let mut programs = inner.programs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = programs.get(&key) {
+            inner.stats.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(Arc::clone(p));
+        }
+        let file = cache_dir().map(|d| d.join(format!("{key:016x}.bin")));
+        let device = inner.device.id();
+        let loaded = file.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|binary| {
+            // SAFETY: the device belongs to the target's context.
+            let mut p = unsafe { Program::create_from_binary(&inner.context, &[device], &[&binary]) }.ok()?;
+            p.build(&[device], "").ok()?;
+            Some(p)
+        });
+        let program = match loaded {
+            Some(p) => {
+                inner.stats.loaded.fetch_add(1, Ordering::Relaxed);
+                p
+            }
+            None => {
+                let space = inner.space.to_string();
+                let mut p = Program::create_from_source(&inner.context, source).map_err(|e| ClError::Call {
+                    space: space.clone(),
+                    call: "clCreateProgramWithSource",
+                    code: code_name(e.0),
+                })?;
+                if let Err(e) = p.build(&[device], "-cl-std=CL1.2") {
+                    let log = p.get_build_log(device).unwrap_or_default();
+                    let log = if log.trim().is_empty() { code_name(e.0) } else { log.trim().to_string() };
+                    return Err(ClError::Build { space, op: op.into(), log });
+                }
+                inner.stats.compiled.fetch_add(1, Ordering::Relaxed);
+                if let (Some(file), Ok(binaries)) = (&file, p.get_binaries()) {
+                    if let Some(binary) = binaries.first().filter(|b| !b.is_empty()) {
+                        store(file, binary);
+                    }
+                }
+                p
+            }
+        };
+        let program = Arc::new(program);
+        programs.insert(key, Arc::clone(&program));
+        Ok(program)
+    }
+
+    /// How this target's programs were obtained so far.
+    pub fn build_stats(&self) -> BuildStats {
+        let s = &self.inner.stats;
+        BuildStats {
+            compiled: s.compiled.load(Ordering::Relaxed),
+            loaded: s.loaded.load(Ordering::Relaxed),
+            reused: s.reused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Kernel `name` of `program`.
+    pub fn kernel(&self, program: &Program, name: &str) -> Result<Kernel> {
+        Kernel::create(program, name).map_err(|e| ClError::Call {
+            space: self.inner.space.to_string(),
+            call: "clCreateKernel",
+            code: code_name(e.0),
+        })
+    }
+
+    /// Runs `kernel` over `global` work items (`local`: the work-group shape, or the device's choice) with `args`,
+    /// after the work writing its buffer arguments; records the launch as the last write of `writes`.
+    pub fn launch(
+        &self,
+        kernel: &Kernel,
+        args: &[Arg<'_>],
+        global: &[usize],
+        local: Option<&[usize]>,
+        writes: &[&ClBuffer],
+    ) -> Result<()> {
+        let space = self.inner.space.to_string();
+        let err = |call: &'static str| {
+            let space = space.clone();
+            move |e: opencl3::error_codes::ClError| ClError::Call { space, call, code: code_name(e.0) }
+        };
+        let mut waits: Vec<cl_event> = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            // SAFETY: each argument is of the type the generated kernel declares at that index (the generators
+            // emit the signature and the argument list together), and buffers are live memory objects.
+            unsafe {
+                match a {
+                    Arg::Buf(b) => {
+                        waits.extend(b.write_event());
+                        kernel.set_arg(i as u32, &b.mem().get())
+                    }
+                    Arg::I32(v) => kernel.set_arg(i as u32, v),
+                    Arg::U32(v) => kernel.set_arg(i as u32, v),
+                    Arg::F32(v) => kernel.set_arg(i as u32, v),
+                    Arg::I64(v) => kernel.set_arg(i as u32, v),
+                }
+            }
+            .map_err(err("clSetKernelArg"))?;
+        }
+        if global.contains(&0) {
+            return Ok(());
+        }
+        let local_ptr = local.map_or(std::ptr::null(), <[usize]>::as_ptr);
+        // SAFETY: `global` (and `local`, when given) hold `global.len()` sizes; every argument is set above.
+        let event = unsafe {
+            self.inner.queue.enqueue_nd_range_kernel(
+                kernel.get(),
+                global.len() as u32,
+                std::ptr::null(),
+                global.as_ptr(),
+                local_ptr,
+                &waits,
+            )
+        }
+        .map_err(err("clEnqueueNDRangeKernel"))?;
+        let event = Arc::new(event);
+        for a in args {
+            if let Arg::Buf(b) = a {
+                b.read_by(&event);
+            }
+        }
+        for w in writes {
+            w.written_by_shared(Arc::clone(&event));
+        }
+        Ok(())
+    }
+}
+
+/// A kernel argument.
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// A buffer (`__global T*`).
+    Buf(&'a ClBuffer),
+    /// `int`.
+    I32(i32),
+    /// `uint`.
+    U32(u32),
+    /// `float`.
+    F32(f32),
+    /// `long`.
+    I64(i64),
+}
+
+/// Writes `bytes` to `file` through a temporary file and a rename, so that a reader never sees half a binary. A
+/// failure only means the next start compiles again.
+fn store(file: &std::path::Path, bytes: &[u8]) {
+    let Some(dir) = file.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
