@@ -27,7 +27,7 @@ fn counted(case: &Value) -> bool {
     plain && dtypes && ops
 }
 
-fn run_case(dir: &Path, case: &Value) -> Result<(), String> {
+fn run_case(dir: &Path, case: &Value, target: &str) -> Result<(), String> {
     let model = dir.join("model.onnx");
     let data = dir.join("test_data_set_0");
     let mut inputs = Vec::new();
@@ -35,7 +35,7 @@ fn run_case(dir: &Path, case: &Value) -> Result<(), String> {
         let name = input["name"].as_str().ok_or("input without a name")?.to_string();
         inputs.push((name, onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
     }
-    let outcome = session::run(&model, inputs, &RunOptions::default())?;
+    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..RunOptions::default() })?;
     let rtol = case["rtol"].as_f64().unwrap_or(1e-3);
     let atol = case["atol"].as_f64().unwrap_or(1e-7);
     let wanted = case["outputs"].as_array().ok_or("no outputs")?;
@@ -51,10 +51,27 @@ fn run_case(dir: &Path, case: &Value) -> Result<(), String> {
 
 #[test]
 fn onnx_node_tests_pass() {
+    check("cpu", include_str!("conformance_expected.txt"));
+}
+
+/// The same cases on the OpenCL device (PoCL in CI), through the unified path. Kernels are generated for the ops
+/// the OpenCL backend has; the others are on its own list.
+#[test]
+fn onnx_node_tests_pass_on_opencl() {
+    check("opencl", include_str!("conformance_expected_opencl.txt"));
+}
+
+/// And through the discrete path (staged copies), with the same list: the kernels are the same.
+#[test]
+fn onnx_node_tests_pass_on_opencl_discrete() {
+    check("opencl:discrete", include_str!("conformance_expected_opencl.txt"));
+}
+
+fn check(target: &str, expected: &str) {
     let root = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py");
     let index: Vec<Value> =
         serde_json::from_slice(&std::fs::read(root.join("index.json")).expect("index.json")).expect("parses");
-    let expected: BTreeMap<&str, &str> = include_str!("conformance_expected.txt")
+    let expected: BTreeMap<&str, &str> = expected
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| l.split_once(' ').map_or((l, ""), |(n, r)| (n, r.trim())))
@@ -68,7 +85,7 @@ fn onnx_node_tests_pass() {
         }
         counted_cases += 1;
         let name = case["name"].as_str().expect("name");
-        let result = std::panic::catch_unwind(|| run_case(&root.join(name), case)).unwrap_or_else(|p| {
+        let result = std::panic::catch_unwind(|| run_case(&root.join(name), case, target)).unwrap_or_else(|p| {
             Err(format!(
                 "panicked: {}",
                 p.downcast_ref::<String>()
@@ -83,7 +100,7 @@ fn onnx_node_tests_pass() {
     }
     let passed = counted_cases - failures.len();
     println!(
-        "conformance: {passed} of {counted_cases} counted cases pass ({:.1}%); {skipped} cases use ops or types outside this round and were not run",
+        "conformance on {target}: {passed} of {counted_cases} counted cases pass ({:.1}%); {skipped} cases use ops or types outside this round and were not run",
         100.0 * passed as f64 / counted_cases as f64
     );
     let unexpected: Vec<String> =
@@ -92,7 +109,7 @@ fn onnx_node_tests_pass() {
     assert!(counted_cases > 600, "only {counted_cases} cases counted: is {} complete?", root.display());
     assert!(
         unexpected.is_empty() && fixed.is_empty(),
-        "cases failing that are not in conformance_expected.txt:\n{}\n\ncases in conformance_expected.txt that now pass (remove them):\n{}",
+        "{target}: cases failing that are not on the expected list:\n{}\n\ncases on the expected list that now pass (remove them):\n{}",
         unexpected.join("\n"),
         fixed.join("\n")
     );

@@ -1,6 +1,6 @@
 //! The model suite: the light model-zoo graphs (ConstantOfShape weights, reference outputs from the onnx package),
 //! their seeded random-weight variants, an MLP and a transformer encoder block (references from onnxruntime), run
-//! through `stowage run`'s code on the CPU and compared with rtol 1e-3, atol 1e-4.
+//! through `stowage run`'s code on the CPU and on OpenCL (both paths), compared with rtol 1e-3, atol 1e-4.
 //! Written by scripts/onnx/light_models.py and scripts/onnx/model_suite.py.
 
 use std::path::Path;
@@ -18,7 +18,7 @@ fn tolerance(name: &str) -> (f64, f64) {
     }
 }
 
-fn run_model(dir: &Path, name: &str) -> Result<(), String> {
+fn run_model(dir: &Path, name: &str, target: &str) -> Result<(), String> {
     let data = dir.join("test_data_set_0");
     let model = dir.join("model.onnx");
     let proto = onnx::decode(&std::fs::read(&model).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
@@ -28,18 +28,38 @@ fn run_model(dir: &Path, name: &str) -> Result<(), String> {
     for (k, vi) in graph.input.iter().filter(|i| !inits.contains(&i.name())).enumerate() {
         inputs.push((vi.name().to_string(), onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
     }
-    let outcome = session::run(&model, inputs, &RunOptions::default())?;
+    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..RunOptions::default() })?;
     let (rtol, atol) = tolerance(name);
     for (k, (out, got)) in outcome.outputs.iter().enumerate() {
         let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
         stowage_tests::compare(got, &want, rtol, atol).map_err(|e| format!("output '{out}': {e}"))?;
     }
-    println!("{name:<28} ok  compile {:>7.1} ms  run {:>8.2} ms", outcome.compile_ms, outcome.run_median_ms);
+    println!(
+        "{name:<28} {target:<16} ok  compile {:>7.1} ms  run {:>8.2} ms",
+        outcome.compile_ms, outcome.run_median_ms
+    );
     Ok(())
 }
 
 #[test]
 fn every_model_matches_its_reference() {
+    check("cpu");
+}
+
+/// The whole suite on the OpenCL device (PoCL in CI), unified path: inputs imported or uploaded once, outputs read
+/// back once.
+#[test]
+fn every_model_matches_on_opencl() {
+    check("opencl");
+}
+
+/// And through the discrete path.
+#[test]
+fn every_model_matches_on_opencl_discrete() {
+    check("opencl:discrete");
+}
+
+fn check(target: &str) {
     let root = stowage_tests::generated("onnx-models", "model_suite.py");
     let mut names = Vec::new();
     for group in ["light", "random"] {
@@ -58,7 +78,7 @@ fn every_model_matches_its_reference() {
     }
     let failures: Vec<String> = names
         .iter()
-        .filter_map(|name| run_model(&root.join(name), name).err().map(|e| format!("{name}: {e}")))
+        .filter_map(|name| run_model(&root.join(name), name, target).err().map(|e| format!("{name}: {e}")))
         .collect();
-    assert!(failures.is_empty(), "models that do not match:\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "{target}: models that do not match:\n{}", failures.join("\n"));
 }

@@ -102,12 +102,110 @@ fn inst_expr(inst: &Inst) -> String {
     }
 }
 
+/// A float unary function applied to the expression `x`.
+pub fn float_unary(f: UnaryFn, x: &str) -> String {
+    inst_expr(&Inst::Unary(f, 0)).replace("v0", x)
+}
+
 /// The statements computing `chain` into `v0 … vN`; returns the result's name.
 fn chain_body(chain: &Chain, out: &mut String) -> String {
     for (k, inst) in chain.insts.iter().enumerate() {
         let _ = writeln!(out, "  const float v{k} = {};", inst_expr(inst));
     }
     format!("v{}", chain.insts.len().saturating_sub(1))
+}
+
+/// The OpenCL C type of a datum type, for the types kernels here take (`None`: f16, bf16, strings…).
+pub fn dt_type(dt: stowage_runtime::DatumType) -> Option<&'static str> {
+    use stowage_runtime::DatumType as D;
+    Some(match dt {
+        D::Bool | D::U8 => "uchar",
+        D::I8 => "char",
+        D::U16 => "ushort",
+        D::I16 => "short",
+        D::U32 => "uint",
+        D::I32 => "int",
+        D::U64 => "ulong",
+        D::I64 => "long",
+        D::F32 => "float",
+        D::F64 => "double",
+        _ => return None,
+    })
+}
+
+/// An elementwise kernel over any datum types: input `k` (C type `inputs[k].0`) is read at element strides
+/// `inputs[k].1` over `dims` (0 on broadcast axes) into `a{k}`, and `expr` (over `a0`, `a1`…) is stored, cast to
+/// `out`. One work item per output element.
+pub fn typed(name: &str, dims: &[usize], inputs: &[(&str, Vec<usize>)], out: &str, expr: &str) -> String {
+    let mut s = String::new();
+    let params: Vec<String> = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, (t, _))| format!("__global const {t}* restrict in{k}"))
+        .chain([format!("__global {out}* restrict out")])
+        .collect();
+    let _ = writeln!(s, "__kernel void {name}({}) {{", params.join(", "));
+    let _ = writeln!(s, "  const size_t g = get_global_id(0); size_t r = g;");
+    let mut offsets = vec!["0".to_string(); inputs.len()];
+    for a in (0..dims.len()).rev() {
+        let _ = writeln!(s, "  const size_t i{a} = r % {}; r /= {};", dims[a], dims[a]);
+        for (k, (_, st)) in inputs.iter().enumerate() {
+            if st[a] != 0 {
+                offsets[k] = format!("{} + i{a} * {}", offsets[k], st[a]);
+            }
+        }
+    }
+    for (k, ((t, _), off)) in inputs.iter().zip(&offsets).enumerate() {
+        let _ = writeln!(s, "  const {t} a{k} = in{k}[{off}];");
+    }
+    let _ = writeln!(s, "  out[g] = ({out})({expr});");
+    s.push_str("}\n");
+    s
+}
+
+/// A reduction of `x` (C type `t`) over the axes where `reduced` is true, one work item per output element (the kept
+/// axes' positions, row-major): `init`, then `step` for each element (`acc`, `x`, `j` its index along the reduced
+/// elements), then `finish` (over `acc`, `count`), cast to `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce(
+    name: &str,
+    shape: &[usize],
+    reduced: &[bool],
+    t: &str,
+    out: &str,
+    acc_t: &str,
+    init: &str,
+    step: &str,
+    finish: &str,
+) -> String {
+    let strides = {
+        let mut st = vec![1usize; shape.len()];
+        for a in (0..shape.len().saturating_sub(1)).rev() {
+            st[a] = st[a + 1] * shape[a + 1];
+        }
+        st
+    };
+    let kept: Vec<usize> = (0..shape.len()).filter(|&a| !reduced[a]).collect();
+    let red: Vec<usize> = (0..shape.len()).filter(|&a| reduced[a]).collect();
+    let count: usize = red.iter().map(|&a| shape[a]).product();
+    let mut s = String::new();
+    let _ = writeln!(s, "__kernel void {name}(__global const {t}* restrict X, __global {out}* restrict Y) {{");
+    let _ = writeln!(s, "  const size_t g = get_global_id(0); size_t r = g; size_t base = 0;");
+    for &a in kept.iter().rev() {
+        let _ = writeln!(s, "  base += (r % {}) * {}; r /= {};", shape[a], strides[a], shape[a]);
+    }
+    let _ = writeln!(s, "  {acc_t} acc = {init}; const size_t count = {count};");
+    let _ = writeln!(s, "  for (size_t j = 0; j < count; ++j) {{");
+    let _ = writeln!(s, "    size_t q = j, off = base;");
+    for &a in red.iter().rev() {
+        let _ = writeln!(s, "    off += (q % {}) * {}; q /= {};", shape[a], strides[a], shape[a]);
+    }
+    let _ = writeln!(s, "    const {t} x = X[off];");
+    let _ = writeln!(s, "    {step}");
+    let _ = writeln!(s, "  }}");
+    let _ = writeln!(s, "  Y[g] = ({out})({finish});");
+    s.push_str("}\n");
+    s
 }
 
 /// True when a kernel's source needs double precision.

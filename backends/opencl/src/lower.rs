@@ -116,6 +116,44 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
         let arg = |i: usize| -> Result<ArgRef> {
             ins.get(i).copied().flatten().map(ArgRef::Slot).ok_or_else(|| unsupported(format!("input {i} is missing")))
         };
+        if let Op::Split { axis, .. } = &node.op {
+            let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+            let size = x.dt.size_of();
+            if !matches!(size, 1 | 2 | 4 | 8) {
+                return Err(unsupported(format!("{size}-byte elements")));
+            }
+            let axis = *axis as usize;
+            let src = packed_strides(&x.shape, size);
+            let (mut launches, mut outs, mut at) = (Vec::new(), Vec::new(), 0);
+            for o in &node.outputs {
+                let Some(o) = o else { continue };
+                let shape = graph.ty(*o).shape.clone();
+                let slot = b.slot(*o);
+                outs.push(slot);
+                let base = at * src[axis] / size;
+                at += shape[axis];
+                let total: usize = shape.iter().product();
+                if total == 0 {
+                    continue;
+                }
+                let l = Loops::relayout(&shape, size, src.clone(), packed_strides(&shape, size));
+                let k = b.kernel(|name| codegen::loops(name, &l, 0, &[base]));
+                launches.push(launch(
+                    k,
+                    vec![arg(0)?, ArgRef::Slot(slot)],
+                    vec![total],
+                    None,
+                    vec![ArgRef::Slot(slot)],
+                ));
+            }
+            reads.push(ins.iter().flatten().copied().collect());
+            steps.push(Step {
+                name: node.name.clone(),
+                op: "Split",
+                kind: StepKind::Launches { outs, scratch: vec![], launches },
+            });
+            continue;
+        }
         if node.outputs.iter().skip(1).any(Option::is_some) && !matches!(node.op, Op::Dropout { .. }) {
             return Err(unsupported("a second output".into()));
         }
@@ -143,6 +181,20 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                 | Op::Dropout { .. } => {
                     if node.outputs.iter().skip(1).any(Option::is_some) {
                         return Err(unsupported("Dropout's mask output".into()));
+                    }
+                    let training = node.inputs.get(2).copied().flatten().and_then(|v| graph.const_value(v));
+                    let training = training
+                        .map(stowage_compiler::consts::to_i64s)
+                        .transpose()
+                        .map_err(|e| unsupported(e.to_string()))?;
+                    let ratio = node.inputs.get(1).copied().flatten().and_then(|v| graph.const_value(v));
+                    let ratio = ratio
+                        .map(stowage_compiler::consts::to_f64s)
+                        .transpose()
+                        .map_err(|e| unsupported(e.to_string()))?;
+                    // Training-mode Dropout with a non-zero ratio draws a random mask; with ratio 0 it is the identity.
+                    if training.is_some_and(|t| t != [0]) && ratio.is_none_or(|r| r.iter().any(|&r| r != 0.0)) {
+                        return Err(unsupported("training-mode Dropout (a random mask)".into()));
                     }
                     (
                         node.op.name(),
@@ -291,6 +343,121 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                     let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
                     ("LRN", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                 }
+                Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip | Op::Where | Op::Cast { .. } => {
+                    let present: Vec<(usize, ValueId)> =
+                        node.inputs.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
+                    let dts: Vec<Option<DatumType>> = node.inputs.iter().map(|v| v.map(|v| graph.ty(v).dt)).collect();
+                    let expr = typed_expr(&node.op, &dts, out_ty.dt).ok_or_else(|| {
+                        unsupported(format!(
+                            "{} data",
+                            dts.iter().flatten().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                        ))
+                    })?;
+                    // Inputs are named by position among the present ones.
+                    let mut expr = expr;
+                    for (k, (i, _)) in present.iter().enumerate().rev() {
+                        expr = expr.replace(&format!("@{i}"), &format!("a{k}"));
+                    }
+                    let out_t =
+                        codegen::dt_type(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
+                    let mut operands = Vec::new();
+                    for (_, v) in &present {
+                        let ty = graph.ty(*v);
+                        let t = codegen::dt_type(ty.dt).ok_or_else(|| unsupported(format!("{} data", ty.dt)))?;
+                        b.fp64 |= ty.dt == DatumType::F64;
+                        operands.push((t, stowage_cpu::kernels::broadcast::strides_for(&ty.shape, &out_ty.shape)));
+                    }
+                    b.fp64 |= out_ty.dt == DatumType::F64 || expr.contains("(double)");
+                    let dims = out_ty.shape.clone();
+                    let k = b.kernel(|name| codegen::typed(name, &dims, &operands, out_t, &expr));
+                    let mut args: Vec<ArgRef> = present
+                        .iter()
+                        .map(|(i, _)| ins[*i].map(ArgRef::Slot))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| unsupported("an input".into()))?;
+                    args.push(ArgRef::Slot(out));
+                    let total: usize = dims.iter().product();
+                    let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::Reduce { kind, noop_with_empty_axes, .. } => {
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let t = codegen::dt_type(x.dt).ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
+                    let out_t =
+                        codegen::dt_type(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
+                    let axes = match ins.get(1).copied().flatten() {
+                        Some(_) => {
+                            let v = node.inputs[1].ok_or_else(|| unsupported("axes".into()))?;
+                            let t = graph.const_value(v).ok_or_else(|| unsupported("run-time axes".into()))?;
+                            stowage_compiler::consts::to_i64s(t).map_err(|e| unsupported(e.to_string()))?
+                        }
+                        None => vec![],
+                    };
+                    let rank = x.shape.len() as i64;
+                    let mut reduced = vec![axes.is_empty() && !noop_with_empty_axes; x.shape.len()];
+                    for a in axes {
+                        reduced[(if a < 0 { a + rank } else { a }) as usize] = true;
+                    }
+                    let float = matches!(x.dt, DatumType::F32 | DatumType::F64);
+                    let acc_t = if float {
+                        "double"
+                    } else if x.dt == DatumType::Bool {
+                        "uchar"
+                    } else {
+                        t
+                    };
+                    b.fp64 |= float;
+                    let (init, step, finish) = match kind {
+                        ir::Reduce::Sum => ("0", "acc += x;", "acc"),
+                        ir::Reduce::Mean => ("0", "acc += x;", "acc / (double)count"),
+                        ir::Reduce::Max if float => {
+                            ("-INFINITY", "acc = (isnan((double)x) || x > acc) ? x : acc;", "acc")
+                        }
+                        ir::Reduce::Min if float => {
+                            ("INFINITY", "acc = (isnan((double)x) || x < acc) ? x : acc;", "acc")
+                        }
+                        ir::Reduce::Max => ("0", "acc = (j == 0 || x > acc) ? x : acc;", "acc"),
+                        ir::Reduce::Min => ("0", "acc = (j == 0 || x < acc) ? x : acc;", "acc"),
+                    };
+                    let shape = x.shape.clone();
+                    let k =
+                        b.kernel(|name| codegen::reduce(name, &shape, &reduced, t, out_t, acc_t, init, step, finish));
+                    let total: usize = out_ty.shape.iter().product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::ArgMax { axis, select_last_index, .. } => {
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let t = codegen::dt_type(x.dt).ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
+                    let axis = *axis as usize;
+                    let reduced: Vec<bool> = (0..x.shape.len()).map(|a| a == axis).collect();
+                    let better = if *select_last_index { ">=" } else { ">" };
+                    let step = format!("if (j == 0 || x {better} best) {{ best = x; acc = (long)j; }}");
+                    let shape = x.shape.clone();
+                    let k = b.kernel(|name| {
+                        codegen::reduce(name, &shape, &reduced, t, "long", "long", "0", &step, "acc").replacen(
+                            "long acc = 0;",
+                            &format!("long acc = 0; {t} best = 0;"),
+                            1,
+                        )
+                    });
+                    let total: usize = out_ty.shape.iter().product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                    ("ArgMax", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
+                Op::Expand => {
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let size = x.dt.size_of();
+                    if !matches!(size, 1 | 2 | 4 | 8) {
+                        return Err(unsupported(format!("{size}-byte elements")));
+                    }
+                    let src = stowage_cpu::jit::broadcast_strides(&x.shape, &out_ty.shape, size);
+                    let l = Loops::relayout(&out_ty.shape, size, src, packed_strides(&out_ty.shape, size));
+                    let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
+                    let total: usize = out_ty.shape.iter().product();
+                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                    ("Expand", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
                 other => return Err(unsupported(format!("{} has no kernel on this target yet", other.name()))),
             }
         };
@@ -300,6 +467,13 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
         }
         reads.push(read);
         steps.push(Step { name: node.name.clone(), op, kind });
+    }
+    // Outputs that are constants (folded graphs) are uploaded like the constants kernels read.
+    for o in graph.outputs() {
+        if matches!(graph.value(o.value).def, ValueDef::Const(_)) && !consts.iter().any(|(_, c)| *c == o.value) {
+            let s = b.slot(o.value);
+            consts.push((s, o.value));
+        }
     }
     let outputs: Vec<Binding> = graph
         .outputs()
@@ -535,4 +709,94 @@ fn conv(
         vec![ArgRef::Slot(out)],
     ));
     Some((launches, scratch))
+}
+
+/// The C expression of an elementwise node over its inputs `@0`, `@1`… (by input position), computing in the
+/// inputs' own types; `None` for types or ops it does not take.
+fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> Option<String> {
+    let dt0 = (*dts.first()?)?;
+    codegen::dt_type(out)?;
+    for d in dts.iter().flatten() {
+        codegen::dt_type(*d)?;
+    }
+    let float = matches!(dt0, DatumType::F32 | DatumType::F64);
+    let signed = matches!(dt0, DatumType::I8 | DatumType::I16 | DatumType::I32 | DatumType::I64);
+    Some(match op {
+        Op::Unary(u) => match (u, float) {
+            (ir::Unary::Abs, false) => {
+                if signed {
+                    "(@0 < 0 ? -@0 : @0)".into()
+                } else {
+                    "@0".into()
+                }
+            }
+            (ir::Unary::Neg, false) => "(-@0)".into(),
+            (ir::Unary::Relu, false) => "(@0 < 0 ? 0 : @0)".into(),
+            (ir::Unary::Sign, _) => "(@0 > 0 ? 1 : (@0 < 0 ? -1 : @0))".into(),
+            (ir::Unary::Not, _) => "(!@0)".into(),
+            (_, true) => {
+                let f = stowage_cpu::lower::unary_fn(*u);
+                codegen::float_unary(f, "@0")
+            }
+            _ => return None,
+        },
+        Op::Binary(bop) => {
+            let (x, y) = ("@0", "@1");
+            match bop {
+                ir::Binary::Add => format!("{x} + {y}"),
+                ir::Binary::Sub => format!("{x} - {y}"),
+                ir::Binary::Mul => format!("{x} * {y}"),
+                ir::Binary::Div if float => format!("{x} / {y}"),
+                ir::Binary::Div => format!("({y} == 0 ? 0 : {x} / {y})"),
+                ir::Binary::Pow if out == DatumType::F32 => format!("pow((float){x}, (float){y})"),
+                ir::Binary::Pow => format!("pow((double){x}, (double){y})"),
+                ir::Binary::And => format!("({x} && {y})"),
+                ir::Binary::Or => format!("({x} || {y})"),
+                ir::Binary::Equal => format!("({x} == {y})"),
+                ir::Binary::Greater => format!("({x} > {y})"),
+                ir::Binary::Less => format!("({x} < {y})"),
+                ir::Binary::PRelu => format!("({x} < 0 ? {x} * {y} : {x})"),
+            }
+        }
+        Op::Variadic(v) => {
+            let n = dts.len();
+            let names: Vec<String> = (0..n).map(|i| format!("@{i}")).collect();
+            let fold = |f: &dyn Fn(&str, &str) -> String| names[1..].iter().fold(names[0].clone(), |acc, x| f(&acc, x));
+            match v {
+                ir::Variadic::Sum => names.join(" + "),
+                ir::Variadic::Mean => {
+                    format!("({}) / {}", names.join(" + "), if float { format!("{n}.0") } else { n.to_string() })
+                }
+                ir::Variadic::Max if float => {
+                    fold(&|a, b| format!("((isnan({a}) || isnan({b})) ? NAN : fmax({a}, {b}))"))
+                }
+                ir::Variadic::Min if float => {
+                    fold(&|a, b| format!("((isnan({a}) || isnan({b})) ? NAN : fmin({a}, {b}))"))
+                }
+                ir::Variadic::Max => fold(&|a, b| format!("max({a}, {b})")),
+                ir::Variadic::Min => fold(&|a, b| format!("min({a}, {b})")),
+            }
+        }
+        Op::Clip => {
+            let mut e = "@0".to_string();
+            if dts.get(1).copied().flatten().is_some() {
+                e = format!("({e} < @1 ? @1 : {e})");
+            }
+            if dts.get(2).copied().flatten().is_some() {
+                e = format!("({e} > @2 ? @2 : {e})");
+            }
+            e
+        }
+        Op::Where => "(@0 ? @1 : @2)".into(),
+        Op::Cast { to } => {
+            let target = codegen::dt_type(*to)?;
+            match to {
+                DatumType::Bool => "(@0 != 0)".into(),
+                DatumType::F32 | DatumType::F64 => format!("({target})@0"),
+                _ if float => format!("convert_{target}_sat(@0)"),
+                _ => format!("({target})@0"),
+            }
+        }
+        _ => return None,
+    })
 }

@@ -269,7 +269,8 @@ fn one(t: Tensor<'static>) -> Result<Vec<Tensor<'static>>> {
     Ok(vec![t])
 }
 
-fn unary_fn(u: ir::Unary) -> UnaryFn {
+/// The kernel function of an IR unary op (shared with the OpenCL backend).
+pub fn unary_fn(u: ir::Unary) -> UnaryFn {
     match u {
         ir::Unary::Abs => UnaryFn::Abs,
         ir::Unary::Ceil => UnaryFn::Ceil,
@@ -295,7 +296,8 @@ fn unary_fn(u: ir::Unary) -> UnaryFn {
     }
 }
 
-fn binary_fn(b: ir::Binary) -> BinaryFn {
+/// The kernel function of an IR binary op.
+pub fn binary_fn(b: ir::Binary) -> BinaryFn {
     match b {
         ir::Binary::Add => BinaryFn::Add,
         ir::Binary::Sub => BinaryFn::Sub,
