@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
-use opencl3::device::{Device, CL_DEVICE_TYPE_ALL};
+use opencl3::device::{Device, CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_GPU};
 use opencl3::platform::get_platforms;
 use stowage_runtime::{LayoutSupport, MapSupport, MemoryKind, MemorySpace, StorageDescriptor};
 
@@ -15,7 +15,7 @@ use crate::error::{code_name, ClError, Result};
 /// What a device reports, read once when devices are listed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceInfo {
-    /// Index over all devices of all platforms, in discovery order (`opencl:N`).
+    /// Index over all devices of all platforms (`opencl:N`): GPUs first, then accelerators, then CPU devices.
     pub index: usize,
     /// The platform's name.
     pub platform: String,
@@ -85,6 +85,22 @@ fn discover() -> Result<Vec<(Device, DeviceInfo)>> {
     }
     if found.is_empty() {
         return Err(no("OpenCL platforms were found but no device".into()));
+    }
+    // GPUs first, then accelerators, then the rest (CPU devices such as PoCL), each in discovery order: `opencl`
+    // is the first device, and a machine with a GPU means that one.
+    let rank = |d: &Device| {
+        let t = d.dev_type().unwrap_or(0);
+        if t & CL_DEVICE_TYPE_GPU != 0 {
+            0
+        } else if t & CL_DEVICE_TYPE_ACCELERATOR != 0 {
+            1
+        } else {
+            2
+        }
+    };
+    found.sort_by_key(|(d, _)| rank(d));
+    for (i, (_, info)) in found.iter_mut().enumerate() {
+        info.index = i;
     }
     Ok(found)
 }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The OpenCL backend on the device tool's GPU, in one command (nothing is built there): registers NVIDIA's OpenCL
+# (DESIGN.md "Targets"), lists the targets, runs the carried models on `opencl` and checks every output against its
+# reference, shows the ledger of one run, then times stowage against PyTorch eager CUDA at batch 1.
+# Run from the repository root with the staging folder made by scripts/device/stage:
+#   scripts/device/check.sh target/device [TARGET]     (TARGET: opencl, the GPU where there is one)
+set -uo pipefail
+STAGE=${1:-target/device}
+TARGET=${2:-opencl}
+BIN=$STAGE/stowage
+export OCL_ICD_VENDORS=$(mktemp -d)
+echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > "$OCL_ICD_VENDORS/nvidia.icd"
+export STOWAGE_CACHE_DIR=${OUT:-/tmp}/stowage-cache
+command -v clinfo >/dev/null && clinfo -l
+"$BIN" targets
+status=0
+for dir in "$STAGE"/models/*/; do
+  name=$(basename "$dir")
+  out=$(mktemp -d)
+  if "$BIN" run "$dir/model.onnx" --input "$dir/test_data_set_0/input_0.pb" --target "$TARGET" --output-dir "$out" \
+      --report "$out/report.json" > "$out/log" 2>&1; then
+    printf '%-22s %s\n' "$name" "$(python3 scripts/device/pbcmp.py "$out/output_0.pb" "$dir/test_data_set_0/output_0.pb")" || status=1
+  else
+    printf '%-22s FAILED: %s\n' "$name" "$(tail -1 "$out/log")"; status=1
+  fi
+done
+echo "--- one run of squeezenet on $TARGET, its ledger (the output written as a file is the one read):"
+"$BIN" run "$STAGE/models/random_squeezenet/model.onnx" --input "$STAGE/models/random_squeezenet/test_data_set_0/input_0.pb" --target "$TARGET" --output-dir "$(mktemp -d)"
+echo "--- batch-1 latency, stowage (median of 50 runs) against PyTorch eager CUDA (median of 50):"
+for m in squeezenet resnet50; do
+  d=$STAGE/models/light_$m
+  "$BIN" run "$d/model.onnx" --input "$d/test_data_set_0/input_0.pb" --target "$TARGET" --repeat 50 | tail -1 | sed "s/^/stowage $m: /"
+done
+python3 scripts/device/torch_bench.py 50 || echo "torch bench failed"
+exit $status

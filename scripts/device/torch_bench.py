@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""PyTorch eager CUDA latency at batch 1 for the graphs stowage runs in the device check: SqueezeNet 1.0 and
+ResNet-50 (v1, as in the ONNX model zoo), built here layer for layer with the same shapes (weights random: latency
+does not depend on them). Prints one line per model: `torch <model> <median ms>`."""
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Fire(nn.Module):
+    def __init__(self, cin, s, e1, e3):
+        super().__init__()
+        self.s = nn.Conv2d(cin, s, 1)
+        self.e1 = nn.Conv2d(s, e1, 1)
+        self.e3 = nn.Conv2d(s, e3, 3, padding=1)
+
+    def forward(self, x):
+        x = torch.relu(self.s(x))
+        return torch.cat([torch.relu(self.e1(x)), torch.relu(self.e3(x))], 1)
+
+
+def squeezenet():
+    pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 7, 2), nn.ReLU(), pool(),
+        Fire(96, 16, 64, 64), Fire(128, 16, 64, 64), Fire(128, 32, 128, 128), pool(),
+        Fire(256, 32, 128, 128), Fire(256, 48, 192, 192), Fire(384, 48, 192, 192), Fire(384, 64, 256, 256), pool(),
+        Fire(512, 64, 256, 256), nn.Conv2d(512, 1000, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Softmax(1),
+    )
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, mid, cout, stride):
+        super().__init__()
+        self.a = nn.Conv2d(cin, mid, 1, stride)
+        self.b = nn.Conv2d(mid, mid, 3, 1, 1)
+        self.c = nn.Conv2d(mid, cout, 1)
+        self.short = nn.Conv2d(cin, cout, 1, stride) if stride != 1 or cin != cout else None
+
+    def forward(self, x):
+        y = self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+        return torch.relu(y + (self.short(x) if self.short is not None else x))
+
+
+def resnet50():
+    layers = [nn.Conv2d(3, 64, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for mid, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, mid, mid * 4, stride if i == 0 else 1))
+            cin = mid * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000), nn.Softmax(1)]
+    return nn.Sequential(*layers)
+
+
+def bench(name, model, runs):
+    # Batch norm is folded into the convolutions in the ONNX graph stowage compiles, so there is none here either.
+    model = model.cuda().eval()
+    x = torch.randn(1, 3, 224, 224, device="cuda")
+    with torch.no_grad():
+        for _ in range(5):
+            model(x)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            model(x)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+    print(f"torch {name} {statistics.median(times):.3f}")
+
+
+runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+torch.backends.cudnn.benchmark = False
+bench("squeezenet", squeezenet(), runs)
+bench("resnet50", resnet50(), runs)
