@@ -150,3 +150,21 @@ fn a_kernel_that_does_not_build_reports_the_op_and_the_compiler_log() {
     let text = err.unwrap_err().to_string();
     assert!(text.contains("Relu 'n7'") && text.contains("undefined_name"), "{text}");
 }
+
+#[test]
+fn an_imported_input_keeps_its_host_memory_alive_by_construction() {
+    let target = Target::open("opencl").unwrap();
+    if target.mode() != Mode::Unified {
+        return;
+    }
+    let align = target.descriptor().alignment;
+    let buffer = {
+        let t = host_input(64, align, false);
+        ClBuffer::import(&target, &t).unwrap().expect("imported")
+        // `t` is dropped here: the buffer holds its storage, so the bytes stay valid.
+    };
+    let ledger = Ledger::recording();
+    let values = buffer.into_tensor(LedgerTag::new(&ledger, "x")).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(values[63], 63.0 * 0.25);
+    assert_eq!(ledger.count(MoveKind::Upload), 0, "never uploaded");
+}
