@@ -303,53 +303,82 @@ fn batch_offset(s: &mut String, var: &str, batch: &[usize], strides: &[usize]) {
     s.push_str(" }\n");
 }
 
-/// Kernel `name(A, B, C[, bias])` for `g`; global size `[ceil(n/16)·16, ceil(m/16)·16, Π batch]`, local `[16, 16, 1]`.
+/// Outputs per work item along each axis of [`gemm`]'s tile: 4 × 4 for products of at least 64 rows and columns,
+/// 2 × 2 from 32, else 1 (a work-group of 16 × 16 items covers `16·R` × `16·R` outputs).
+pub fn gemm_block(g: &Gemm) -> usize {
+    match (g.m.min(g.n), g.k) {
+        (64.., 16..) => 4,
+        (32.., 16..) => 2,
+        _ => 1,
+    }
+}
+
+/// Kernel `name(A, B, C[, bias])` for `g`: work-groups of 16 × 16 items, each item computing `R` × `R` outputs
+/// ([`gemm_block`]) from tiles of A and B staged in local memory 16 columns of K at a time; global size
+/// `[ceil(n / 16R) · 16, ceil(m / 16R) · 16, Π batch]`, local `[16, 16, 1]`.
 pub fn gemm(name: &str, g: &Gemm) -> String {
+    let r = gemm_block(g);
+    let (bm, bn) = (TILE * r, TILE * r);
     let mut s = String::new();
     let bias = if g.bias.is_some() { ", __global const float* restrict D" } else { "" };
     let _ = writeln!(
         s,
         "__kernel void {name}(__global const float* restrict A, __global const float* restrict B, __global float* restrict C{bias}) {{"
     );
-    let _ =
-        writeln!(s, "  const int col = get_global_id(0), row = get_global_id(1); const size_t bi = get_global_id(2);");
-    let _ = writeln!(s, "  const int lc = get_local_id(0), lr = get_local_id(1);");
-    let _ = writeln!(s, "  __local float As[{TILE}][{TILE}]; __local float Bs[{TILE}][{TILE}];");
+    let _ = writeln!(s, "  const int lc = get_local_id(0), lr = get_local_id(1), tid = lr * {TILE} + lc;");
+    let _ = writeln!(
+        s,
+        "  const int row0 = get_group_id(1) * {bm}, col0 = get_group_id(0) * {bn}; const size_t bi = get_global_id(2);"
+    );
+    let _ = writeln!(s, "  __local float As[{bm}][{}]; __local float Bs[{TILE}][{}];", TILE + 1, bn + 1);
     batch_offset(&mut s, "ao", &g.batch, &g.a.0);
     batch_offset(&mut s, "bo", &g.batch, &g.b.0);
     batch_offset(&mut s, "co", &g.batch, &g.c.0);
-    let _ = writeln!(s, "  float acc = 0.0f;");
+    let _ = writeln!(s, "  float acc[{r}][{r}];");
+    let _ = writeln!(s, "  for (int i = 0; i < {r}; ++i) for (int j = 0; j < {r}; ++j) acc[i][j] = 0.0f;");
     let _ = writeln!(s, "  for (int t = 0; t < {}; t += {TILE}) {{", g.k);
+    let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bm * TILE, TILE * TILE);
     let _ = writeln!(
         s,
-        "    As[lr][lc] = (row < {m} && t + lc < {k}) ? A[ao + (size_t)row * {ars} + (size_t)(t + lc) * {acs}] : 0.0f;",
+        "      const int rr = e / {TILE}, kk = e % {TILE}, gr = row0 + rr, gk = t + kk;\n      As[rr][kk] = (gr < {m} && gk < {k}) ? A[ao + (size_t)gr * {ars} + (size_t)gk * {acs}] : 0.0f;\n    }}",
         m = g.m,
         k = g.k,
         ars = g.a.1,
         acs = g.a.2
     );
+    let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bn * TILE, TILE * TILE);
     let _ = writeln!(
         s,
-        "    Bs[lr][lc] = (t + lr < {k} && col < {n}) ? B[bo + (size_t)(t + lr) * {brs} + (size_t)col * {bcs}] : 0.0f;",
+        "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;\n      Bs[kk][cc] = (gk < {k} && gc < {n}) ? B[bo + (size_t)gk * {brs} + (size_t)gc * {bcs}] : 0.0f;\n    }}",
         k = g.k,
         n = g.n,
         brs = g.b.1,
         bcs = g.b.2
     );
     let _ = writeln!(s, "    barrier(CLK_LOCAL_MEM_FENCE);");
-    let _ = writeln!(s, "    for (int j = 0; j < {TILE}; ++j) acc += As[lr][j] * Bs[j][lc];");
+    let _ = writeln!(s, "    for (int j = 0; j < {TILE}; ++j) {{");
+    let _ = writeln!(s, "      float a[{r}], b[{r}];");
+    let _ = writeln!(
+        s,
+        "      for (int i = 0; i < {r}; ++i) {{ a[i] = As[lr + i * {TILE}][j]; b[i] = Bs[j][lc + i * {TILE}]; }}"
+    );
+    let _ = writeln!(s, "      for (int i = 0; i < {r}; ++i) for (int q = 0; q < {r}; ++q) acc[i][q] += a[i] * b[q];");
+    let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "    barrier(CLK_LOCAL_MEM_FENCE);");
     let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "  if (row >= {} || col >= {}) return;", g.m, g.n);
-    let _ = writeln!(s, "  float v = {} * acc;", lit(g.alpha));
+    let _ = writeln!(s, "  for (int i = 0; i < {r}; ++i) for (int q = 0; q < {r}; ++q) {{");
+    let _ = writeln!(s, "    const int row = row0 + lr + i * {TILE}, col = col0 + lc + q * {TILE};");
+    let _ = writeln!(s, "    if (row >= {} || col >= {}) continue;", g.m, g.n);
+    let _ = writeln!(s, "    float v = {} * acc[i][q];", lit(g.alpha));
     if let Some(((bs, brs, bcs), beta)) = &g.bias {
         batch_offset(&mut s, "dof", &g.batch, bs);
-        let _ = writeln!(s, "  v += {} * D[dof + (size_t)row * {brs} + (size_t)col * {bcs}];", lit(*beta));
+        let _ = writeln!(s, "    v += {} * D[dof + (size_t)row * {brs} + (size_t)col * {bcs}];", lit(*beta));
     }
     if g.relu {
-        let _ = writeln!(s, "  v = v < 0.0f ? 0.0f : v;");
+        let _ = writeln!(s, "    v = v < 0.0f ? 0.0f : v;");
     }
-    let _ = writeln!(s, "  C[co + (size_t)row * {} + (size_t)col * {}] = v;", g.c.1, g.c.2);
+    let _ = writeln!(s, "    C[co + (size_t)row * {} + (size_t)col * {}] = v;", g.c.1, g.c.2);
+    let _ = writeln!(s, "  }}");
     s.push_str("}\n");
     s
 }

@@ -58,8 +58,9 @@ fn launch(
     Launch { kernel, args, global, local, writes }
 }
 
-fn round_up(v: usize) -> usize {
-    v.div_ceil(TILE).max(1) * TILE
+/// Global size along one axis of a product: one work-group of `TILE` items per `TILE · r` outputs.
+fn groups(v: usize, r: usize) -> usize {
+    v.div_ceil(TILE * r).max(1) * TILE
 }
 
 /// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache) and uploads the
@@ -259,7 +260,8 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                         args.push(arg(2)?);
                     }
                     let batch: usize = g.batch.iter().product();
-                    let global = vec![round_up(g.n), round_up(g.m), batch.max(1)];
+                    let r = codegen::gemm_block(&g);
+                    let global = vec![groups(g.n, r), groups(g.m, r), batch.max(1)];
                     let l = launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]);
                     (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                 }
@@ -701,13 +703,9 @@ fn conv(
     if let Some(bs) = bias {
         args.push(ArgRef::Slot(bs));
     }
-    launches.push(launch(
-        k,
-        args,
-        vec![round_up(p), round_up(mg), nb * g],
-        Some(vec![TILE, TILE, 1]),
-        vec![ArgRef::Slot(out)],
-    ));
+    let r = codegen::gemm_block(&gemm);
+    let global = vec![groups(p, r), groups(mg, r), nb * g];
+    launches.push(launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]));
     Some((launches, scratch))
 }
 
