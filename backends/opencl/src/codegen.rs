@@ -290,6 +290,9 @@ pub struct Gemm {
     pub bias: Option<(Strides, f32)>,
     /// ReLU on the result.
     pub relu: bool,
+    /// Work-groups the device needs to be busy (twice its compute units); larger tiles are used only while the
+    /// product still makes this many.
+    pub min_groups: usize,
 }
 
 /// Tile edge of [`gemm`].
@@ -303,14 +306,20 @@ fn batch_offset(s: &mut String, var: &str, batch: &[usize], strides: &[usize]) {
     s.push_str(" }\n");
 }
 
-/// Outputs per work item along each axis of [`gemm`]'s tile: 4 × 4 for products of at least 64 rows and columns,
-/// 2 × 2 from 32, else 1 (a work-group of 16 × 16 items covers `16·R` × `16·R` outputs).
+/// Outputs per work item along each axis of [`gemm`]'s tile: 4 × 4 or 2 × 2 when the product still makes at least
+/// `g.min_groups` work-groups that way (enough to fill the device: a batch-1 layer of ResNet's third stage is only
+/// 16 groups of 64 × 64), else 1 (a work-group of 16 × 16 items covers `16·R` × `16·R` outputs).
+///
+/// `STOWAGE_OPENCL_GEMM_BLOCK` (1, 2 or 4) forces one size, for measuring.
 pub fn gemm_block(g: &Gemm) -> usize {
-    match (g.m.min(g.n), g.k) {
-        (64.., 16..) => 4,
-        (32.., 16..) => 2,
-        _ => 1,
+    if let Some(r) = std::env::var("STOWAGE_OPENCL_GEMM_BLOCK").ok().and_then(|v| v.parse::<usize>().ok()) {
+        if matches!(r, 1 | 2 | 4) {
+            return r;
+        }
     }
+    let batch: usize = g.batch.iter().product();
+    let groups = |r: usize| g.m.div_ceil(TILE * r) * g.n.div_ceil(TILE * r) * batch.max(1);
+    [4, 2].into_iter().find(|&r| g.k >= TILE && groups(r) >= g.min_groups.max(1)).unwrap_or(1)
 }
 
 /// Kernel `name(A, B, C[, bias])` for `g`: work-groups of 16 × 16 items, each item computing `R` × `R` outputs

@@ -23,6 +23,8 @@ struct Builder<'g> {
     source: String,
     fp64: bool,
     kernels: Vec<String>,
+    /// Work-groups that keep the device busy (twice its compute units).
+    min_groups: usize,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
 }
@@ -75,6 +77,7 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
         source: String::new(),
         fp64: false,
         kernels: Vec::new(),
+        min_groups: 2 * target.info().compute_units as usize,
         slot_of: HashMap::new(),
         types: Vec::new(),
     };
@@ -254,6 +257,7 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                         _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
                     }
                     .ok_or_else(|| unsupported("operand shapes this kernel does not take".into()))?;
+                    let g = Gemm { min_groups: b.min_groups, ..g };
                     let k = b.kernel(|name| codegen::gemm(name, &g));
                     let mut args = vec![arg(0)?, arg(1)?, ArgRef::Slot(out)];
                     if g.bias.is_some() {
@@ -608,6 +612,7 @@ fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         alpha: 1.0,
         bias: None,
         relu: false,
+        min_groups: 1,
     })
 }
 
@@ -644,6 +649,7 @@ fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usize>>, y: &[u
         alpha: g.alpha,
         bias,
         relu: false,
+        min_groups: 1,
     })
 }
 
@@ -681,6 +687,7 @@ fn conv(
         alpha: 1.0,
         bias: bias.map(|_| ((vec![0, mg], 1, 0), 1.0)),
         relu,
+        min_groups: b.min_groups,
     };
     let mut launches = Vec::new();
     let mut scratch = Vec::new();
