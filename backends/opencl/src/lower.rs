@@ -464,6 +464,83 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                     let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
                     ("Expand", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                 }
+                Op::Slice | Op::Tile | Op::Pad { .. } | Op::Gather { .. } => {
+                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                    let size = x.dt.size_of();
+                    if !matches!(size, 1 | 2 | 4 | 8) {
+                        return Err(unsupported(format!("{size}-byte elements")));
+                    }
+                    let ints = |i: usize| -> Result<Option<Vec<i64>>> {
+                        match node.inputs.get(i).copied().flatten() {
+                            None => Ok(None),
+                            Some(v) => {
+                                let t =
+                                    graph.const_value(v).ok_or_else(|| unsupported(format!("run-time input {i}")))?;
+                                stowage_compiler::consts::to_i64s(t).map(Some).map_err(|e| unsupported(e.to_string()))
+                            }
+                        }
+                    };
+                    let rank = x.shape.len();
+                    let norm = |a: i64| if a < 0 { (a + rank as i64) as usize } else { a as usize };
+                    let mut args = vec![arg(0)?];
+                    let map = match &node.op {
+                        Op::Slice => {
+                            let starts = ints(1)?.unwrap_or_default();
+                            let ends = ints(2)?.unwrap_or_default();
+                            let axes = ints(3)?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+                            let steps = ints(4)?.unwrap_or_else(|| vec![1; starts.len()]);
+                            let (mut begin, mut step) = (vec![0i64; rank], vec![1i64; rank]);
+                            for i in 0..starts.len() {
+                                let a = norm(axes[i]);
+                                let (s0, _, st) =
+                                    stowage_compiler::infer::slice_bounds(x.shape[a], starts[i], ends[i], steps[i])
+                                        .map_err(|e| unsupported(e.to_string()))?;
+                                (begin[a], step[a]) = (s0 as i64, st as i64);
+                            }
+                            codegen::IndexMap::Slice { begin, step }
+                        }
+                        Op::Tile => codegen::IndexMap::Tile,
+                        Op::Pad { mode } => {
+                            let pads = ints(1)?.unwrap_or_default();
+                            let axes: Vec<usize> = match ints(3)? {
+                                Some(axes) => axes.into_iter().map(norm).collect(),
+                                None => (0..rank).collect(),
+                            };
+                            let mut begin = vec![0i64; rank];
+                            for (i, &a) in axes.iter().enumerate() {
+                                begin[a] = pads[i];
+                            }
+                            let mode = match mode {
+                                ir::PadMode::Constant if ins.get(2).copied().flatten().is_some() => {
+                                    args.push(arg(2)?);
+                                    "constant"
+                                }
+                                ir::PadMode::Constant => "zeros",
+                                ir::PadMode::Reflect => "reflect",
+                                ir::PadMode::Edge => "edge",
+                                ir::PadMode::Wrap => "wrap",
+                            };
+                            codegen::IndexMap::Pad { begin, mode }
+                        }
+                        Op::Gather { axis } => {
+                            let idx = in_ty(1).ok_or_else(|| unsupported("no indices".into()))?;
+                            let index_type = match idx.dt {
+                                DatumType::I64 => "long",
+                                DatumType::I32 => "int",
+                                other => return Err(unsupported(format!("{other} indices"))),
+                            };
+                            args.push(arg(1)?);
+                            codegen::IndexMap::Gather { axis: *axis as usize, rank: idx.shape.len(), index_type }
+                        }
+                        _ => unreachable!("matched above"),
+                    };
+                    args.push(ArgRef::Slot(out));
+                    let (shape, out_shape) = (x.shape.clone(), out_ty.shape.clone());
+                    let k = b.kernel(|name| codegen::index_map(name, &out_shape, &shape, size, &map));
+                    let total: usize = out_shape.iter().product();
+                    let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
+                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                }
                 other => return Err(unsupported(format!("{} has no kernel on this target yet", other.name()))),
             }
         };
