@@ -310,13 +310,13 @@ pub fn index_map(name: &str, out: &[usize], input: &[usize], size: usize, map: &
             }
             let _ = writeln!(s, "  long idx = (long)I[{q}]; if (idx < 0) idx += {};", input[*axis]);
             let _ = writeln!(s, "  ok &= (idx >= 0 && idx < {});", input[*axis]);
-            for a in 0..input.len() {
+            for (a, stride) in st.iter().enumerate() {
                 let o = match a.cmp(axis) {
                     std::cmp::Ordering::Less => format!("o{a}"),
                     std::cmp::Ordering::Equal => "idx".into(),
                     std::cmp::Ordering::Greater => format!("o{}", a + rank - 1),
                 };
-                let _ = writeln!(s, "  src += {o} * {};", st[a]);
+                let _ = writeln!(s, "  src += {o} * {stride};");
             }
         }
     }
