@@ -657,11 +657,22 @@ pub fn lrn(name: &str, channels: usize, plane: usize, size: usize, alpha: f32, b
     )
 }
 
-/// Layer normalisation of rows of `len`: kernel `name(X, scale, [bias,] Y)`, global size: the number of rows.
-pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool) -> String {
+/// Layer normalisation of rows of `len`: kernel `name(X, scale, [bias,] Y, [mean,] [inv_std_dev])`, global size:
+/// the number of rows; the statistics outputs (one value per row) are written when asked for.
+pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool) -> String {
     let (param, add) = if bias { (", __global const float* restrict B", " + B[j]") } else { ("", "") };
+    let stats = format!(
+        "{}{}",
+        if mean { ", __global float* restrict M" } else { "" },
+        if inv { ", __global float* restrict V" } else { "" }
+    );
+    let store = format!(
+        "{}{}",
+        if mean { "  M[get_global_id(0)] = mean;\n" } else { "" },
+        if inv { "  V[get_global_id(0)] = inv;\n" } else { "" }
+    );
     format!(
-        "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y) {{\n  const size_t base = get_global_id(0) * {len};\n  float mean = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) mean += X[base + j];\n  mean /= {lenf};\n  float var = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) {{ const float d = X[base + j] - mean; var += d * d; }}\n  const float inv = 1.0f / sqrt(var / {lenf} + {eps});\n  for (size_t j = 0; j < {len}; ++j) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n}}\n",
+        "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y{stats}) {{\n  const size_t base = get_global_id(0) * {len};\n  float mean = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) mean += X[base + j];\n  mean /= {lenf};\n  float var = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) {{ const float d = X[base + j] - mean; var += d * d; }}\n  const float inv = 1.0f / sqrt(var / {lenf} + {eps});\n  for (size_t j = 0; j < {len}; ++j) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n{store}}}\n",
         lenf = lit(len as f32),
         eps = lit(epsilon)
     )

@@ -158,7 +158,8 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
             });
             continue;
         }
-        if node.outputs.iter().skip(1).any(Option::is_some) && !matches!(node.op, Op::Dropout { .. }) {
+        let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. });
+        if node.outputs.iter().skip(1).any(Option::is_some) && !stats_ok {
             return Err(unsupported("a second output".into()));
         }
         let f32_only = |dt: DatumType| {
@@ -328,14 +329,25 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                         return Err(unsupported("a scale or bias that is broadcast".into()));
                     }
                     let bias = ins.get(2).copied().flatten().is_some();
-                    let k = b.kernel(|name| codegen::layer_norm(name, len, *epsilon, bias));
+                    let stat = |i: usize| node.outputs.get(i).copied().flatten();
+                    let (mean, inv) = (stat(1), stat(2));
+                    if [mean, inv].iter().flatten().any(|v| graph.ty(*v).dt != DatumType::F32) {
+                        return Err(unsupported("statistics in a type other than f32".into()));
+                    }
+                    let k =
+                        b.kernel(|name| codegen::layer_norm(name, len, *epsilon, bias, mean.is_some(), inv.is_some()));
                     let mut args = vec![arg(0)?, arg(1)?];
                     if bias {
                         args.push(arg(2)?);
                     }
-                    args.push(ArgRef::Slot(out));
-                    let l = launch(k, args, vec![rows], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    let mut outs = vec![out];
+                    for v in [mean, inv].into_iter().flatten() {
+                        outs.push(b.slot(v));
+                    }
+                    args.extend(outs.iter().map(|&o| ArgRef::Slot(o)));
+                    let writes = outs.iter().map(|&o| ArgRef::Slot(o)).collect();
+                    let l = launch(k, args, vec![rows], None, writes);
+                    (node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
                 }
                 Op::Lrn { size, alpha, beta, bias } => {
                     f32_only(out_ty.dt)?;
