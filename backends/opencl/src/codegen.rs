@@ -133,6 +133,16 @@ pub fn dt_type(dt: stowage_runtime::DatumType) -> Option<&'static str> {
     })
 }
 
+/// How [`typed`] stores a datum type: its C type, and `half` (f16, through `vload_half`/`vstore_half_rte`, which need
+/// no extension) and `bf16` (the upper half of an f32's bits, in a `ushort`) read as float.
+pub fn dt_storage(dt: stowage_runtime::DatumType) -> Option<&'static str> {
+    match dt {
+        stowage_runtime::DatumType::F16 => Some("half"),
+        stowage_runtime::DatumType::BF16 => Some("bf16"),
+        other => dt_type(other),
+    }
+}
+
 /// An elementwise kernel over any datum types: input `k` (C type `inputs[k].0`) is read at element strides
 /// `inputs[k].1` over `dims` (0 on broadcast axes) into `a{k}`, and `expr` (over `a0`, `a1`…) is stored, cast to
 /// `out`. One work item per output element.
@@ -141,8 +151,8 @@ pub fn typed(name: &str, dims: &[usize], inputs: &[(&str, Vec<usize>)], out: &st
     let params: Vec<String> = inputs
         .iter()
         .enumerate()
-        .map(|(k, (t, _))| format!("__global const {t}* restrict in{k}"))
-        .chain([format!("__global {out}* restrict out")])
+        .map(|(k, (t, _))| format!("__global const {}* restrict in{k}", if *t == "bf16" { "ushort" } else { t }))
+        .chain([format!("__global {}* restrict out", if out == "bf16" { "ushort" } else { out })])
         .collect();
     let _ = writeln!(s, "__kernel void {name}({}) {{", params.join(", "));
     let _ = writeln!(s, "  const size_t g = get_global_id(0); size_t r = g;");
@@ -156,9 +166,21 @@ pub fn typed(name: &str, dims: &[usize], inputs: &[(&str, Vec<usize>)], out: &st
         }
     }
     for (k, ((t, _), off)) in inputs.iter().zip(&offsets).enumerate() {
-        let _ = writeln!(s, "  const {t} a{k} = in{k}[{off}];");
+        let _ = match *t {
+            "half" => writeln!(s, "  const float a{k} = vload_half({off}, in{k});"),
+            "bf16" => writeln!(s, "  const float a{k} = as_float(((uint)in{k}[{off}]) << 16);"),
+            _ => writeln!(s, "  const {t} a{k} = in{k}[{off}];"),
+        };
     }
-    let _ = writeln!(s, "  out[g] = ({out})({expr});");
+    let _ = match out {
+        "half" => writeln!(s, "  vstore_half_rte((float)({expr}), g, out);"),
+        // Round to nearest even; NaN stays a (quiet) NaN.
+        "bf16" => writeln!(
+            s,
+            "  {{ const float v = (float)({expr}); const uint u = as_uint(v);\n    out[g] = isnan(v) ? (ushort)0x7FC0 : (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); }}"
+        ),
+        _ => writeln!(s, "  out[g] = ({out})({expr});"),
+    };
     s.push_str("}\n");
     s
 }

@@ -377,11 +377,11 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                         expr = expr.replace(&format!("@{i}"), &format!("a{k}"));
                     }
                     let out_t =
-                        codegen::dt_type(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
+                        codegen::dt_storage(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
                     let mut operands = Vec::new();
                     for (_, v) in &present {
                         let ty = graph.ty(*v);
-                        let t = codegen::dt_type(ty.dt).ok_or_else(|| unsupported(format!("{} data", ty.dt)))?;
+                        let t = codegen::dt_storage(ty.dt).ok_or_else(|| unsupported(format!("{} data", ty.dt)))?;
                         b.fp64 |= ty.dt == DatumType::F64;
                         operands.push((t, stowage_cpu::kernels::broadcast::strides_for(&ty.shape, &out_ty.shape)));
                     }
@@ -809,11 +809,11 @@ fn conv(
 /// inputs' own types; `None` for types or ops it does not take.
 fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> Option<String> {
     let dt0 = (*dts.first()?)?;
-    codegen::dt_type(out)?;
+    codegen::dt_storage(out)?;
     for d in dts.iter().flatten() {
-        codegen::dt_type(*d)?;
+        codegen::dt_storage(*d)?;
     }
-    let float = matches!(dt0, DatumType::F32 | DatumType::F64);
+    let float = matches!(dt0, DatumType::F32 | DatumType::F64 | DatumType::F16 | DatumType::BF16);
     let signed = matches!(dt0, DatumType::I8 | DatumType::I16 | DatumType::I32 | DatumType::I64);
     Some(match op {
         Op::Unary(u) => match (u, float) {
@@ -883,9 +883,10 @@ fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> Option<Stri
         }
         Op::Where => "(@0 ? @1 : @2)".into(),
         Op::Cast { to } => {
-            let target = codegen::dt_type(*to)?;
+            let target = codegen::dt_type(*to).unwrap_or("float");
             match to {
                 DatumType::Bool => "(@0 != 0)".into(),
+                DatumType::F16 | DatumType::BF16 => "(float)@0".into(),
                 DatumType::F32 | DatumType::F64 => format!("({target})@0"),
                 _ if float => format!("convert_{target}_sat(@0)"),
                 _ => format!("({target})@0"),
