@@ -5,9 +5,9 @@
 //!   of its memory filled from the device; `opencl:discrete` forces the discrete path).
 //! - `buffer.rs`: [`ClBuffer`], the storage, written with `#[derive(TensorStorage)]` only; its backend functions
 //!   (allocation, upload through a pinned staging buffer or in-place import, download, map/unmap with events).
-//! - `codegen.rs`: OpenCL C for every kernel (elementwise chains from the CPU backend's `Loops`, a tiled GEMM,
+//! - `codegen/`: OpenCL C for every kernel (elementwise chains from the CPU backend's `Loops`, a tiled GEMM,
 //!   im2col, pools, softmax, layer norm), all extents as literals.
-//! - `lower.rs` and `exec.rs`: the IR lowered to a [`ClProgram`] (one program per model) and its executor (inputs
+//! - `lower/` and `exec.rs`: the IR lowered to a [`ClProgram`] (one program per model) and its executor (inputs
 //!   imported or uploaded once, values freed after their last reader, outputs lazy).
 //! - `program.rs`: programs built once per process and cached on disk by device and source hash; kernel launches
 //!   that record their event on the buffers they write.

@@ -1,0 +1,93 @@
+//! Row-wise ops: softmax, LRN, layer normalisation, reductions.
+
+use std::fmt::Write as _;
+
+use super::lit;
+
+/// Softmax (or LogSoftmax) over `len` elements `inner` apart, for `outer · inner` rows: kernel `name(X, Y)`, global
+/// size `outer · inner`.
+pub fn softmax(name: &str, len: usize, inner: usize, log: bool) -> String {
+    let out = if log { "X[at] - m - log(sum)" } else { "exp(X[at] - m) / sum" };
+    format!(
+        "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0), o = g / {inner}, i = g % {inner};\n  const size_t base = o * {len} * {inner} + i;\n  float m = -INFINITY;\n  for (size_t j = 0; j < {len}; ++j) m = fmax(m, X[base + j * {inner}]);\n  float sum = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) sum += exp(X[base + j * {inner}] - m);\n  for (size_t j = 0; j < {len}; ++j) {{ const size_t at = base + j * {inner}; Y[at] = {out}; }}\n}}\n"
+    )
+}
+
+/// Local response normalisation across `channels` channels of `plane` elements: kernel `name(X, Y)`, one work item
+/// per element.
+pub fn lrn(name: &str, channels: usize, plane: usize, size: usize, alpha: f32, beta: f32, bias: f32) -> String {
+    let (lo, hi) = ((size - 1) / 2, (size - 1).div_ceil(2));
+    format!(
+        "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0), p = g % {plane}, c = g / {plane} % {channels}, n = g / ({plane} * {channels});\n  const int c0 = max((int)c - {lo}, 0), c1 = min((int)c + {hi}, {last});\n  float sum = 0.0f;\n  for (int j = c0; j <= c1; ++j) {{ const float x = X[(n * {channels} + j) * {plane} + p]; sum += x * x; }}\n  Y[g] = X[g] / pow({bias} + {scale} * sum, {beta});\n}}\n",
+        last = channels as i64 - 1,
+        bias = lit(bias),
+        scale = lit(alpha / size as f32),
+        beta = lit(beta),
+    )
+}
+
+/// Layer normalisation of rows of `len`: kernel `name(X, scale, [bias,] Y, [mean,] [inv_std_dev])`, global size:
+/// the number of rows; the statistics outputs (one value per row) are written when asked for.
+pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool) -> String {
+    let (param, add) = if bias { (", __global const float* restrict B", " + B[j]") } else { ("", "") };
+    let stats = format!(
+        "{}{}",
+        if mean { ", __global float* restrict M" } else { "" },
+        if inv { ", __global float* restrict V" } else { "" }
+    );
+    let store = format!(
+        "{}{}",
+        if mean { "  M[get_global_id(0)] = mean;\n" } else { "" },
+        if inv { "  V[get_global_id(0)] = inv;\n" } else { "" }
+    );
+    format!(
+        "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y{stats}) {{\n  const size_t base = get_global_id(0) * {len};\n  float mean = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) mean += X[base + j];\n  mean /= {lenf};\n  float var = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) {{ const float d = X[base + j] - mean; var += d * d; }}\n  const float inv = 1.0f / sqrt(var / {lenf} + {eps});\n  for (size_t j = 0; j < {len}; ++j) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n{store}}}\n",
+        lenf = lit(len as f32),
+        eps = lit(epsilon)
+    )
+}
+
+/// A reduction of `x` (C type `t`) over the axes where `reduced` is true, one work item per output element (the kept
+/// axes' positions, row-major): `init`, then `step` for each element (`acc`, `x`, `j` its index along the reduced
+/// elements), then `finish` (over `acc`, `count`), cast to `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce(
+    name: &str,
+    shape: &[usize],
+    reduced: &[bool],
+    t: &str,
+    out: &str,
+    acc_t: &str,
+    init: &str,
+    step: &str,
+    finish: &str,
+) -> String {
+    let strides = {
+        let mut st = vec![1usize; shape.len()];
+        for a in (0..shape.len().saturating_sub(1)).rev() {
+            st[a] = st[a + 1] * shape[a + 1];
+        }
+        st
+    };
+    let kept: Vec<usize> = (0..shape.len()).filter(|&a| !reduced[a]).collect();
+    let red: Vec<usize> = (0..shape.len()).filter(|&a| reduced[a]).collect();
+    let count: usize = red.iter().map(|&a| shape[a]).product();
+    let mut s = String::new();
+    let _ = writeln!(s, "__kernel void {name}(__global const {t}* restrict X, __global {out}* restrict Y) {{");
+    let _ = writeln!(s, "  const size_t g = get_global_id(0); size_t r = g; size_t base = 0;");
+    for &a in kept.iter().rev() {
+        let _ = writeln!(s, "  base += (r % {}) * {}; r /= {};", shape[a], strides[a], shape[a]);
+    }
+    let _ = writeln!(s, "  {acc_t} acc = {init}; const size_t count = {count};");
+    let _ = writeln!(s, "  for (size_t j = 0; j < count; ++j) {{");
+    let _ = writeln!(s, "    size_t q = j, off = base;");
+    for &a in red.iter().rev() {
+        let _ = writeln!(s, "    off += (q % {}) * {}; q /= {};", shape[a], strides[a], shape[a]);
+    }
+    let _ = writeln!(s, "    const {t} x = X[off];");
+    let _ = writeln!(s, "    {step}");
+    let _ = writeln!(s, "  }}");
+    let _ = writeln!(s, "  Y[g] = ({out})({finish});");
+    s.push_str("}\n");
+    s
+}

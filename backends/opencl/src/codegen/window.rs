@@ -1,0 +1,130 @@
+//! Windowed ops: im2col for convolutions, pools, global pools.
+
+use std::fmt::Write as _;
+
+use super::lit;
+
+/// Geometry of a convolution or a pool over `s` spatial axes.
+#[derive(Clone, Debug)]
+pub struct Window {
+    /// Input spatial extents.
+    pub input: Vec<usize>,
+    /// Output spatial extents.
+    pub output: Vec<usize>,
+    /// Kernel extents.
+    pub kernel: Vec<usize>,
+    /// Strides.
+    pub strides: Vec<usize>,
+    /// Dilations.
+    pub dilations: Vec<usize>,
+    /// Padding at the start of each axis.
+    pub pads: Vec<usize>,
+}
+
+/// Writes `idx` decomposed over `dims` (last fastest) into variables `{prefix}{a}`.
+fn decompose(s: &mut String, idx: &str, dims: &[usize], prefix: &str) {
+    let _ = writeln!(s, "  {{ size_t q = {idx};");
+    for a in (0..dims.len()).rev() {
+        let _ = writeln!(s, "    {prefix}{a} = q % {}; q /= {};", dims[a], dims[a]);
+    }
+    s.push_str("  }\n");
+}
+
+/// im2col for a convolution: `cols[b][(c·K + k), p]` for batch item and group `b` (`n · groups + g`), zero where the
+/// tap falls in the padding. Kernel `name(X, cols)`; global size `[P, C/g · K, N · groups]`.
+pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String {
+    let s_ = w.input.len();
+    let p: usize = w.output.iter().product();
+    let kk: usize = w.kernel.iter().product();
+    let cg = channels / groups;
+    let plane: usize = w.input.iter().product();
+    let mut s = String::new();
+    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict cols) {{");
+    let _ = writeln!(s, "  const size_t p = get_global_id(0), row = get_global_id(1), b = get_global_id(2);");
+    let _ = writeln!(s, "  const size_t c = row / {kk}, k = row % {kk};");
+    let _ = writeln!(
+        s,
+        "  size_t {};",
+        (0..s_).flat_map(|a| [format!("o{a}"), format!("t{a}")]).collect::<Vec<_>>().join(", ")
+    );
+    decompose(&mut s, "p", &w.output, "o");
+    decompose(&mut s, "k", &w.kernel, "t");
+    let _ = writeln!(s, "  long off = 0; int inside = 1;");
+    for a in 0..s_ {
+        let _ = writeln!(
+            s,
+            "  {{ long i = (long)(o{a} * {}) + (long)(t{a} * {}) - {}; inside &= (i >= 0 && i < {}); off = off * {} + i; }}",
+            w.strides[a], w.dilations[a], w.pads[a], w.input[a], w.input[a]
+        );
+    }
+    let _ = writeln!(s, "  const size_t base = (b / {groups} * {channels} + b % {groups} * {cg} + c) * {plane};");
+    let _ = writeln!(s, "  cols[(b * {} + row) * {p} + p] = inside ? X[base + off] : 0.0f;", cg * kk);
+    s.push_str("}\n");
+    s
+}
+
+/// Pooling, one work item per output element of `[N·C, O…]`: kernel `name(X, Y)`, global size `N·C·ΠO`.
+pub fn pool(name: &str, w: &Window, max: bool, count_include_pad: bool) -> String {
+    let s_ = w.input.len();
+    let plane_out: usize = w.output.iter().product();
+    let plane_in: usize = w.input.iter().product();
+    let mut s = String::new();
+    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{");
+    let _ = writeln!(s, "  const size_t g = get_global_id(0), nc = g / {plane_out}, p = g % {plane_out};");
+    let _ = writeln!(s, "  size_t {};", (0..s_).map(|a| format!("o{a}")).collect::<Vec<_>>().join(", "));
+    decompose(&mut s, "p", &w.output, "o");
+    let _ = writeln!(s, "  float acc = {}; int count = 0;", if max { "-INFINITY" } else { "0.0f" });
+    for a in 0..s_ {
+        let _ = writeln!(s, "  for (int t{a} = 0; t{a} < {}; ++t{a}) {{", w.kernel[a]);
+        let _ = writeln!(
+            s,
+            "  const long i{a} = (long)(o{a} * {}) + (long)t{a} * {} - {};",
+            w.strides[a], w.dilations[a], w.pads[a]
+        );
+    }
+    let inside: Vec<String> = (0..s_).map(|a| format!("i{a} >= 0 && i{a} < {}", w.input[a])).collect();
+    let mut off = String::from("0");
+    for a in 0..s_ {
+        off = format!("({off}) * {} + i{a}", w.input[a]);
+    }
+    // Taps in the explicit padding count toward the divisor with count_include_pad; taps past the padded input
+    // (ceil mode) never do.
+    let padded: Vec<String> =
+        (0..s_).map(|a| format!("i{a} < {}", w.input[a] + w.pads.get(s_ + a).copied().unwrap_or(0))).collect();
+    let _ = writeln!(s, "  if ({}) {{", if inside.is_empty() { "1".into() } else { inside.join(" && ") });
+    let _ = writeln!(s, "    const float x = X[nc * {plane_in} + {off}];");
+    if max {
+        let _ = writeln!(s, "    acc = (x > acc || isnan(x)) ? x : acc; count++;");
+    } else {
+        let _ = writeln!(s, "    acc += x; count++;");
+    }
+    if count_include_pad && !max {
+        let _ = writeln!(
+            s,
+            "  }} else if ({}) {{ count++; }}",
+            if padded.is_empty() { "0".into() } else { padded.join(" && ") }
+        );
+    } else {
+        s.push_str("  }\n");
+    }
+    for _ in 0..s_ {
+        s.push_str("  }\n");
+    }
+    if max {
+        let _ = writeln!(s, "  Y[g] = count ? acc : 0.0f;");
+    } else {
+        let _ = writeln!(s, "  Y[g] = count ? acc / (float)count : 0.0f;");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Global pooling over `plane` elements per `(n, c)`: kernel `name(X, Y)`, global size `N·C`.
+pub fn global_pool(name: &str, plane: usize, max: bool) -> String {
+    let init = if max { "-INFINITY" } else { "0.0f" };
+    let step = if max { "acc = (x > acc || isnan(x)) ? x : acc;" } else { "acc += x;" };
+    let fin = if max { "acc".to_string() } else { format!("acc / {}", lit(plane as f32)) };
+    format!(
+        "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0);\n  float acc = {init};\n  for (size_t i = 0; i < {plane}; ++i) {{ const float x = X[g * {plane} + i]; {step} }}\n  Y[g] = {fin};\n}}\n"
+    )
+}

@@ -1,0 +1,167 @@
+//! Products: MatMul and Gemm as `codegen::Gemm` descriptions, and convolutions as im2col plus a batched product.
+
+use stowage_compiler::ir;
+
+use super::{groups, launch, Builder};
+use crate::codegen::{self, Gemm, Window, TILE};
+use crate::exec::{ArgRef, Launch};
+
+pub(super) fn window(w: &ir::Window, x: &[usize], y: &[usize]) -> Window {
+    let s = x.len().saturating_sub(2);
+    let at = |v: &[usize], i: usize, d: usize| v.get(i).copied().unwrap_or(d);
+    Window {
+        input: x[2..].to_vec(),
+        output: y[2..].to_vec(),
+        kernel: w.kernel.clone(),
+        strides: (0..s).map(|i| at(&w.strides, i, 1).max(1)).collect(),
+        dilations: (0..s).map(|i| at(&w.dilations, i, 1).max(1)).collect(),
+        pads: (0..2 * s).map(|i| at(&w.pads, i, 0)).collect(),
+    }
+}
+
+/// The product of a MatMul (numpy broadcasting; 1-D operands promoted).
+pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
+    let (a2, b2) =
+        (if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() }, if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() });
+    let (m, k, n) = (a2[a2.len() - 2], a2[a2.len() - 1], b2[b2.len() - 1]);
+    if b2[b2.len() - 2] != k {
+        return None;
+    }
+    let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
+    let rank = ab.len().max(bb.len());
+    let batch: Vec<usize> = (0..rank)
+        .map(|i| {
+            let da = (i + ab.len()).checked_sub(rank).map_or(1, |j| ab[j]);
+            let db = (i + bb.len()).checked_sub(rank).map_or(1, |j| bb[j]);
+            da.max(db)
+        })
+        .collect();
+    let strides = |sh: &[usize], rows: usize, cols: usize| -> Vec<usize> {
+        let mut st = vec![0; rank];
+        let mut acc = rows * cols;
+        for i in (0..sh.len()).rev() {
+            if sh[i] != 1 {
+                st[i + rank - sh.len()] = acc;
+            }
+            acc *= sh[i];
+        }
+        st
+    };
+    let yn: usize = y.iter().product();
+    if yn != batch.iter().product::<usize>() * m * n {
+        return None;
+    }
+    Some(Gemm {
+        m,
+        n,
+        k,
+        a: (strides(ab, m, k), k, 1),
+        b: (strides(bb, k, n), n, 1),
+        c: (strides(&batch, m, n), n, 1),
+        batch,
+        alpha: 1.0,
+        bias: None,
+        relu: false,
+        min_groups: 1,
+    })
+}
+
+/// ONNX Gemm: `alpha · A' · B' + beta · C`, C broadcast to `[m, n]`.
+pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usize>>, y: &[usize]) -> Option<Gemm> {
+    let ([ar, ac], [br, bc]) = (<[usize; 2]>::try_from(a).ok()?, <[usize; 2]>::try_from(b).ok()?);
+    let (m, k) = if g.trans_a { (ac, ar) } else { (ar, ac) };
+    let (k2, n) = if g.trans_b { (bc, br) } else { (br, bc) };
+    if k != k2 || y != [m, n] {
+        return None;
+    }
+    let bias = match c {
+        None => None,
+        Some(cs) => {
+            let (cr, cc) = match cs.as_slice() {
+                [] => (1, 1),
+                [x] => (1, *x),
+                [r, c] => (*r, *c),
+                _ => return None,
+            };
+            let rs = if cr == 1 { 0 } else { cc };
+            let cs_ = if cc == 1 { 0 } else { 1 };
+            Some(((vec![], rs, cs_), g.beta))
+        }
+    };
+    Some(Gemm {
+        m,
+        n,
+        k,
+        batch: vec![],
+        a: (vec![], if g.trans_a { 1 } else { ac }, if g.trans_a { ac } else { 1 }),
+        b: (vec![], if g.trans_b { 1 } else { bc }, if g.trans_b { bc } else { 1 }),
+        c: (vec![], n, 1),
+        alpha: g.alpha,
+        bias,
+        relu: false,
+        min_groups: 1,
+    })
+}
+
+/// A convolution as im2col + a product batched over (batch item, group), with the bias and the ReLU in the
+/// product's epilogue; a pointwise one reads the input directly.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv(
+    b: &mut Builder<'_>,
+    c: &ir::Conv,
+    x: &[usize],
+    w: &[usize],
+    y: &[usize],
+    ins: &[Option<usize>],
+    out: usize,
+    relu: bool,
+) -> Option<(Vec<Launch>, Vec<usize>)> {
+    let (nb, ch, m) = (*x.first()?, *x.get(1)?, *w.first()?);
+    let g = c.group.max(1);
+    let (cg, mg) = (ch / g, m / g);
+    let geo = window(&c.window, x, y);
+    let kk: usize = w[2..].iter().product();
+    let kdim = cg * kk;
+    let p: usize = y[2..].iter().product();
+    let pin: usize = x[2..].iter().product();
+    let pointwise = kk == 1 && geo.strides.iter().all(|&s| s == 1) && geo.pads.iter().all(|&v| v == 0);
+    let bias = ins.get(2).copied().flatten();
+    let gemm = Gemm {
+        m: mg,
+        n: p,
+        k: kdim,
+        batch: vec![nb, g],
+        a: (vec![0, mg * kdim], kdim, 1),
+        b: if pointwise { (vec![ch * pin, cg * pin], pin, 1) } else { (vec![g * kdim * p, kdim * p], p, 1) },
+        c: (vec![m * p, mg * p], p, 1),
+        alpha: 1.0,
+        bias: bias.map(|_| ((vec![0, mg], 1, 0), 1.0)),
+        relu,
+        min_groups: b.min_groups,
+    };
+    let mut launches = Vec::new();
+    let mut scratch = Vec::new();
+    let src = if pointwise {
+        ArgRef::Slot(ins[0]?)
+    } else {
+        let k = b.kernel(|name| codegen::im2col(name, &geo, ch, g));
+        scratch.push(nb * g * kdim * p * 4);
+        launches.push(launch(
+            k,
+            vec![ArgRef::Slot(ins[0]?), ArgRef::Scratch(0)],
+            vec![p, kdim, nb * g],
+            None,
+            vec![ArgRef::Scratch(0)],
+        ));
+        ArgRef::Scratch(0)
+    };
+    let k = b.kernel(|name| codegen::gemm(name, &gemm));
+    let mut args = vec![ArgRef::Slot(ins[1]?), src, ArgRef::Slot(out)];
+    if let Some(bs) = bias {
+        args.push(ArgRef::Slot(bs));
+    }
+    let r = codegen::gemm_block(&gemm);
+    let global = vec![groups(p, r), groups(mg, r), nb * g];
+    launches.push(launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]));
+    Some((launches, scratch))
+}
