@@ -190,9 +190,6 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                 | Op::Squeeze
                 | Op::Unsqueeze
                 | Op::Dropout { .. } => {
-                    if node.outputs.iter().skip(1).any(Option::is_some) {
-                        return Err(unsupported("Dropout's mask output".into()));
-                    }
                     let training = node.inputs.get(2).copied().flatten().and_then(|v| graph.const_value(v));
                     let training = training
                         .map(stowage_compiler::consts::to_i64s)
@@ -206,6 +203,21 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
                     // Training-mode Dropout with a non-zero ratio draws a random mask; with ratio 0 it is the identity.
                     if training.is_some_and(|t| t != [0]) && ratio.is_none_or(|r| r.iter().any(|&r| r != 0.0)) {
                         return Err(unsupported("training-mode Dropout (a random mask)".into()));
+                    }
+                    // Dropout that keeps everything: its mask, when asked for, is all true.
+                    if let Some(mask) = node.outputs.get(1).copied().flatten() {
+                        let (slot, dims) = (b.slot(mask), graph.ty(mask).shape.clone());
+                        let k = b.kernel(|name| codegen::typed(name, &dims, &[], "uchar", "1"));
+                        let l = launch(
+                            k,
+                            vec![ArgRef::Slot(slot)],
+                            vec![dims.iter().product()],
+                            None,
+                            vec![ArgRef::Slot(slot)],
+                        );
+                        reads.push(vec![]);
+                        let kind = StepKind::Launches { outs: vec![slot], scratch: vec![], launches: vec![l] };
+                        steps.push(Step { name: format!("{} (mask)", node.name), op: "Dropout", kind });
                     }
                     (
                         node.op.name(),
