@@ -35,6 +35,8 @@ pub struct DeviceInfo {
     pub compute_units: u32,
     /// The largest work-group.
     pub max_work_group: usize,
+    /// A GPU (`CL_DEVICE_TYPE_GPU`).
+    pub gpu: bool,
 }
 
 fn call_err<'a>(space: &'a str, call: &'static str) -> impl Fn(opencl3::error_codes::ClError) -> ClError + 'a {
@@ -79,6 +81,7 @@ fn discover() -> Result<Vec<(Device, DeviceInfo)>> {
                 local_mem: d.local_mem_size().map_err(&e)?,
                 compute_units: d.max_compute_units().map_err(&e)?,
                 max_work_group: d.max_work_group_size().map_err(&e)?,
+                gpu: d.dev_type().is_ok_and(|t| t & CL_DEVICE_TYPE_GPU != 0),
             };
             found.push((d, info));
         }

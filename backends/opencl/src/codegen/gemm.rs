@@ -30,6 +30,9 @@ pub struct Gemm {
     pub bias: Option<(Strides, f32)>,
     /// ReLU on the result.
     pub relu: bool,
+    /// B is the im2col unfolding of a convolution's input `X` (window, channels, groups), computed as it is loaded
+    /// (an implicit product: no im2col buffer, no second launch); the batch axes are then (batch item, group).
+    pub im2col: Option<(super::Window, usize, usize)>,
     /// Work-groups the device needs to be busy (twice its compute units); larger tiles are used only while the
     /// product still makes this many.
     pub min_groups: usize,
@@ -70,9 +73,10 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
     let (bm, bn) = (TILE * r, TILE * r);
     let mut s = String::new();
     let bias = if g.bias.is_some() { ", __global const float* restrict D" } else { "" };
+    let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let _ = writeln!(
         s,
-        "__kernel void {name}(__global const float* restrict A, __global const float* restrict B, __global float* restrict C{bias}) {{"
+        "__kernel void {name}(__global const float* restrict A, __global const float* restrict {b_name}, __global float* restrict C{bias}) {{"
     );
     let _ = writeln!(s, "  const int lc = get_local_id(0), lr = get_local_id(1), tid = lr * {TILE} + lc;");
     let _ = writeln!(
@@ -96,14 +100,25 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
         acs = g.a.2
     );
     let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bn * TILE, TILE * TILE);
-    let _ = writeln!(
-        s,
-        "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;\n      Bs[kk][cc] = (gk < {k} && gc < {n}) ? B[bo + (size_t)gk * {brs} + (size_t)gc * {bcs}] : 0.0f;\n    }}",
-        k = g.k,
-        n = g.n,
-        brs = g.b.1,
-        bcs = g.b.2
-    );
+    match &g.im2col {
+        None => {
+            let _ = writeln!(
+                s,
+                "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;\n      Bs[kk][cc] = (gk < {k} && gc < {n}) ? B[bo + (size_t)gk * {brs} + (size_t)gc * {bcs}] : 0.0f;\n    }}",
+                k = g.k,
+                n = g.n,
+                brs = g.b.1,
+                bcs = g.b.2
+            );
+        }
+        Some((w, channels, groups)) => {
+            let _ = writeln!(s, "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;");
+            let _ = writeln!(s, "      float v = 0.0f;");
+            let _ = writeln!(s, "      if (gk < {} && gc < {}) {{", g.k, g.n);
+            s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
+            let _ = writeln!(s, "      }}\n      Bs[kk][cc] = v;\n    }}");
+        }
+    }
     let _ = writeln!(s, "    barrier(CLK_LOCAL_MEM_FENCE);");
     let _ = writeln!(s, "    for (int j = 0; j < {TILE}; ++j) {{");
     let _ = writeln!(s, "      float a[{r}], b[{r}];");

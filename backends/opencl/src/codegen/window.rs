@@ -30,25 +30,22 @@ fn decompose(s: &mut String, idx: &str, dims: &[usize], prefix: &str) {
     s.push_str("  }\n");
 }
 
-/// im2col for a convolution: `cols[b][(c·K + k), p]` for batch item and group `b` (`n · groups + g`), zero where the
-/// tap falls in the padding. Kernel `name(X, cols)`; global size `[P, C/g · K, N · groups]`.
-pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String {
+/// A block of statements that sets `{out}` to the im2col element of row `{row}` (`c · K + k`), column `{p}` (an
+/// output position) and batch-group `{b}` (`n · groups + g`), read from `X`: 0 where the tap falls in the padding.
+/// Variables named in braces are C expressions of the caller.
+pub fn im2col_value(w: &Window, channels: usize, groups: usize, row: &str, p: &str, b: &str, out: &str) -> String {
     let s_ = w.input.len();
-    let p: usize = w.output.iter().product();
     let kk: usize = w.kernel.iter().product();
     let cg = channels / groups;
     let plane: usize = w.input.iter().product();
     let mut s = String::new();
-    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict cols) {{");
-    let _ = writeln!(s, "  const size_t p = get_global_id(0), row = get_global_id(1), b = get_global_id(2);");
-    let _ = writeln!(s, "  const size_t c = row / {kk}, k = row % {kk};");
-    let _ = writeln!(
-        s,
-        "  size_t {};",
-        (0..s_).flat_map(|a| [format!("o{a}"), format!("t{a}")]).collect::<Vec<_>>().join(", ")
-    );
-    decompose(&mut s, "p", &w.output, "o");
-    decompose(&mut s, "k", &w.kernel, "t");
+    let _ = writeln!(s, "  {{ const size_t c_ = ({row}) / {kk}, k_ = ({row}) % {kk};");
+    let vars: Vec<String> = (0..s_).flat_map(|a| [format!("o{a}"), format!("t{a}")]).collect();
+    if !vars.is_empty() {
+        let _ = writeln!(s, "  size_t {};", vars.join(", "));
+    }
+    decompose(&mut s, p, &w.output, "o");
+    decompose(&mut s, "k_", &w.kernel, "t");
     let _ = writeln!(s, "  long off = 0; int inside = 1;");
     for a in 0..s_ {
         let _ = writeln!(
@@ -57,8 +54,24 @@ pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String 
             w.strides[a], w.dilations[a], w.pads[a], w.input[a], w.input[a]
         );
     }
-    let _ = writeln!(s, "  const size_t base = (b / {groups} * {channels} + b % {groups} * {cg} + c) * {plane};");
-    let _ = writeln!(s, "  cols[(b * {} + row) * {p} + p] = inside ? X[base + off] : 0.0f;", cg * kk);
+    let _ =
+        writeln!(s, "  const size_t base = (({b}) / {groups} * {channels} + ({b}) % {groups} * {cg} + c_) * {plane};");
+    let _ = writeln!(s, "  {out} = inside ? X[base + off] : 0.0f; }}");
+    s
+}
+
+/// im2col for a convolution: `cols[b][(c·K + k), p]` for batch item and group `b` (`n · groups + g`), zero where the
+/// tap falls in the padding. Kernel `name(X, cols)`; global size `[P, C/g · K, N · groups]`.
+pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String {
+    let p: usize = w.output.iter().product();
+    let kk: usize = w.kernel.iter().product();
+    let cg = channels / groups;
+    let mut s = String::new();
+    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict cols) {{");
+    let _ = writeln!(s, "  const size_t p = get_global_id(0), row = get_global_id(1), b = get_global_id(2);");
+    let _ = writeln!(s, "  float v;");
+    s.push_str(&im2col_value(w, channels, groups, "row", "p", "b", "v"));
+    let _ = writeln!(s, "  cols[(b * {} + row) * {p} + p] = v;", cg * kk);
     s.push_str("}\n");
     s
 }

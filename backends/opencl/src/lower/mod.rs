@@ -31,6 +31,9 @@ struct Builder<'g> {
     kernels: Vec<String>,
     /// Work-groups that keep the device busy (twice its compute units).
     min_groups: usize,
+    /// Convolutions compute their im2col unfolding inside the product (on GPUs; a CPU device does better with
+    /// the unfolding written once). `STOWAGE_OPENCL_IMPLICIT_CONV=1` or `0` overrides, for tests and measuring.
+    implicit_conv: bool,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
 }
@@ -84,6 +87,11 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
         fp64: false,
         kernels: Vec::new(),
         min_groups: 2 * target.info().compute_units as usize,
+        implicit_conv: match std::env::var("STOWAGE_OPENCL_IMPLICIT_CONV").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => target.info().gpu,
+        },
         slot_of: HashMap::new(),
         types: Vec::new(),
     };

@@ -63,6 +63,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         bias: None,
         relu: false,
         min_groups: 1,
+        im2col: None,
     })
 }
 
@@ -100,6 +101,7 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         bias,
         relu: false,
         min_groups: 1,
+        im2col: None,
     })
 }
 
@@ -138,10 +140,12 @@ pub(super) fn conv(
         bias: bias.map(|_| ((vec![0, mg], 1, 0), 1.0)),
         relu,
         min_groups: b.min_groups,
+        // On a GPU the unfolding is computed as the product loads it: one launch, no scratch buffer.
+        im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
     };
     let mut launches = Vec::new();
     let mut scratch = Vec::new();
-    let src = if pointwise {
+    let src = if pointwise || gemm.im2col.is_some() {
         ArgRef::Slot(ins[0]?)
     } else {
         let k = b.kernel(|name| codegen::im2col(name, &geo, ch, g));
