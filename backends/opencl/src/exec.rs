@@ -82,6 +82,22 @@ pub struct ClProgram {
     pub(crate) last_use: Vec<usize>,
     /// Bytes uploaded when the program was made (its constants).
     pub const_bytes: usize,
+    /// The most bytes of values alive at once on the device over the runs so far.
+    pub(crate) peak: std::sync::atomic::AtomicUsize,
+}
+
+/// Bytes of the distinct device buffers in `slots` other than constants and inputs (aliases share a buffer).
+fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[usize]) -> usize {
+    use opencl3::memory::ClMem as _;
+    let mut seen = std::collections::HashSet::new();
+    slots
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| !fixed.contains(s))
+        .filter_map(|(_, b)| b.as_ref())
+        .filter(|b| seen.insert(b.mem().get() as usize))
+        .map(ClBuffer::byte_len)
+        .sum()
 }
 
 impl ClProgram {
@@ -103,6 +119,12 @@ impl ClProgram {
     /// Steps, in order.
     pub fn steps(&self) -> &[Step] {
         &self.steps
+    }
+
+    /// The most bytes of values (not constants or inputs) alive at once on the device in any run so far; scratch
+    /// inside a step (an im2col buffer) is not counted, as on the CPU.
+    pub fn peak_bytes(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs on `inputs` (in [`ClProgram::inputs`] order). Transfers are recorded in `ledger`; outputs are lazy.
@@ -147,14 +169,18 @@ impl ClProgram {
             };
             slots[b.slot] = Some(buffer);
         }
+        let fixed: Vec<usize> = self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().map(|b| b.slot)).collect();
+        let mut peak = 0;
         for (i, step) in self.steps.iter().enumerate() {
             self.run_step(step, &mut slots)?;
+            peak = peak.max(live_bytes(&slots, &fixed));
             for (s, slot) in slots.iter_mut().enumerate() {
                 if self.last_use[s] == i {
                     *slot = None;
                 }
             }
         }
+        self.peak.fetch_max(peak, std::sync::atomic::Ordering::Relaxed);
         self.outputs
             .iter()
             .map(|b| {

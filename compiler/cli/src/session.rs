@@ -41,7 +41,7 @@ pub struct Outcome {
     pub first_run_ms: f64,
     /// Median milliseconds over all runs.
     pub run_median_ms: f64,
-    /// Peak bytes of intermediate values on the host.
+    /// Peak bytes of intermediate values in the memory the program ran in (`ran_on`).
     pub peak_bytes: usize,
     /// Inputs whose values were folded into the compiled program.
     pub assumed_inputs: Vec<String>,
@@ -243,7 +243,7 @@ fn run_opencl(
         compile_ms,
         first_run_ms,
         run_median_ms,
-        peak_bytes: 0,
+        peak_bytes: program.peak_bytes(),
         assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
         ran_on: device.space().to_string(),
         steps: program.steps().iter().map(|s| (s.name.clone(), s.op)).collect(),

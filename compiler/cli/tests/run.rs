@@ -398,10 +398,20 @@ fn targets_are_checked_and_opencl_runs_where_there_is_a_device() {
     assert!(err.contains("opencl,cpu") && err.contains("planner"), "{err}");
     let (code, _, err) = stowage(&[&["run", &m, "--target", "cpu"], &inputs[..]].concat());
     assert_eq!(code, 0, "{err}");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let report = tmp.path().join("report.json").to_string_lossy().into_owned();
     for target in ["opencl", "opencl:discrete"] {
-        let (code, out, err) = stowage(&[&["run", &m, "--target", target], &inputs[..]].concat());
+        let (code, out, err) = stowage(&[&["run", &m, "--target", target, "--report", &report], &inputs[..]].concat());
         assert_eq!(code, 0, "{target}: {err}");
         assert!(out.contains("ran on opencl:0"), "{target}: {out}");
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+        assert_eq!(r["ran_on"], "opencl:0", "{r}");
+        assert_eq!(r["peak_bytes"]["opencl:0"], 3 * 4 * 5 * 4, "the one output is the peak: {r}");
+        let uploads =
+            r["performed_copies"].as_array().expect("copies").iter().filter(|c| c["kind"] == "upload").count();
+        if target == "opencl:discrete" {
+            assert_eq!(uploads, 2, "one upload per input: {r}");
+        }
     }
     let err = fails(&[&["run", &m, "--target", "opencl:7"], &inputs[..]].concat());
     assert!(err.contains("opencl:7"), "{err}");

@@ -668,5 +668,6 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
         consts: uploaded,
         last_use,
         const_bytes,
+        peak: Default::default(),
     })
 }
