@@ -20,6 +20,7 @@ pub mod infer;
 pub mod ir;
 pub mod onnx;
 pub mod passes;
+pub mod plan;
 
 pub use context::{Context, Error, PassTiming};
 pub use error::{ImportError, ImportErrorKind};

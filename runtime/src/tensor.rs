@@ -357,6 +357,12 @@ impl<'a> Tensor<'a> {
         self.relaid(Layout::row_major(self.dt, &self.shape)?, 0)
     }
 
+    /// A copy of the elements in `layout`, in host memory aligned to `alignment`: how a caller builds memory of a
+    /// given layout (a camera frame's padded rows) from packed data.
+    pub fn to_layout(&self, layout: Layout, alignment: usize) -> Result<Tensor<'static>> {
+        self.relaid(layout, alignment)
+    }
+
     /// A copy with `layout`, in host memory aligned to `alignment`.
     fn relaid(&self, layout: Layout, alignment: usize) -> Result<Tensor<'static>> {
         let size = self.dt.size_of();

@@ -67,6 +67,13 @@ fn onnx_node_tests_pass_on_opencl_discrete() {
     check("opencl:discrete", include_str!("conformance_expected_opencl.txt"));
 }
 
+/// Both, as a list in order of preference, through the discrete path: the planner places each node the OpenCL
+/// backend lacks on the CPU, with the transfers around it, so every case passes that passes on the CPU alone.
+#[test]
+fn onnx_node_tests_pass_on_opencl_falling_back_to_cpu() {
+    check("opencl:discrete,cpu", include_str!("conformance_expected.txt"));
+}
+
 fn check(target: &str, expected: &str) {
     let root = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py");
     let index: Vec<Value> =

@@ -7,6 +7,8 @@ pub mod kernels;
 #[cfg(feature = "compile")]
 pub mod layouts;
 #[cfg(feature = "compile")]
+pub use layouts::CpuTarget;
+#[cfg(feature = "compile")]
 pub mod lower;
 pub mod program;
 pub mod storage;

@@ -20,12 +20,14 @@ impl AsMut<[u8]> for Bytes {
     }
 }
 
-/// A CPU value's storage: bytes, datum type and shape.
+/// A CPU value's storage: bytes, datum type and shape. Buffers are 128-byte aligned: two cache lines, and the
+/// base alignment at which unified OpenCL devices (PoCL, integrated GPUs) import host memory in place, so a CPU
+/// result passes to such a device with no copy when the planner places its reader there.
 #[derive(Clone, TensorStorage)]
 #[storage(
     space = host,
     name = "cpu",
-    alignment = 64,
+    alignment = 128,
     row_pitch_alignment = 64,
     layouts(row_major, column_major, padded_rows)
 )]
@@ -49,7 +51,11 @@ impl HostBuffer {
     /// Zeroed packed row-major storage for a `dt` tensor of `shape`.
     pub fn zeroed(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
         let bytes = Layout::row_major(dt, shape)?.span_bytes(dt, shape)?;
-        Ok(HostBuffer { bytes: Bytes(PlainStorage::zeroed(bytes)?), dt, shape: shape.to_vec() })
+        Ok(HostBuffer {
+            bytes: Bytes(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
+            dt,
+            shape: shape.to_vec(),
+        })
     }
 
     /// A zeroed tensor of `shape` whose rows (last axis) start every [`padded_pitch`] bytes, for kernels that
@@ -62,7 +68,11 @@ impl HostBuffer {
             Layout::padded(dt, shape, axis, padded_pitch(dt, shape))?
         };
         let bytes = layout.span_bytes(dt, shape)?;
-        let buf = HostBuffer { bytes: Bytes(PlainStorage::zeroed(bytes)?), dt, shape: shape.to_vec() };
+        let buf = HostBuffer {
+            bytes: Bytes(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
+            dt,
+            shape: shape.to_vec(),
+        };
         Tensor::from_storage(dt, shape, layout, buf)
     }
 }
@@ -111,7 +121,7 @@ mod tests {
     #[test]
     fn the_descriptor_is_host_memory_with_padded_rows() {
         let d = HostBuffer::DESCRIPTOR;
-        assert_eq!((d.name, d.kind, d.alignment, d.row_pitch_alignment), ("cpu", MemoryKind::Host, 64, 64));
+        assert_eq!((d.name, d.kind, d.alignment, d.row_pitch_alignment), ("cpu", MemoryKind::Host, 128, 64));
         assert!(d.holds(LayoutSupport::PaddedRows) && d.holds(LayoutSupport::ColumnMajor));
     }
 

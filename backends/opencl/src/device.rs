@@ -37,6 +37,17 @@ pub struct DeviceInfo {
     pub max_work_group: usize,
     /// A GPU (`CL_DEVICE_TYPE_GPU`).
     pub gpu: bool,
+    /// Clock, MHz (0 when the device does not say).
+    pub clock_mhz: u32,
+}
+
+impl DeviceInfo {
+    /// Peak f32 throughput estimate for the planner's cost model, GFLOP/s: compute units × clock × lanes (256
+    /// flops per cycle for a GPU's compute unit, as an NVIDIA SM's 128 FMA lanes; 32 for a CPU core's AVX-512 FMA).
+    pub fn gflops(&self) -> f64 {
+        let ghz = if self.clock_mhz > 0 { self.clock_mhz as f64 / 1e3 } else { 2.0 };
+        self.compute_units.max(1) as f64 * ghz * if self.gpu { 256.0 } else { 32.0 }
+    }
 }
 
 fn call_err<'a>(space: &'a str, call: &'static str) -> impl Fn(opencl3::error_codes::ClError) -> ClError + 'a {
@@ -82,6 +93,7 @@ fn discover() -> Result<Vec<(Device, DeviceInfo)>> {
                 compute_units: d.max_compute_units().map_err(&e)?,
                 max_work_group: d.max_work_group_size().map_err(&e)?,
                 gpu: d.dev_type().is_ok_and(|t| t & CL_DEVICE_TYPE_GPU != 0),
+                clock_mhz: d.max_clock_frequency().unwrap_or(0),
             };
             found.push((d, info));
         }

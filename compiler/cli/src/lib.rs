@@ -2,3 +2,4 @@
 
 pub mod options;
 pub mod session;
+pub mod targets;

@@ -2,12 +2,14 @@
 
 mod demo;
 mod run;
+mod show;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use stowage_cli::options::ShapeOptions;
+use show::PlanFormat;
+use stowage_cli::options::{PlanningFlags, ShapeOptions};
 use stowage_cli::session::RunOptions;
 use stowage_compiler::Context;
 
@@ -44,11 +46,29 @@ enum Command {
         threads: u32,
         #[command(flatten)]
         shapes: ShapeOptions,
+        #[command(flatten)]
+        planning: PlanningFlags,
     },
-    /// Show where every tensor lives, every copy and why, and the memory peak.
+    /// Show where every node runs and why, every copy and why, and each memory space's peak.
     Plan {
         /// The ONNX model.
         model: PathBuf,
+        /// Target, or a comma-separated list in order of preference.
+        #[arg(long, default_value = "cpu")]
+        target: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: PlanFormat,
+        /// Write the plan here instead of to stdout (written whole or not at all).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        /// Kernel threads (the CPU's throughput estimate scales with them).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        threads: u32,
+        #[command(flatten)]
+        shapes: ShapeOptions,
+        #[command(flatten)]
+        planning: PlanningFlags,
     },
     /// Build a standalone executable for a model.
     Build {
@@ -85,15 +105,33 @@ fn main() -> ExitCode {
         Command::Import { model, shapes, raw, timings } => {
             return finish(import(&model, &shapes, raw, timings));
         }
-        Command::Run { model, target, inputs, output_dir, report, repeat, threads, shapes } => {
+        Command::Run { model, target, inputs, output_dir, report, repeat, threads, shapes, planning } => {
             let result = shapes.config().and_then(|config| {
-                let options =
-                    RunOptions { target: target.clone(), threads: threads as usize, repeat: repeat as usize, config };
+                let options = RunOptions {
+                    target: target.clone(),
+                    threads: threads as usize,
+                    repeat: repeat as usize,
+                    config,
+                    planning: planning.planning()?,
+                    read_outputs: output_dir.is_some(),
+                };
                 run::run(&model, &inputs, output_dir.as_deref(), report.as_deref(), &options)
             });
             return finish(result);
         }
-        Command::Plan { .. } => "`stowage plan` comes with the planner issue",
+        Command::Plan { model, target, format, output, threads, shapes, planning } => {
+            let result = shapes.config().and_then(|config| {
+                let options = RunOptions {
+                    target,
+                    threads: threads as usize,
+                    config,
+                    planning: planning.planning()?,
+                    ..RunOptions::default()
+                };
+                show::plan(&model, format, output.as_deref(), &options)
+            });
+            return finish(result);
+        }
         Command::Build { .. } => "`stowage build` comes with the generated binaries issue",
         Command::Targets => {
             println!("cpu       host memory, 64-byte aligned; Cranelift-generated fused kernels, AVX-512 products");

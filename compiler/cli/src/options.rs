@@ -40,3 +40,41 @@ impl ShapeOptions {
         Ok(config)
     }
 }
+
+/// The planning options of `run`, `plan` and `build`: caller layouts, fed-back state, a copy budget.
+#[derive(Args, Debug, Default, Clone)]
+pub struct PlanningFlags {
+    /// The memory layout of an input as the caller holds it, read in place where a kernel can:
+    /// NAME=nhwc,row-pitch=BYTES (words: row-major, column-major, nchw, nhwc, order=0.2.3.1, row-pitch=, align=).
+    #[arg(long = "input-layout", value_name = "NAME=LAYOUT")]
+    pub input_layouts: Vec<String>,
+    /// An output fed back as the next run's input: OUT=IN. It stays on its device between runs.
+    #[arg(long = "state", value_name = "OUT=IN")]
+    pub states: Vec<String>,
+    /// Fail planning when a run would make more copies than this.
+    #[arg(long = "max-copies", value_name = "N")]
+    pub max_copies: Option<usize>,
+    /// Fail planning when a run would copy more bytes than this.
+    #[arg(long = "max-copy-bytes", value_name = "N")]
+    pub max_copy_bytes: Option<usize>,
+}
+
+impl PlanningFlags {
+    /// The planning request these flags describe (layouts are parsed once the model's inputs are known).
+    pub fn planning(&self) -> Result<crate::session::Planning, String> {
+        let mut p = crate::session::Planning {
+            max_copies: self.max_copies,
+            max_copy_bytes: self.max_copy_bytes,
+            ..Default::default()
+        };
+        for spec in &self.input_layouts {
+            let (name, layout) = split_spec("--input-layout", spec)?;
+            p.input_layouts.push((name.to_string(), layout.to_string()));
+        }
+        for spec in &self.states {
+            let (out, inp) = split_spec("--state", spec)?;
+            p.states.push((out.to_string(), inp.to_string()));
+        }
+        Ok(p)
+    }
+}

@@ -10,6 +10,7 @@ use prost::Message;
 use stowage_cli::session::{self, RunOptions};
 use stowage_compiler::onnx;
 use stowage_compiler::onnx::proto::TensorProto;
+use stowage_compiler::plan::InputLayout;
 use stowage_runtime::Tensor;
 
 /// Assigns the `--input` arguments to the model's inputs `names` and reads them. An argument is NAME=FILE when NAME
@@ -76,7 +77,7 @@ fn read_input(path: &Path) -> Result<Tensor<'static>, String> {
 /// Files written under temporary names beside their final ones, renamed into place together by [`Staging::commit`].
 /// Dropped before that, it removes its temporary files and the folders it created.
 #[derive(Default)]
-struct Staging {
+pub(crate) struct Staging {
     /// Temporary path, final path, and what the file is (for errors).
     files: Vec<(PathBuf, PathBuf, String)>,
     /// Folders created, outermost first.
@@ -97,7 +98,7 @@ impl Staging {
     }
 
     /// Writes `bytes` for `path` under a temporary name; `what` names the file in errors.
-    fn stage(&mut self, path: &Path, what: String, bytes: &[u8]) -> Result<(), String> {
+    pub(crate) fn stage(&mut self, path: &Path, what: String, bytes: &[u8]) -> Result<(), String> {
         let name = path.file_name().ok_or_else(|| format!("{what}: not a file name"))?;
         let tmp = path.with_file_name(format!(".{}.{}.partial", name.to_string_lossy(), std::process::id()));
         self.files.push((tmp.clone(), path.to_path_buf(), what));
@@ -105,7 +106,7 @@ impl Staging {
     }
 
     /// Renames every file into place; when one cannot be, those already renamed are removed.
-    fn commit(mut self) -> Result<(), String> {
+    pub(crate) fn commit(mut self) -> Result<(), String> {
         if let Some((_, path, what)) = self.files.iter().find(|(_, path, _)| path.is_dir()) {
             return Err(format!("{what}: {} is a directory", path.display()));
         }
@@ -136,7 +137,6 @@ impl Drop for Staging {
 
 /// The JSON report of DESIGN.md's CLI contract.
 pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
-    let peak = outcome.peak_bytes;
     let moves = |moves: &[stowage_runtime::Move]| -> Vec<serde_json::Value> {
         moves
             .iter()
@@ -154,17 +154,21 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
             .collect()
     };
     let performed = outcome.ledger.entries();
-    let space = outcome.ran_on.clone();
+    let (planned_peak, bound) = crate::show::peaks_json(&outcome.plan);
+    let measured: serde_json::Map<String, serde_json::Value> =
+        outcome.peaks.iter().map(|(space, bytes)| (space.clone(), (*bytes).into())).collect();
     serde_json::json!({
         "target": target,
-        "ran_on": space,
+        "ran_on": outcome.ran_on,
         "path": outcome.path,
-        "planned_copies": [],
+        "planned_copies": crate::show::copies_json(&outcome.plan),
         "performed_copies": moves(&performed),
         "setup_copies": moves(&outcome.setup_copies),
         "bytes_moved": outcome.ledger.bytes_moved(),
-        "peak_bytes": { (if space == "cpu" { "host".to_string() } else { space.clone() }): peak },
-        "peak_lower_bound_bytes": { (if space == "cpu" { "host".to_string() } else { space.clone() }): peak },
+        "peak_bytes": planned_peak,
+        "peak_lower_bound_bytes": bound,
+        "measured_peak_bytes": measured,
+        "placement": crate::show::json(&outcome.plan)["placement"].clone(),
         "assumed_inputs": outcome.assumed_inputs,
         "steps": outcome.steps.len(),
         "constant_bytes": outcome.const_bytes,
@@ -206,7 +210,22 @@ fn run_inner(
     let names: Vec<String> =
         g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect();
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
-    let inputs = resolve_inputs(&names, &fixed, inputs)?;
+    let mut inputs = resolve_inputs(&names, &fixed, inputs)?;
+    // Inputs are read into page-aligned memory, which any device imports in place where it can import at all; an
+    // input with a declared layout is placed in memory of that layout, as a caller holding it so would pass it.
+    for (_, t) in inputs.iter_mut() {
+        let packed = stowage_runtime::Layout::row_major(t.dt(), t.shape()).map_err(|e| e.to_string())?;
+        *t = t.to_layout(packed, session::INPUT_ALIGNMENT).map_err(|e| e.to_string())?;
+    }
+    for (name, text) in &options.planning.input_layouts {
+        if let Some((_, t)) = inputs.iter_mut().find(|(n, _)| n == name) {
+            let layout =
+                InputLayout::parse(text, t.shape().len()).map_err(|e| format!("--input-layout {name}={text}: {e}"))?;
+            layout.check(t.dt(), t.shape()).map_err(|e| format!("--input-layout {name}={text}: {e}"))?;
+            let strided = stowage_runtime::Layout::strided(layout.strides(t.dt(), t.shape()), 0);
+            *t = t.to_layout(strided, layout.alignment).map_err(|e| format!("input '{name}': {e}"))?;
+        }
+    }
     let outcome = session::run_bytes(&bytes, model, inputs, options, start)?;
 
     let mut staging = Staging::default();

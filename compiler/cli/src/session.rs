@@ -4,18 +4,24 @@
 use std::path::Path;
 use std::time::Instant;
 
+use std::collections::HashMap;
 use stowage_compiler::onnx::proto::tensor_shape_proto::dimension;
 use stowage_compiler::onnx::proto::{type_proto, ValueInfoProto};
+
+use stowage_compiler::ir::{Graph, ValueId};
 use stowage_compiler::onnx::{self, ImportConfig};
+use stowage_compiler::plan::{self, InputLayout, Plan, PlanOptions};
 use stowage_compiler::Context;
 use stowage_cpu::Program;
-use stowage_runtime::{Ledger, Move, Tensor};
+use stowage_runtime::{Accepts as RuntimeAccepts, LayoutNeed, Ledger, LedgerTag, Move, Tensor};
+
+use crate::targets::{self, Opened};
 
 /// How to compile and run.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// Target as given: `cpu`, `opencl`, `opencl:discrete`, `opencl:N`, `opencl:N:discrete` (lists of several
-    /// come with the planner).
+    /// Target as given: `cpu`, `opencl`, `opencl:discrete`, `opencl:N`, `opencl:N:discrete`, or a comma-separated
+    /// list of them in order of preference (`opencl,cpu`).
     pub target: String,
     /// Kernel threads.
     pub threads: usize,
@@ -23,11 +29,64 @@ pub struct RunOptions {
     pub repeat: usize,
     /// Shapes and values fixed by the caller.
     pub config: ImportConfig,
+    /// Caller layouts, fed-back state, copy budget.
+    pub planning: Planning,
+    /// The caller reads the outputs' bytes (so outputs on discrete memory are planned to be downloaded once).
+    pub read_outputs: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { target: "cpu".into(), threads: 1, repeat: 1, config: ImportConfig::new() }
+        RunOptions {
+            target: "cpu".into(),
+            threads: 1,
+            repeat: 1,
+            config: ImportConfig::new(),
+            planning: Planning::default(),
+            read_outputs: true,
+        }
+    }
+}
+
+/// The alignment `stowage run` reads input files into, and `stowage plan` assumes of inputs it is not told about:
+/// a page, which meets every device's import alignment.
+pub const INPUT_ALIGNMENT: usize = 4096;
+
+/// The planning options of a run (the CLI's `--input-layout`, `--state`, `--max-copies`, `--max-copy-bytes`).
+#[derive(Clone, Debug, Default)]
+pub struct Planning {
+    /// `(input, layout)`: the caller's layout of an input, in `--input-layout`'s words
+    /// ([`stowage_compiler::plan::InputLayout::parse`]). A tensor given for that input must be in it.
+    pub input_layouts: Vec<(String, String)>,
+    /// `(output, input)`: an output fed back as the next run's input. Over `repeat` runs, run k+1 gets run k's
+    /// output as is, wherever it is.
+    pub states: Vec<(String, String)>,
+    /// At most this many copies per run.
+    pub max_copies: Option<usize>,
+    /// At most this many bytes copied per run.
+    pub max_copy_bytes: Option<usize>,
+}
+
+impl Planning {
+    /// The planner's options for `graph`: layouts parsed against its inputs' ranks.
+    pub fn plan_options(&self, graph: &Graph) -> Result<PlanOptions, String> {
+        let mut options = PlanOptions::default().copy_budget(self.max_copies, self.max_copy_bytes);
+        for (name, text) in &self.input_layouts {
+            let v = graph.inputs().iter().copied().find(|&v| graph.value(v).name == *name).ok_or_else(|| {
+                let names: Vec<&str> = graph.inputs().iter().map(|&v| graph.value(v).name.as_str()).collect();
+                format!(
+                    "--input-layout {name}: the model has no run-time input '{name}' (its inputs: {})",
+                    names.join(", ")
+                )
+            })?;
+            let layout = InputLayout::parse(text, graph.ty(v).rank())
+                .map_err(|e| format!("--input-layout {name}={text}: {e}"))?;
+            options = options.input_layout(name.clone(), layout);
+        }
+        for (o, i) in &self.states {
+            options = options.state(o.clone(), i.clone());
+        }
+        Ok(options)
     }
 }
 
@@ -41,39 +100,33 @@ pub struct Outcome {
     pub first_run_ms: f64,
     /// Median milliseconds over all runs.
     pub run_median_ms: f64,
-    /// Peak bytes of intermediate values in the memory the program ran in (`ran_on`).
+    /// Peak bytes of intermediate values measured while running, the largest over the spaces (`peaks`).
     pub peak_bytes: usize,
+    /// Measured peak bytes per memory space (`host`, `opencl:0`).
+    pub peaks: Vec<(String, usize)>,
     /// Inputs whose values were folded into the compiled program.
     pub assumed_inputs: Vec<String>,
-    /// Where it ran: `cpu` or the OpenCL device's memory space (`opencl:0`).
+    /// Where it ran: the memory spaces of the targets used, joined by commas (`host`, `opencl:0`,
+    /// `opencl:0,host`).
     pub ran_on: String,
     /// The steps that ran: node and op.
     pub steps: Vec<(String, &'static str)>,
-    /// Bytes of constants the program holds.
+    /// Bytes of constants the programs hold.
     pub const_bytes: usize,
-    /// Every transfer the runtime performed (uploads of inputs, reads of outputs once they are read): the ledger
+    /// Every copy the runtime performed (uploads, relayouts, reads of outputs once they are read): the ledger
     /// keeps recording after the runs, so reading an output later shows here.
     pub ledger: Ledger,
     /// Transfers made once when the program was made (its constants to a device).
     pub setup_copies: Vec<Move>,
-    /// The OpenCL path taken, when the target is OpenCL (`unified memory: inputs imported in place` …).
+    /// The OpenCL path taken, when an OpenCL target is used (`unified memory: inputs imported in place` …).
     pub path: Option<String>,
+    /// The plan that ran.
+    pub plan: Plan,
 }
 
-/// Checks a target: `cpu` or one OpenCL target. A list of several needs the planner (its own issue).
+/// Checks a target list: known names, none twice.
 pub fn check_target(target: &str) -> Result<(), String> {
-    let list: Vec<&str> = target.split(',').map(str::trim).collect();
-    for t in &list {
-        if *t != "cpu" && stowage_opencl::parse_target(t).is_err() {
-            return Err(format!("unknown target '{t}' (`stowage targets` lists them)"));
-        }
-    }
-    if list.len() > 1 {
-        return Err(format!(
-            "target list '{target}': placing nodes across several targets comes with the planner; give one target"
-        ));
-    }
-    Ok(())
+    crate::targets::check(target).map(|_| ())
 }
 
 /// Compiles `model` for `inputs` and runs it. Inputs are by name; every graph input must be given, except those whose
@@ -85,16 +138,16 @@ pub fn run(model: &Path, inputs: Vec<(String, Tensor<'static>)>, options: &RunOp
     run_bytes(&bytes, model, inputs, options, start)
 }
 
-/// [`run`] for a model already in memory; `model` names it in errors and locates external data.
-pub fn run_bytes(
+/// Imports `model` specialised on `inputs` (see [`run`]) and optimises it.
+fn compile(
     bytes: &[u8],
     model: &Path,
-    inputs: Vec<(String, Tensor<'static>)>,
+    inputs: &[(String, Tensor<'static>)],
     options: &RunOptions,
-    start: Instant,
-) -> Result<Outcome, String> {
+    progress: &Progress,
+    running: bool,
+) -> Result<Context, String> {
     check_target(&options.target)?;
-    let progress = Progress::start(model);
     let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     let graph =
         proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
@@ -114,7 +167,7 @@ pub fn run_bytes(
     }
     // An input whose value is fixed by the caller is folded: it is not needed at run time.
     let mut needed = wanted.iter().filter(|w| !options.config.input_values.contains_key(**w));
-    if let Some(missing) = needed.find(|w| !inputs.iter().any(|(n, _)| n == *w)) {
+    if let Some(missing) = needed.find(|w| running && !inputs.iter().any(|(n, _)| n == *w)) {
         return Err(format!("input '{missing}' is missing (the model's inputs: {})", wanted.join(", ")));
     }
     // Types are checked here, before compiling, so that a wrong input is reported as such (not as a fixed value
@@ -126,7 +179,7 @@ pub fn run_bytes(
     }
     let mut config = options.config.clone();
     let value_inputs = onnx::value_inputs(&proto);
-    for (name, t) in &inputs {
+    for (name, t) in inputs {
         if value_inputs.contains(name) {
             // Specialise on the values of shape-setting inputs: they become constants of this compilation.
             config.input_values.insert(name.clone(), t.clone());
@@ -141,117 +194,275 @@ pub fn run_bytes(
     let mut cx = Context::new(graph);
     progress.phase("folding constants and optimising");
     cx.optimize().map_err(|e| e.to_string())?;
-    progress.phase("generating kernels");
-    let target = options.target.trim();
-    if target != "cpu" {
-        return run_opencl(&cx, model, target, inputs, options, start, progress);
+    Ok(cx)
+}
+
+/// The plan for `graph` on `opened`, with the caller's planning options and the layouts of the given inputs.
+fn make_plan(
+    graph: &Graph,
+    opened: &[Opened],
+    inputs: &[(String, Tensor<'static>)],
+    options: &RunOptions,
+) -> Result<Plan, String> {
+    let mut plan_options = options.planning.plan_options(graph)?;
+    plan_options.read_outputs = options.read_outputs;
+    if inputs.is_empty() {
+        // Planning alone: inputs not described are assumed where `stowage run` puts them.
+        for &v in graph.inputs() {
+            let name = &graph.value(v).name;
+            if !plan_options.input_layouts.contains_key(name) {
+                let layout = InputLayout { alignment: INPUT_ALIGNMENT, ..InputLayout::packed(graph.ty(v).rank()) };
+                plan_options.input_layouts.insert(name.clone(), layout);
+            }
+        }
     }
-    let mut program =
-        stowage_cpu::lower(&cx.graph, options.threads).map_err(|e| format!("{}: {e}", model.display()))?;
+    for (name, t) in inputs {
+        if !graph.inputs().iter().any(|&v| graph.value(v).name == *name) {
+            continue; // folded: a shape-setting input's value is a constant of this compilation
+        }
+        let Some(actual) = layout_of(t) else { continue };
+        if let Some(declared) = plan_options.input_layouts.get(name) {
+            if declared.order != actual.order || declared.row_pitch != actual.row_pitch {
+                return Err(format!(
+                    "input '{name}': --input-layout says {}, the tensor given is {}",
+                    declared.describe(),
+                    actual.describe()
+                ));
+            }
+        }
+        plan_options.input_layouts.insert(name.clone(), actual);
+    }
+    plan::plan(graph, &targets::backends(opened), &plan_options).map_err(|e| e.to_string())
+}
+
+/// The layout and alignment of a tensor in host memory, as the planner describes caller memory (`None`: the
+/// bytes are not on the host, as for a fed-back device output).
+pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
+    let bytes = t.storage().host_bytes()?;
+    let address = bytes.as_ptr() as usize + t.layout().offset();
+    let alignment = if address == 0 { 4096 } else { (1usize << address.trailing_zeros()).min(4096) };
+    let strides = t.layout().strides();
+    let rank = t.shape().len();
+    let mut order: Vec<usize> = (0..rank).collect();
+    order.sort_by(|&a, &b| strides[b].cmp(&strides[a]).then(a.cmp(&b)));
+    let mut row_pitch = None;
+    if rank >= 2 {
+        let (inner, outer) = (order[rank - 1], order[rank - 2]);
+        let packed = t.shape()[inner] * strides[inner];
+        if t.shape()[outer] > 1 && strides[outer] != packed {
+            row_pitch = Some(strides[outer] * t.dt().size_of());
+        }
+    }
+    Some(InputLayout { order, row_pitch, alignment })
+}
+
+/// A program of one segment.
+enum Lowered {
+    Cpu(Program),
+    OpenCl(stowage_opencl::ClProgram),
+}
+
+/// [`run`] for a model already in memory; `model` names it in errors and locates external data.
+pub fn run_bytes(
+    bytes: &[u8],
+    model: &Path,
+    inputs: Vec<(String, Tensor<'static>)>,
+    options: &RunOptions,
+    start: Instant,
+) -> Result<Outcome, String> {
+    let progress = Progress::start(model);
+    let cx = compile(bytes, model, &inputs, options, &progress, true)?;
+    let graph = &cx.graph;
+    progress.phase("planning");
+    let opened = targets::open(&options.target, options.threads, graph)?;
+    let plan = make_plan(graph, &opened, &inputs, options).map_err(|e| format!("{}: {e}", model.display()))?;
+    progress.phase("generating kernels");
+    let setup = Ledger::recording();
+    let segments = plan::segments(graph, &plan);
+    let mut programs = Vec::with_capacity(segments.len());
+    for seg in &segments {
+        let lowered = match &opened[seg.target] {
+            Opened::Cpu(_) => Lowered::Cpu({
+                let mut p =
+                    stowage_cpu::lower(&seg.graph, options.threads).map_err(|e| format!("{}: {e}", model.display()))?;
+                p.threads = options.threads.max(1);
+                p
+            }),
+            Opened::OpenCl(device, _) => Lowered::OpenCl(
+                stowage_opencl::lower(&seg.graph, device, &setup).map_err(|e| format!("{}: {e}", model.display()))?,
+            ),
+        };
+        programs.push(lowered);
+    }
+    let devices: Vec<&stowage_opencl::Target> =
+        opened.iter().filter_map(|o| if let Opened::OpenCl(t, _) = o { Some(t) } else { None }).collect();
+    for d in &devices {
+        d.finish().map_err(|e| e.to_string())?;
+    }
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     progress.finish();
-    let mut run_inputs = Vec::with_capacity(program.inputs().len());
-    for b in program.inputs() {
-        let t = inputs
-            .iter()
-            .find(|(n, _)| *n == b.name)
-            .map(|(_, t)| t.clone())
-            .ok_or_else(|| format!("input '{}' is missing", b.name))?;
-        run_inputs.push(t);
+
+    // Graph inputs in the caller's memory; those the plan relays on the host are relaid once per run.
+    let ledger = Ledger::recording();
+    let mut given: HashMap<ValueId, Tensor<'static>> = HashMap::new();
+    for &v in graph.inputs() {
+        let name = &graph.value(v).name;
+        let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
+        given.insert(v, t.ok_or_else(|| format!("input '{name}' is missing"))?);
     }
-    program.threads = options.threads.max(1);
+    let state_pairs: Vec<(usize, ValueId)> = options
+        .planning
+        .states
+        .iter()
+        .filter_map(|(o, i)| {
+            let out = graph.outputs().iter().position(|g| g.name == *o)?;
+            let inp = graph.inputs().iter().copied().find(|&v| graph.value(v).name == *i)?;
+            Some((out, inp))
+        })
+        .collect();
     let mut times = Vec::new();
-    let mut last = None;
+    let mut last: Option<Vec<Tensor<'static>>> = None;
+    let mut peaks: Vec<(String, usize)> = Vec::new();
     for _ in 0..options.repeat.max(1) {
+        if let Some(prev) = &last {
+            for &(o, i) in &state_pairs {
+                given.insert(i, prev[o].clone());
+            }
+        }
         let t0 = Instant::now();
-        let out = program.run(run_inputs.clone()).map_err(|e| e.to_string())?;
+        let mut values = HashMap::new();
+        for (&v, t) in &given {
+            let name = &graph.value(v).name;
+            let relaid = plan.inputs.iter().any(|i| i.name == *name && i.copied_for("host"));
+            let t = if relaid {
+                let need = LayoutNeed { alignment: stowage_runtime::HOST_ALIGNMENT, accepts: RuntimeAccepts::RowMajor };
+                let tag = LedgerTag::new(&ledger, name.as_str());
+                t.conform(&need, &tag).map_err(|e| format!("input '{name}': {e}"))?
+            } else {
+                t.clone()
+            };
+            values.insert(v, t);
+        }
+        for (seg, program) in segments.iter().zip(&programs) {
+            let args: Vec<Tensor<'static>> = seg
+                .inputs
+                .iter()
+                .map(|v| {
+                    values.get(v).cloned().ok_or_else(|| format!("value '{}' was not computed", graph.value(*v).name))
+                })
+                .collect::<Result<_, _>>()?;
+            let (outs, peak, space) = match program {
+                Lowered::Cpu(p) => {
+                    let out = p.run(args).map_err(|e| e.to_string())?;
+                    (out.outputs, out.peak_bytes, "host".to_string())
+                }
+                Lowered::OpenCl(p) => {
+                    let out = p.run(args, &ledger).map_err(|e| e.to_string())?;
+                    (out, p.peak_bytes(), p.target().space().name().to_string())
+                }
+            };
+            match peaks.iter_mut().find(|(s, _)| *s == space) {
+                Some(e) => e.1 = e.1.max(peak),
+                None => peaks.push((space, peak)),
+            }
+            for (v, t) in seg.outputs.iter().zip(outs) {
+                values.insert(*v, t);
+            }
+        }
+        for d in &devices {
+            d.finish().map_err(|e| e.to_string())?;
+        }
         times.push(t0.elapsed().as_secs_f64() * 1e3);
-        last = Some(out);
+        let outs = graph
+            .outputs()
+            .iter()
+            .map(|o| {
+                values
+                    .get(&o.value)
+                    .cloned()
+                    .or_else(|| graph.const_value(o.value).cloned())
+                    .ok_or_else(|| format!("output '{}' was not computed", o.name))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        last = Some(outs);
     }
-    let out = last.ok_or("no run happened")?;
+    let outs = last.ok_or("no run happened")?;
     if std::env::var_os("STOWAGE_PROFILE").is_some() {
-        print_profile(&program, run_inputs)?;
+        if let [Lowered::Cpu(p)] = programs.as_slice() {
+            let args = segments[0].inputs.iter().map(|v| given[v].clone()).collect();
+            print_profile(p, args)?;
+        }
     }
     let (first_run_ms, run_median_ms) = first_and_median(times);
-    let outputs = program.outputs().iter().map(|b| b.name.clone()).zip(out.outputs).collect();
+    let mut path = None;
+    for (i, o) in opened.iter().enumerate() {
+        if let (Opened::OpenCl(device, _), true) = (o, plan.uses(i)) {
+            let how = match device.mode() {
+                stowage_opencl::Mode::Unified => {
+                    "unified memory: inputs at the device's alignment are used in place, outputs read in place"
+                }
+                stowage_opencl::Mode::Discrete => {
+                    "discrete: one upload per input through a pinned staging buffer, one download per output read"
+                }
+            };
+            path = Some(format!("{how} ({})", device.info().name));
+        }
+    }
+    let mut spaces: Vec<String> = Vec::new();
+    for p in &plan.nodes {
+        let s = &plan.targets[p.target].space;
+        if !spaces.contains(s) {
+            spaces.push(s.clone());
+        }
+    }
+    let mut steps = Vec::new();
+    let mut const_bytes = 0;
+    for program in &programs {
+        match program {
+            Lowered::Cpu(p) => {
+                steps.extend(p.steps().iter().map(|s| (s.name.clone(), s.op)));
+                const_bytes += p.const_bytes();
+            }
+            Lowered::OpenCl(p) => {
+                steps.extend(p.steps().iter().map(|s| (s.name.clone(), s.op)));
+                const_bytes += p.const_bytes;
+            }
+        }
+    }
     Ok(Outcome {
-        outputs,
+        outputs: graph.outputs().iter().map(|o| o.name.clone()).zip(outs).collect(),
         compile_ms,
         first_run_ms,
         run_median_ms,
-        peak_bytes: out.peak_bytes,
+        peak_bytes: peaks.iter().map(|p| p.1).max().unwrap_or(0),
+        peaks,
         assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
-        ran_on: "cpu".into(),
-        steps: program.steps().iter().map(|s| (s.name.clone(), s.op)).collect(),
-        const_bytes: program.const_bytes(),
-        ledger: Ledger::recording(),
-        setup_copies: Vec::new(),
-        path: None,
+        ran_on: if spaces.is_empty() { "host".into() } else { spaces.join(",") },
+        steps,
+        const_bytes,
+        ledger,
+        setup_copies: setup.entries(),
+        path,
+        plan,
     })
+}
+
+/// Imports, optimises and plans `model` without running it (`stowage plan`): the inputs' layouts are the
+/// caller's (`options.planning`) or packed row-major at the host's alignment.
+pub fn plan_only(model: &Path, options: &RunOptions) -> Result<(Context, Plan), String> {
+    let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
+    let progress = Progress::start(model);
+    let cx = compile(&bytes, model, &[], options, &progress, false)?;
+    let opened = targets::open(&options.target, options.threads, &cx.graph)?;
+    let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| format!("{}: {e}", model.display()))?;
+    progress.finish();
+    Ok((cx, plan))
 }
 
 fn first_and_median(mut times: Vec<f64>) -> (f64, f64) {
     let first = times[0];
     times.sort_by(f64::total_cmp);
     (first, times[times.len() / 2])
-}
-
-/// The OpenCL half of [`run_bytes`]: open the target, lower, run `repeat` times (each timed to the end of its
-/// work), outputs lazy.
-fn run_opencl(
-    cx: &Context,
-    model: &Path,
-    target: &str,
-    inputs: Vec<(String, Tensor<'static>)>,
-    options: &RunOptions,
-    start: Instant,
-    progress: Progress,
-) -> Result<Outcome, String> {
-    let device = stowage_opencl::Target::open(target).map_err(|e| e.to_string())?;
-    let setup = Ledger::recording();
-    let program = stowage_opencl::lower(&cx.graph, &device, &setup).map_err(|e| format!("{}: {e}", model.display()))?;
-    device.finish().map_err(|e| e.to_string())?;
-    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    progress.finish();
-    let mut run_inputs = Vec::with_capacity(program.inputs().len());
-    for b in program.inputs() {
-        let t = inputs.iter().find(|(n, _)| *n == b.name).map(|(_, t)| t.clone());
-        run_inputs.push(t.ok_or_else(|| format!("input '{}' is missing", b.name))?);
-    }
-    let ledger = Ledger::recording();
-    let mut times = Vec::new();
-    let mut last = None;
-    for _ in 0..options.repeat.max(1) {
-        let t0 = Instant::now();
-        let out = program.run(run_inputs.clone(), &ledger).map_err(|e| e.to_string())?;
-        device.finish().map_err(|e| e.to_string())?;
-        times.push(t0.elapsed().as_secs_f64() * 1e3);
-        last = Some(out);
-    }
-    let out = last.ok_or("no run happened")?;
-    let (first_run_ms, run_median_ms) = first_and_median(times);
-    let path = match device.mode() {
-        stowage_opencl::Mode::Unified => {
-            "unified memory: inputs at the device's alignment are used in place, outputs read in place"
-        }
-        stowage_opencl::Mode::Discrete => {
-            "discrete: one upload per input through a pinned staging buffer, one download per output read"
-        }
-    };
-    Ok(Outcome {
-        outputs: program.outputs().iter().map(|b| b.name.clone()).zip(out).collect(),
-        compile_ms,
-        first_run_ms,
-        run_median_ms,
-        peak_bytes: program.peak_bytes(),
-        assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
-        ran_on: device.space().to_string(),
-        steps: program.steps().iter().map(|s| (s.name.clone(), s.op)).collect(),
-        const_bytes: program.const_bytes,
-        ledger,
-        setup_copies: setup.entries(),
-        path: Some(format!("{} ({})", path, device.info().name)),
-    })
 }
 
 /// Checks a given input against the model's declaration of it (or its `--input-shape`): datum type, rank and every

@@ -20,7 +20,7 @@ use typed::typed_expr;
 
 use crate::buffer::ClBuffer;
 use crate::codegen::{self, Gemm, TILE};
-use crate::device::Target;
+use crate::device::{DeviceInfo, Target};
 use crate::error::{ClError, Result};
 use crate::exec::{ArgRef, Binding, ClProgram, Launch, Step, StepKind};
 
@@ -77,6 +77,35 @@ fn groups(v: usize, r: usize) -> usize {
 /// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache) and uploads the
 /// constants (recorded in `ledger`).
 pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgram> {
+    let t = translate(graph, target.info(), None)?;
+    build(graph, target, ledger, t)
+}
+
+/// The nodes of `graph` this backend has no kernel for on a device like `info`, each with the reason, found by
+/// generating the program's source without building it (what the planner asks; see `crate::PlanTarget`).
+pub fn unsupported_nodes(graph: &Graph, info: &DeviceInfo) -> Result<Vec<(ir::NodeId, String)>> {
+    let mut found = Vec::new();
+    translate(graph, info, Some(&mut found))?;
+    Ok(found)
+}
+
+/// A graph translated to OpenCL C and steps, not built yet.
+struct Translation<'g> {
+    b: Builder<'g>,
+    inputs: Vec<Binding>,
+    outputs: Vec<Binding>,
+    consts: Vec<(usize, ValueId)>,
+    steps: Vec<Step>,
+    last_use: Vec<usize>,
+}
+
+/// Translates every node; with `unsupported`, a node without a kernel is listed there instead of failing (and a
+/// fused chain that fails lists each of its members).
+fn translate<'g>(
+    graph: &'g Graph,
+    info: &DeviceInfo,
+    mut refused: Option<&mut Vec<(ir::NodeId, String)>>,
+) -> Result<Translation<'g>> {
     let relu_after = stowage_cpu::lower::conv_relu_pairs(graph);
     let absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
     let planned = stowage_cpu::lower::fuse::plan(graph, &absorbed);
@@ -86,11 +115,11 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
         source: String::new(),
         fp64: false,
         kernels: Vec::new(),
-        min_groups: 2 * target.info().compute_units as usize,
+        min_groups: 2 * info.compute_units as usize,
         implicit_conv: match std::env::var("STOWAGE_OPENCL_IMPLICIT_CONV").as_deref() {
             Ok("1") => true,
             Ok("0") => false,
-            _ => target.info().gpu,
+            _ => info.gpu,
         },
         slot_of: HashMap::new(),
         types: Vec::new(),
@@ -107,487 +136,512 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
     let mut steps = Vec::new();
     let mut reads: Vec<Vec<usize>> = Vec::new();
     for &n in graph.order() {
-        let node = graph.node(n);
-        if (members.contains(&n) && !planned.contains_key(&n)) || absorbed.contains(&n) {
-            continue;
-        }
-        let unsupported = |reason: String| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason };
-        let node_inputs: Vec<Option<ValueId>> = match planned.get(&n) {
-            Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
-            None => node.inputs.clone(),
-        };
-        for v in node_inputs.iter().flatten() {
-            if matches!(graph.value(*v).def, ValueDef::Const(_)) && !consts.iter().any(|(_, c)| c == v) {
-                let s = b.slot(*v);
-                consts.push((s, *v));
+        let result = (|| -> Result<()> {
+            let node = graph.node(n);
+            if (members.contains(&n) && !planned.contains_key(&n)) || absorbed.contains(&n) {
+                return Ok(());
             }
-        }
-        let ins: Vec<Option<usize>> = node_inputs.iter().map(|v| v.map(|v| b.slot(v))).collect();
-        let out_value = match relu_after.get(&n) {
-            Some(&r) => graph.node(r).outputs[0],
-            None => node.outputs.first().copied().flatten(),
-        };
-        let out_value = out_value.ok_or_else(|| unsupported("a node without its first output".into()))?;
-        let out = b.slot(out_value);
-        let out_ty = graph.ty(out_value).clone();
-        let in_ty = |i: usize| node.inputs.get(i).copied().flatten().map(|v| graph.ty(v).clone());
-        let arg = |i: usize| -> Result<ArgRef> {
-            ins.get(i).copied().flatten().map(ArgRef::Slot).ok_or_else(|| unsupported(format!("input {i} is missing")))
-        };
-        if let Op::Split { axis, .. } = &node.op {
-            let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-            let size = x.dt.size_of();
-            if !matches!(size, 1 | 2 | 4 | 8) {
-                return Err(unsupported(format!("{size}-byte elements")));
-            }
-            let axis = *axis as usize;
-            let src = packed_strides(&x.shape, size);
-            let (mut launches, mut outs, mut at) = (Vec::new(), Vec::new(), 0);
-            for o in &node.outputs {
-                let Some(o) = o else { continue };
-                let shape = graph.ty(*o).shape.clone();
-                let slot = b.slot(*o);
-                outs.push(slot);
-                let base = at * src[axis] / size;
-                at += shape[axis];
-                let total: usize = shape.iter().product();
-                if total == 0 {
-                    continue;
+            let unsupported =
+                |reason: String| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason };
+            let node_inputs: Vec<Option<ValueId>> = match planned.get(&n) {
+                Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
+                None => node.inputs.clone(),
+            };
+            for v in node_inputs.iter().flatten() {
+                if matches!(graph.value(*v).def, ValueDef::Const(_)) && !consts.iter().any(|(_, c)| c == v) {
+                    let s = b.slot(*v);
+                    consts.push((s, *v));
                 }
-                let l = Loops::relayout(&shape, size, src.clone(), packed_strides(&shape, size));
-                let k = b.kernel(|name| codegen::loops(name, &l, 0, &[base]));
-                launches.push(launch(
-                    k,
-                    vec![arg(0)?, ArgRef::Slot(slot)],
-                    vec![total],
-                    None,
-                    vec![ArgRef::Slot(slot)],
-                ));
             }
-            reads.push(ins.iter().flatten().copied().collect());
-            steps.push(Step {
-                name: node.name.clone(),
-                op: "Split",
-                kind: StepKind::Launches { outs, scratch: vec![], launches },
-            });
-            continue;
-        }
-        let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. });
-        if node.outputs.iter().skip(1).any(Option::is_some) && !stats_ok {
-            return Err(unsupported("a second output".into()));
-        }
-        let f32_only = |dt: DatumType| {
-            if dt == DatumType::F32 {
-                Ok(())
-            } else {
-                Err(unsupported(format!("{dt} data (f32 only here)")))
-            }
-        };
-        let (op, kind) = if let Some(p) = planned.get(&n) {
-            b.fp64 |= codegen::needs_fp64(&p.loops);
-            let k = b.kernel(|name| codegen::loops(name, &p.loops, 0, &[]));
-            let args: Vec<ArgRef> = ins.iter().flatten().map(|&s| ArgRef::Slot(s)).chain([ArgRef::Slot(out)]).collect();
-            let total: usize = p.loops.dims.iter().product();
-            let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
-            ("Fused", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-        } else {
-            match &node.op {
-                Op::Identity
-                | Op::Reshape { .. }
-                | Op::Flatten { .. }
-                | Op::Squeeze
-                | Op::Unsqueeze
-                | Op::Dropout { .. } => {
-                    let training = node.inputs.get(2).copied().flatten().and_then(|v| graph.const_value(v));
-                    let training = training
-                        .map(stowage_compiler::consts::to_i64s)
-                        .transpose()
-                        .map_err(|e| unsupported(e.to_string()))?;
-                    let ratio = node.inputs.get(1).copied().flatten().and_then(|v| graph.const_value(v));
-                    let ratio = ratio
-                        .map(stowage_compiler::consts::to_f64s)
-                        .transpose()
-                        .map_err(|e| unsupported(e.to_string()))?;
-                    // Training-mode Dropout with a non-zero ratio draws a random mask; with ratio 0 it is the identity.
-                    if training.is_some_and(|t| t != [0]) && ratio.is_none_or(|r| r.iter().any(|&r| r != 0.0)) {
-                        return Err(unsupported("training-mode Dropout (a random mask)".into()));
+            let ins: Vec<Option<usize>> = node_inputs.iter().map(|v| v.map(|v| b.slot(v))).collect();
+            let out_value = match relu_after.get(&n) {
+                Some(&r) => graph.node(r).outputs[0],
+                None => node.outputs.first().copied().flatten(),
+            };
+            let out_value = out_value.ok_or_else(|| unsupported("a node without its first output".into()))?;
+            let out = b.slot(out_value);
+            let out_ty = graph.ty(out_value).clone();
+            let in_ty = |i: usize| node.inputs.get(i).copied().flatten().map(|v| graph.ty(v).clone());
+            let arg = |i: usize| -> Result<ArgRef> {
+                ins.get(i)
+                    .copied()
+                    .flatten()
+                    .map(ArgRef::Slot)
+                    .ok_or_else(|| unsupported(format!("input {i} is missing")))
+            };
+            if let Op::Split { axis, .. } = &node.op {
+                let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                let size = x.dt.size_of();
+                if !matches!(size, 1 | 2 | 4 | 8) {
+                    return Err(unsupported(format!("{size}-byte elements")));
+                }
+                let axis = *axis as usize;
+                let src = packed_strides(&x.shape, size);
+                let (mut launches, mut outs, mut at) = (Vec::new(), Vec::new(), 0);
+                for o in &node.outputs {
+                    let Some(o) = o else { continue };
+                    let shape = graph.ty(*o).shape.clone();
+                    let slot = b.slot(*o);
+                    outs.push(slot);
+                    let base = at * src[axis] / size;
+                    at += shape[axis];
+                    let total: usize = shape.iter().product();
+                    if total == 0 {
+                        continue;
                     }
-                    // Dropout that keeps everything: its mask, when asked for, is all true.
-                    if let Some(mask) = node.outputs.get(1).copied().flatten() {
-                        let (slot, dims) = (b.slot(mask), graph.ty(mask).shape.clone());
-                        let k = b.kernel(|name| codegen::typed(name, &dims, &[], "uchar", "1"));
+                    let l = Loops::relayout(&shape, size, src.clone(), packed_strides(&shape, size));
+                    let k = b.kernel(|name| codegen::loops(name, &l, 0, &[base]));
+                    launches.push(launch(
+                        k,
+                        vec![arg(0)?, ArgRef::Slot(slot)],
+                        vec![total],
+                        None,
+                        vec![ArgRef::Slot(slot)],
+                    ));
+                }
+                reads.push(ins.iter().flatten().copied().collect());
+                steps.push(Step {
+                    name: node.name.clone(),
+                    op: "Split",
+                    kind: StepKind::Launches { outs, scratch: vec![], launches },
+                });
+                return Ok(());
+            }
+            let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. });
+            if node.outputs.iter().skip(1).any(Option::is_some) && !stats_ok {
+                return Err(unsupported("a second output".into()));
+            }
+            let f32_only = |dt: DatumType| {
+                if dt == DatumType::F32 {
+                    Ok(())
+                } else {
+                    Err(unsupported(format!("{dt} data (f32 only here)")))
+                }
+            };
+            let (op, kind) = if let Some(p) = planned.get(&n) {
+                b.fp64 |= codegen::needs_fp64(&p.loops);
+                let k = b.kernel(|name| codegen::loops(name, &p.loops, 0, &[]));
+                let args: Vec<ArgRef> =
+                    ins.iter().flatten().map(|&s| ArgRef::Slot(s)).chain([ArgRef::Slot(out)]).collect();
+                let total: usize = p.loops.dims.iter().product();
+                let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
+                ("Fused", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+            } else {
+                match &node.op {
+                    Op::Identity
+                    | Op::Reshape { .. }
+                    | Op::Flatten { .. }
+                    | Op::Squeeze
+                    | Op::Unsqueeze
+                    | Op::Dropout { .. } => {
+                        let training = node.inputs.get(2).copied().flatten().and_then(|v| graph.const_value(v));
+                        let training = training
+                            .map(stowage_compiler::consts::to_i64s)
+                            .transpose()
+                            .map_err(|e| unsupported(e.to_string()))?;
+                        let ratio = node.inputs.get(1).copied().flatten().and_then(|v| graph.const_value(v));
+                        let ratio = ratio
+                            .map(stowage_compiler::consts::to_f64s)
+                            .transpose()
+                            .map_err(|e| unsupported(e.to_string()))?;
+                        // Training-mode Dropout with a non-zero ratio draws a random mask; with ratio 0 it is the identity.
+                        if training.is_some_and(|t| t != [0]) && ratio.is_none_or(|r| r.iter().any(|&r| r != 0.0)) {
+                            return Err(unsupported("training-mode Dropout (a random mask)".into()));
+                        }
+                        // Dropout that keeps everything: its mask, when asked for, is all true.
+                        if let Some(mask) = node.outputs.get(1).copied().flatten() {
+                            let (slot, dims) = (b.slot(mask), graph.ty(mask).shape.clone());
+                            let k = b.kernel(|name| codegen::typed(name, &dims, &[], "uchar", "1"));
+                            let l = launch(
+                                k,
+                                vec![ArgRef::Slot(slot)],
+                                vec![dims.iter().product()],
+                                None,
+                                vec![ArgRef::Slot(slot)],
+                            );
+                            reads.push(vec![]);
+                            let kind = StepKind::Launches { outs: vec![slot], scratch: vec![], launches: vec![l] };
+                            steps.push(Step { name: format!("{} (mask)", node.name), op: "Dropout", kind });
+                        }
+                        (
+                            node.op.name(),
+                            StepKind::Alias { from: ins[0].ok_or_else(|| unsupported("no input".into()))?, to: out },
+                        )
+                    }
+                    Op::Transpose { perm } => {
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let perm = perm.clone().unwrap_or_else(|| (0..x.shape.len()).rev().collect());
+                        let size = x.dt.size_of();
+                        if !matches!(size, 1 | 2 | 4 | 8) || x.dt == DatumType::Bool && size != 1 {
+                            return Err(unsupported(format!("{}-byte elements", size)));
+                        }
+                        let l = Loops::transpose(&x.shape, &perm, size);
+                        let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
+                        let total: usize = out_ty.shape.iter().product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                        ("Transpose", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Concat { axis } => {
+                        let axis = *axis as usize;
+                        let size = out_ty.dt.size_of();
+                        if !matches!(size, 1 | 2 | 4 | 8) {
+                            return Err(unsupported(format!("{size}-byte elements")));
+                        }
+                        let dst = packed_strides(&out_ty.shape, size);
+                        let mut launches = Vec::new();
+                        let mut at = 0;
+                        for (i, v) in node.inputs.iter().enumerate() {
+                            let Some(v) = v else { continue };
+                            let shape = graph.ty(*v).shape.clone();
+                            let l = Loops::relayout(&shape, size, packed_strides(&shape, size), dst.clone());
+                            let base = at * dst.get(axis).copied().unwrap_or(size) / size;
+                            at += shape.get(axis).copied().unwrap_or(1);
+                            let total: usize = shape.iter().product();
+                            if total == 0 {
+                                continue;
+                            }
+                            let k = b.kernel(|name| codegen::loops(name, &l, base, &[]));
+                            launches.push(launch(
+                                k,
+                                vec![arg(i)?, ArgRef::Slot(out)],
+                                vec![total],
+                                None,
+                                vec![ArgRef::Slot(out)],
+                            ));
+                        }
+                        ("Concat", StepKind::Launches { outs: vec![out], scratch: vec![], launches })
+                    }
+                    Op::MatMul | Op::Gemm(_) => {
+                        f32_only(out_ty.dt)?;
+                        let (a, bt) =
+                            (in_ty(0).unwrap_or_else(|| out_ty.clone()), in_ty(1).unwrap_or_else(|| out_ty.clone()));
+                        let g = match &node.op {
+                            Op::Gemm(g) => gemm_of(g, &a.shape, &bt.shape, in_ty(2).map(|c| c.shape), &out_ty.shape),
+                            _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
+                        }
+                        .ok_or_else(|| unsupported("operand shapes this kernel does not take".into()))?;
+                        let g = Gemm { min_groups: b.min_groups, ..g };
+                        let k = b.kernel(|name| codegen::gemm(name, &g));
+                        let mut args = vec![arg(0)?, arg(1)?, ArgRef::Slot(out)];
+                        if g.bias.is_some() {
+                            args.push(arg(2)?);
+                        }
+                        let batch: usize = g.batch.iter().product();
+                        let r = codegen::gemm_block(&g);
+                        let global = vec![groups(g.n, r), groups(g.m, r), batch.max(1)];
+                        let l = launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Conv(c) => {
+                        f32_only(out_ty.dt)?;
+                        let (x, w) = (
+                            in_ty(0).ok_or_else(|| unsupported("no input".into()))?,
+                            in_ty(1).ok_or_else(|| unsupported("no weights".into()))?,
+                        );
+                        let relu = relu_after.contains_key(&n);
+                        let (launches, scratch) = conv(&mut b, c, &x.shape, &w.shape, &out_ty.shape, &ins, out, relu)
+                            .ok_or_else(|| unsupported("this convolution's shape".into()))?;
+                        let op = if relu { "Conv+Relu" } else { "Conv" };
+                        (op, StepKind::Launches { outs: vec![out], scratch, launches })
+                    }
+                    Op::Pool(p) => {
+                        f32_only(out_ty.dt)?;
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let w = window(&p.window, &x.shape, &out_ty.shape);
+                        let (max, cip) = match p.kind {
+                            PoolKind::Max => (true, false),
+                            PoolKind::Average { count_include_pad } => (false, count_include_pad),
+                        };
+                        let k = b.kernel(|name| codegen::pool(name, &w, max, cip));
+                        let total: usize = out_ty.shape.iter().product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::GlobalPool(kind) => {
+                        f32_only(out_ty.dt)?;
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let plane: usize = x.shape.iter().skip(2).product();
+                        let k = b.kernel(|name| codegen::global_pool(name, plane, *kind == PoolKind::Max));
+                        let rows = x.shape.iter().take(2).product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![rows], None, vec![ArgRef::Slot(out)]);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Softmax { kind, axis, flatten } => {
+                        f32_only(out_ty.dt)?;
+                        let sh = &out_ty.shape;
+                        let axis = (*axis as usize).min(sh.len().saturating_sub(1));
+                        let outer: usize = sh[..axis].iter().product();
+                        let (len, inner) = if *flatten {
+                            (sh[axis..].iter().product(), 1)
+                        } else {
+                            (sh[axis], sh[axis + 1..].iter().product())
+                        };
+                        let k = b.kernel(|name| codegen::softmax(name, len, inner, *kind == SoftmaxKind::LogSoftmax));
                         let l = launch(
                             k,
-                            vec![ArgRef::Slot(slot)],
-                            vec![dims.iter().product()],
-                            None,
-                            vec![ArgRef::Slot(slot)],
-                        );
-                        reads.push(vec![]);
-                        let kind = StepKind::Launches { outs: vec![slot], scratch: vec![], launches: vec![l] };
-                        steps.push(Step { name: format!("{} (mask)", node.name), op: "Dropout", kind });
-                    }
-                    (
-                        node.op.name(),
-                        StepKind::Alias { from: ins[0].ok_or_else(|| unsupported("no input".into()))?, to: out },
-                    )
-                }
-                Op::Transpose { perm } => {
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let perm = perm.clone().unwrap_or_else(|| (0..x.shape.len()).rev().collect());
-                    let size = x.dt.size_of();
-                    if !matches!(size, 1 | 2 | 4 | 8) || x.dt == DatumType::Bool && size != 1 {
-                        return Err(unsupported(format!("{}-byte elements", size)));
-                    }
-                    let l = Loops::transpose(&x.shape, &perm, size);
-                    let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
-                    let total: usize = out_ty.shape.iter().product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
-                    ("Transpose", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Concat { axis } => {
-                    let axis = *axis as usize;
-                    let size = out_ty.dt.size_of();
-                    if !matches!(size, 1 | 2 | 4 | 8) {
-                        return Err(unsupported(format!("{size}-byte elements")));
-                    }
-                    let dst = packed_strides(&out_ty.shape, size);
-                    let mut launches = Vec::new();
-                    let mut at = 0;
-                    for (i, v) in node.inputs.iter().enumerate() {
-                        let Some(v) = v else { continue };
-                        let shape = graph.ty(*v).shape.clone();
-                        let l = Loops::relayout(&shape, size, packed_strides(&shape, size), dst.clone());
-                        let base = at * dst.get(axis).copied().unwrap_or(size) / size;
-                        at += shape.get(axis).copied().unwrap_or(1);
-                        let total: usize = shape.iter().product();
-                        if total == 0 {
-                            continue;
-                        }
-                        let k = b.kernel(|name| codegen::loops(name, &l, base, &[]));
-                        launches.push(launch(
-                            k,
-                            vec![arg(i)?, ArgRef::Slot(out)],
-                            vec![total],
+                            vec![arg(0)?, ArgRef::Slot(out)],
+                            vec![outer * inner],
                             None,
                             vec![ArgRef::Slot(out)],
-                        ));
+                        );
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                     }
-                    ("Concat", StepKind::Launches { outs: vec![out], scratch: vec![], launches })
-                }
-                Op::MatMul | Op::Gemm(_) => {
-                    f32_only(out_ty.dt)?;
-                    let (a, bt) =
-                        (in_ty(0).unwrap_or_else(|| out_ty.clone()), in_ty(1).unwrap_or_else(|| out_ty.clone()));
-                    let g = match &node.op {
-                        Op::Gemm(g) => gemm_of(g, &a.shape, &bt.shape, in_ty(2).map(|c| c.shape), &out_ty.shape),
-                        _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
-                    }
-                    .ok_or_else(|| unsupported("operand shapes this kernel does not take".into()))?;
-                    let g = Gemm { min_groups: b.min_groups, ..g };
-                    let k = b.kernel(|name| codegen::gemm(name, &g));
-                    let mut args = vec![arg(0)?, arg(1)?, ArgRef::Slot(out)];
-                    if g.bias.is_some() {
-                        args.push(arg(2)?);
-                    }
-                    let batch: usize = g.batch.iter().product();
-                    let r = codegen::gemm_block(&g);
-                    let global = vec![groups(g.n, r), groups(g.m, r), batch.max(1)];
-                    let l = launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Conv(c) => {
-                    f32_only(out_ty.dt)?;
-                    let (x, w) = (
-                        in_ty(0).ok_or_else(|| unsupported("no input".into()))?,
-                        in_ty(1).ok_or_else(|| unsupported("no weights".into()))?,
-                    );
-                    let relu = relu_after.contains_key(&n);
-                    let (launches, scratch) = conv(&mut b, c, &x.shape, &w.shape, &out_ty.shape, &ins, out, relu)
-                        .ok_or_else(|| unsupported("this convolution's shape".into()))?;
-                    let op = if relu { "Conv+Relu" } else { "Conv" };
-                    (op, StepKind::Launches { outs: vec![out], scratch, launches })
-                }
-                Op::Pool(p) => {
-                    f32_only(out_ty.dt)?;
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let w = window(&p.window, &x.shape, &out_ty.shape);
-                    let (max, cip) = match p.kind {
-                        PoolKind::Max => (true, false),
-                        PoolKind::Average { count_include_pad } => (false, count_include_pad),
-                    };
-                    let k = b.kernel(|name| codegen::pool(name, &w, max, cip));
-                    let total: usize = out_ty.shape.iter().product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::GlobalPool(kind) => {
-                    f32_only(out_ty.dt)?;
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let plane: usize = x.shape.iter().skip(2).product();
-                    let k = b.kernel(|name| codegen::global_pool(name, plane, *kind == PoolKind::Max));
-                    let rows = x.shape.iter().take(2).product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![rows], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Softmax { kind, axis, flatten } => {
-                    f32_only(out_ty.dt)?;
-                    let sh = &out_ty.shape;
-                    let axis = (*axis as usize).min(sh.len().saturating_sub(1));
-                    let outer: usize = sh[..axis].iter().product();
-                    let (len, inner) = if *flatten {
-                        (sh[axis..].iter().product(), 1)
-                    } else {
-                        (sh[axis], sh[axis + 1..].iter().product())
-                    };
-                    let k = b.kernel(|name| codegen::softmax(name, len, inner, *kind == SoftmaxKind::LogSoftmax));
-                    let l =
-                        launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![outer * inner], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::LayerNorm { axis, epsilon, .. } => {
-                    f32_only(out_ty.dt)?;
-                    let sh = &out_ty.shape;
-                    let axis = (*axis as usize).min(sh.len());
-                    let (rows, len): (usize, usize) = (sh[..axis].iter().product(), sh[axis..].iter().product());
-                    let same = |i: usize| in_ty(i).is_none_or(|t| t.shape.iter().product::<usize>() == len);
-                    if !same(1) || !same(2) {
-                        return Err(unsupported("a scale or bias that is broadcast".into()));
-                    }
-                    let bias = ins.get(2).copied().flatten().is_some();
-                    let stat = |i: usize| node.outputs.get(i).copied().flatten();
-                    let (mean, inv) = (stat(1), stat(2));
-                    if [mean, inv].iter().flatten().any(|v| graph.ty(*v).dt != DatumType::F32) {
-                        return Err(unsupported("statistics in a type other than f32".into()));
-                    }
-                    let k =
-                        b.kernel(|name| codegen::layer_norm(name, len, *epsilon, bias, mean.is_some(), inv.is_some()));
-                    let mut args = vec![arg(0)?, arg(1)?];
-                    if bias {
-                        args.push(arg(2)?);
-                    }
-                    let mut outs = vec![out];
-                    for v in [mean, inv].into_iter().flatten() {
-                        outs.push(b.slot(v));
-                    }
-                    args.extend(outs.iter().map(|&o| ArgRef::Slot(o)));
-                    let writes = outs.iter().map(|&o| ArgRef::Slot(o)).collect();
-                    let l = launch(k, args, vec![rows], None, writes);
-                    (node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
-                }
-                Op::Lrn { size, alpha, beta, bias } => {
-                    f32_only(out_ty.dt)?;
-                    let sh = &out_ty.shape;
-                    if sh.len() < 2 || *size == 0 {
-                        return Err(unsupported("an input of rank below 2".into()));
-                    }
-                    let plane: usize = sh[2..].iter().product();
-                    let k = b.kernel(|name| codegen::lrn(name, sh[1], plane, *size, *alpha, *beta, *bias));
-                    let total: usize = sh.iter().product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
-                    ("LRN", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip | Op::Where | Op::Cast { .. } => {
-                    let present: Vec<(usize, ValueId)> =
-                        node.inputs.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
-                    let dts: Vec<Option<DatumType>> = node.inputs.iter().map(|v| v.map(|v| graph.ty(v).dt)).collect();
-                    let expr = typed_expr(&node.op, &dts, out_ty.dt).ok_or_else(|| {
-                        unsupported(format!(
-                            "{} data",
-                            dts.iter().flatten().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
-                        ))
-                    })?;
-                    // Inputs are named by position among the present ones.
-                    let mut expr = expr;
-                    for (k, (i, _)) in present.iter().enumerate().rev() {
-                        expr = expr.replace(&format!("@{i}"), &format!("a{k}"));
-                    }
-                    let out_t =
-                        codegen::dt_storage(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
-                    let mut operands = Vec::new();
-                    for (_, v) in &present {
-                        let ty = graph.ty(*v);
-                        let t = codegen::dt_storage(ty.dt).ok_or_else(|| unsupported(format!("{} data", ty.dt)))?;
-                        b.fp64 |= ty.dt == DatumType::F64;
-                        operands.push((t, stowage_cpu::kernels::broadcast::strides_for(&ty.shape, &out_ty.shape)));
-                    }
-                    b.fp64 |= out_ty.dt == DatumType::F64 || expr.contains("(double)");
-                    let dims = out_ty.shape.clone();
-                    let k = b.kernel(|name| codegen::typed(name, &dims, &operands, out_t, &expr));
-                    let mut args: Vec<ArgRef> = present
-                        .iter()
-                        .map(|(i, _)| ins[*i].map(ArgRef::Slot))
-                        .collect::<Option<_>>()
-                        .ok_or_else(|| unsupported("an input".into()))?;
-                    args.push(ArgRef::Slot(out));
-                    let total: usize = dims.iter().product();
-                    let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Reduce { kind, noop_with_empty_axes, .. } => {
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let t = codegen::dt_type(x.dt).ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
-                    let out_t =
-                        codegen::dt_type(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
-                    let axes = match ins.get(1).copied().flatten() {
-                        Some(_) => {
-                            let v = node.inputs[1].ok_or_else(|| unsupported("axes".into()))?;
-                            let t = graph.const_value(v).ok_or_else(|| unsupported("run-time axes".into()))?;
-                            stowage_compiler::consts::to_i64s(t).map_err(|e| unsupported(e.to_string()))?
+                    Op::LayerNorm { axis, epsilon, .. } => {
+                        f32_only(out_ty.dt)?;
+                        let sh = &out_ty.shape;
+                        let axis = (*axis as usize).min(sh.len());
+                        let (rows, len): (usize, usize) = (sh[..axis].iter().product(), sh[axis..].iter().product());
+                        let same = |i: usize| in_ty(i).is_none_or(|t| t.shape.iter().product::<usize>() == len);
+                        if !same(1) || !same(2) {
+                            return Err(unsupported("a scale or bias that is broadcast".into()));
                         }
-                        None => vec![],
-                    };
-                    let rank = x.shape.len() as i64;
-                    let mut reduced = vec![axes.is_empty() && !noop_with_empty_axes; x.shape.len()];
-                    for a in axes {
-                        reduced[(if a < 0 { a + rank } else { a }) as usize] = true;
-                    }
-                    let float = matches!(x.dt, DatumType::F32 | DatumType::F64);
-                    let acc_t = if float {
-                        "double"
-                    } else if x.dt == DatumType::Bool {
-                        "uchar"
-                    } else {
-                        t
-                    };
-                    b.fp64 |= float;
-                    let (init, step, finish) = match kind {
-                        ir::Reduce::Sum => ("0", "acc += x;", "acc"),
-                        ir::Reduce::Mean => ("0", "acc += x;", "acc / (double)count"),
-                        ir::Reduce::Max if float => {
-                            ("-INFINITY", "acc = (isnan((double)x) || x > acc) ? x : acc;", "acc")
+                        let bias = ins.get(2).copied().flatten().is_some();
+                        let stat = |i: usize| node.outputs.get(i).copied().flatten();
+                        let (mean, inv) = (stat(1), stat(2));
+                        if [mean, inv].iter().flatten().any(|v| graph.ty(*v).dt != DatumType::F32) {
+                            return Err(unsupported("statistics in a type other than f32".into()));
                         }
-                        ir::Reduce::Min if float => {
-                            ("INFINITY", "acc = (isnan((double)x) || x < acc) ? x : acc;", "acc")
+                        let k = b.kernel(|name| {
+                            codegen::layer_norm(name, len, *epsilon, bias, mean.is_some(), inv.is_some())
+                        });
+                        let mut args = vec![arg(0)?, arg(1)?];
+                        if bias {
+                            args.push(arg(2)?);
                         }
-                        ir::Reduce::Max => ("0", "acc = (j == 0 || x > acc) ? x : acc;", "acc"),
-                        ir::Reduce::Min => ("0", "acc = (j == 0 || x < acc) ? x : acc;", "acc"),
-                    };
-                    let shape = x.shape.clone();
-                    let k =
-                        b.kernel(|name| codegen::reduce(name, &shape, &reduced, t, out_t, acc_t, init, step, finish));
-                    let total: usize = out_ty.shape.iter().product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::ArgMax { axis, select_last_index, .. } => {
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let t = codegen::dt_type(x.dt).ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
-                    let axis = *axis as usize;
-                    let reduced: Vec<bool> = (0..x.shape.len()).map(|a| a == axis).collect();
-                    let better = if *select_last_index { ">=" } else { ">" };
-                    let step = format!("if (j == 0 || x {better} best) {{ best = x; acc = (long)j; }}");
-                    let shape = x.shape.clone();
-                    let k = b.kernel(|name| {
-                        codegen::reduce(name, &shape, &reduced, t, "long", "long", "0", &step, "acc").replacen(
-                            "long acc = 0;",
-                            &format!("long acc = 0; {t} best = 0;"),
-                            1,
-                        )
-                    });
-                    let total: usize = out_ty.shape.iter().product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
-                    ("ArgMax", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Expand => {
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let size = x.dt.size_of();
-                    if !matches!(size, 1 | 2 | 4 | 8) {
-                        return Err(unsupported(format!("{size}-byte elements")));
+                        let mut outs = vec![out];
+                        for v in [mean, inv].into_iter().flatten() {
+                            outs.push(b.slot(v));
+                        }
+                        args.extend(outs.iter().map(|&o| ArgRef::Slot(o)));
+                        let writes = outs.iter().map(|&o| ArgRef::Slot(o)).collect();
+                        let l = launch(k, args, vec![rows], None, writes);
+                        (node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
                     }
-                    let src = stowage_cpu::jit::broadcast_strides(&x.shape, &out_ty.shape, size);
-                    let l = Loops::relayout(&out_ty.shape, size, src, packed_strides(&out_ty.shape, size));
-                    let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
-                    let total: usize = out_ty.shape.iter().product();
-                    let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
-                    ("Expand", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
-                }
-                Op::Slice | Op::Tile | Op::Pad { .. } | Op::Gather { .. } => {
-                    let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
-                    let size = x.dt.size_of();
-                    if !matches!(size, 1 | 2 | 4 | 8) {
-                        return Err(unsupported(format!("{size}-byte elements")));
+                    Op::Lrn { size, alpha, beta, bias } => {
+                        f32_only(out_ty.dt)?;
+                        let sh = &out_ty.shape;
+                        if sh.len() < 2 || *size == 0 {
+                            return Err(unsupported("an input of rank below 2".into()));
+                        }
+                        let plane: usize = sh[2..].iter().product();
+                        let k = b.kernel(|name| codegen::lrn(name, sh[1], plane, *size, *alpha, *beta, *bias));
+                        let total: usize = sh.iter().product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                        ("LRN", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                     }
-                    let ints = |i: usize| -> Result<Option<Vec<i64>>> {
-                        match node.inputs.get(i).copied().flatten() {
-                            None => Ok(None),
-                            Some(v) => {
-                                let t =
-                                    graph.const_value(v).ok_or_else(|| unsupported(format!("run-time input {i}")))?;
-                                stowage_compiler::consts::to_i64s(t).map(Some).map_err(|e| unsupported(e.to_string()))
+                    Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip | Op::Where | Op::Cast { .. } => {
+                        let present: Vec<(usize, ValueId)> =
+                            node.inputs.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i, v))).collect();
+                        let dts: Vec<Option<DatumType>> =
+                            node.inputs.iter().map(|v| v.map(|v| graph.ty(v).dt)).collect();
+                        let expr = typed_expr(&node.op, &dts, out_ty.dt).ok_or_else(|| {
+                            unsupported(format!(
+                                "{} data",
+                                dts.iter().flatten().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                            ))
+                        })?;
+                        // Inputs are named by position among the present ones.
+                        let mut expr = expr;
+                        for (k, (i, _)) in present.iter().enumerate().rev() {
+                            expr = expr.replace(&format!("@{i}"), &format!("a{k}"));
+                        }
+                        let out_t =
+                            codegen::dt_storage(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
+                        let mut operands = Vec::new();
+                        for (_, v) in &present {
+                            let ty = graph.ty(*v);
+                            let t = codegen::dt_storage(ty.dt).ok_or_else(|| unsupported(format!("{} data", ty.dt)))?;
+                            b.fp64 |= ty.dt == DatumType::F64;
+                            operands.push((t, stowage_cpu::kernels::broadcast::strides_for(&ty.shape, &out_ty.shape)));
+                        }
+                        b.fp64 |= out_ty.dt == DatumType::F64 || expr.contains("(double)");
+                        let dims = out_ty.shape.clone();
+                        let k = b.kernel(|name| codegen::typed(name, &dims, &operands, out_t, &expr));
+                        let mut args: Vec<ArgRef> = present
+                            .iter()
+                            .map(|(i, _)| ins[*i].map(ArgRef::Slot))
+                            .collect::<Option<_>>()
+                            .ok_or_else(|| unsupported("an input".into()))?;
+                        args.push(ArgRef::Slot(out));
+                        let total: usize = dims.iter().product();
+                        let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Reduce { kind, noop_with_empty_axes, .. } => {
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let t = codegen::dt_type(x.dt).ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
+                        let out_t =
+                            codegen::dt_type(out_ty.dt).ok_or_else(|| unsupported(format!("{} data", out_ty.dt)))?;
+                        let axes = match ins.get(1).copied().flatten() {
+                            Some(_) => {
+                                let v = node.inputs[1].ok_or_else(|| unsupported("axes".into()))?;
+                                let t = graph.const_value(v).ok_or_else(|| unsupported("run-time axes".into()))?;
+                                stowage_compiler::consts::to_i64s(t).map_err(|e| unsupported(e.to_string()))?
                             }
+                            None => vec![],
+                        };
+                        let rank = x.shape.len() as i64;
+                        let mut reduced = vec![axes.is_empty() && !noop_with_empty_axes; x.shape.len()];
+                        for a in axes {
+                            reduced[(if a < 0 { a + rank } else { a }) as usize] = true;
                         }
-                    };
-                    let rank = x.shape.len();
-                    let norm = |a: i64| if a < 0 { (a + rank as i64) as usize } else { a as usize };
-                    let mut args = vec![arg(0)?];
-                    let map = match &node.op {
-                        Op::Slice => {
-                            let starts = ints(1)?.unwrap_or_default();
-                            let ends = ints(2)?.unwrap_or_default();
-                            let axes = ints(3)?.unwrap_or_else(|| (0..starts.len() as i64).collect());
-                            let steps = ints(4)?.unwrap_or_else(|| vec![1; starts.len()]);
-                            let (mut begin, mut step) = (vec![0i64; rank], vec![1i64; rank]);
-                            for i in 0..starts.len() {
-                                let a = norm(axes[i]);
-                                let (s0, _, st) =
-                                    stowage_compiler::infer::slice_bounds(x.shape[a], starts[i], ends[i], steps[i])
-                                        .map_err(|e| unsupported(e.to_string()))?;
-                                (begin[a], step[a]) = (s0 as i64, st as i64);
+                        let float = matches!(x.dt, DatumType::F32 | DatumType::F64);
+                        let acc_t = if float {
+                            "double"
+                        } else if x.dt == DatumType::Bool {
+                            "uchar"
+                        } else {
+                            t
+                        };
+                        b.fp64 |= float;
+                        let (init, step, finish) = match kind {
+                            ir::Reduce::Sum => ("0", "acc += x;", "acc"),
+                            ir::Reduce::Mean => ("0", "acc += x;", "acc / (double)count"),
+                            ir::Reduce::Max if float => {
+                                ("-INFINITY", "acc = (isnan((double)x) || x > acc) ? x : acc;", "acc")
                             }
-                            codegen::IndexMap::Slice { begin, step }
+                            ir::Reduce::Min if float => {
+                                ("INFINITY", "acc = (isnan((double)x) || x < acc) ? x : acc;", "acc")
+                            }
+                            ir::Reduce::Max => ("0", "acc = (j == 0 || x > acc) ? x : acc;", "acc"),
+                            ir::Reduce::Min => ("0", "acc = (j == 0 || x < acc) ? x : acc;", "acc"),
+                        };
+                        let shape = x.shape.clone();
+                        let k = b.kernel(|name| {
+                            codegen::reduce(name, &shape, &reduced, t, out_t, acc_t, init, step, finish)
+                        });
+                        let total: usize = out_ty.shape.iter().product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::ArgMax { axis, select_last_index, .. } => {
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let t = codegen::dt_type(x.dt).ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
+                        let axis = *axis as usize;
+                        let reduced: Vec<bool> = (0..x.shape.len()).map(|a| a == axis).collect();
+                        let better = if *select_last_index { ">=" } else { ">" };
+                        let step = format!("if (j == 0 || x {better} best) {{ best = x; acc = (long)j; }}");
+                        let shape = x.shape.clone();
+                        let k = b.kernel(|name| {
+                            codegen::reduce(name, &shape, &reduced, t, "long", "long", "0", &step, "acc").replacen(
+                                "long acc = 0;",
+                                &format!("long acc = 0; {t} best = 0;"),
+                                1,
+                            )
+                        });
+                        let total: usize = out_ty.shape.iter().product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                        ("ArgMax", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Expand => {
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let size = x.dt.size_of();
+                        if !matches!(size, 1 | 2 | 4 | 8) {
+                            return Err(unsupported(format!("{size}-byte elements")));
                         }
-                        Op::Tile => codegen::IndexMap::Tile,
-                        Op::Pad { mode } => {
-                            let pads = ints(1)?.unwrap_or_default();
-                            let axes: Vec<usize> = match ints(3)? {
-                                Some(axes) => axes.into_iter().map(norm).collect(),
-                                None => (0..rank).collect(),
-                            };
-                            let mut begin = vec![0i64; rank];
-                            for (i, &a) in axes.iter().enumerate() {
-                                begin[a] = pads[i];
-                            }
-                            let mode = match mode {
-                                ir::PadMode::Constant if ins.get(2).copied().flatten().is_some() => {
-                                    args.push(arg(2)?);
-                                    "constant"
+                        let src = stowage_cpu::jit::broadcast_strides(&x.shape, &out_ty.shape, size);
+                        let l = Loops::relayout(&out_ty.shape, size, src, packed_strides(&out_ty.shape, size));
+                        let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
+                        let total: usize = out_ty.shape.iter().product();
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
+                        ("Expand", StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Slice | Op::Tile | Op::Pad { .. } | Op::Gather { .. } => {
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let size = x.dt.size_of();
+                        if !matches!(size, 1 | 2 | 4 | 8) {
+                            return Err(unsupported(format!("{size}-byte elements")));
+                        }
+                        let ints = |i: usize| -> Result<Option<Vec<i64>>> {
+                            match node.inputs.get(i).copied().flatten() {
+                                None => Ok(None),
+                                Some(v) => {
+                                    let t = graph
+                                        .const_value(v)
+                                        .ok_or_else(|| unsupported(format!("run-time input {i}")))?;
+                                    stowage_compiler::consts::to_i64s(t)
+                                        .map(Some)
+                                        .map_err(|e| unsupported(e.to_string()))
                                 }
-                                ir::PadMode::Constant => "zeros",
-                                ir::PadMode::Reflect => "reflect",
-                                ir::PadMode::Edge => "edge",
-                                ir::PadMode::Wrap => "wrap",
-                            };
-                            codegen::IndexMap::Pad { begin, mode }
-                        }
-                        Op::Gather { axis } => {
-                            let idx = in_ty(1).ok_or_else(|| unsupported("no indices".into()))?;
-                            let index_type = match idx.dt {
-                                DatumType::I64 => "long",
-                                DatumType::I32 => "int",
-                                other => return Err(unsupported(format!("{other} indices"))),
-                            };
-                            args.push(arg(1)?);
-                            codegen::IndexMap::Gather { axis: *axis as usize, rank: idx.shape.len(), index_type }
-                        }
-                        _ => unreachable!("matched above"),
-                    };
-                    args.push(ArgRef::Slot(out));
-                    let (shape, out_shape) = (x.shape.clone(), out_ty.shape.clone());
-                    let k = b.kernel(|name| codegen::index_map(name, &out_shape, &shape, size, &map));
-                    let total: usize = out_shape.iter().product();
-                    let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
-                    (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                            }
+                        };
+                        let rank = x.shape.len();
+                        let norm = |a: i64| if a < 0 { (a + rank as i64) as usize } else { a as usize };
+                        let mut args = vec![arg(0)?];
+                        let map = match &node.op {
+                            Op::Slice => {
+                                let starts = ints(1)?.unwrap_or_default();
+                                let ends = ints(2)?.unwrap_or_default();
+                                let axes = ints(3)?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+                                let steps = ints(4)?.unwrap_or_else(|| vec![1; starts.len()]);
+                                let (mut begin, mut step) = (vec![0i64; rank], vec![1i64; rank]);
+                                for i in 0..starts.len() {
+                                    let a = norm(axes[i]);
+                                    let (s0, _, st) =
+                                        stowage_compiler::infer::slice_bounds(x.shape[a], starts[i], ends[i], steps[i])
+                                            .map_err(|e| unsupported(e.to_string()))?;
+                                    (begin[a], step[a]) = (s0 as i64, st as i64);
+                                }
+                                codegen::IndexMap::Slice { begin, step }
+                            }
+                            Op::Tile => codegen::IndexMap::Tile,
+                            Op::Pad { mode } => {
+                                let pads = ints(1)?.unwrap_or_default();
+                                let axes: Vec<usize> = match ints(3)? {
+                                    Some(axes) => axes.into_iter().map(norm).collect(),
+                                    None => (0..rank).collect(),
+                                };
+                                let mut begin = vec![0i64; rank];
+                                for (i, &a) in axes.iter().enumerate() {
+                                    begin[a] = pads[i];
+                                }
+                                let mode = match mode {
+                                    ir::PadMode::Constant if ins.get(2).copied().flatten().is_some() => {
+                                        args.push(arg(2)?);
+                                        "constant"
+                                    }
+                                    ir::PadMode::Constant => "zeros",
+                                    ir::PadMode::Reflect => "reflect",
+                                    ir::PadMode::Edge => "edge",
+                                    ir::PadMode::Wrap => "wrap",
+                                };
+                                codegen::IndexMap::Pad { begin, mode }
+                            }
+                            Op::Gather { axis } => {
+                                let idx = in_ty(1).ok_or_else(|| unsupported("no indices".into()))?;
+                                let index_type = match idx.dt {
+                                    DatumType::I64 => "long",
+                                    DatumType::I32 => "int",
+                                    other => return Err(unsupported(format!("{other} indices"))),
+                                };
+                                args.push(arg(1)?);
+                                codegen::IndexMap::Gather { axis: *axis as usize, rank: idx.shape.len(), index_type }
+                            }
+                            _ => unreachable!("matched above"),
+                        };
+                        args.push(ArgRef::Slot(out));
+                        let (shape, out_shape) = (x.shape.clone(), out_ty.shape.clone());
+                        let k = b.kernel(|name| codegen::index_map(name, &out_shape, &shape, size, &map));
+                        let total: usize = out_shape.iter().product();
+                        let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    other => return Err(unsupported(format!("{} has no kernel on this target yet", other.name()))),
                 }
-                other => return Err(unsupported(format!("{} has no kernel on this target yet", other.name()))),
+            };
+            let mut read: Vec<usize> = ins.iter().flatten().copied().collect();
+            if let StepKind::Alias { from, .. } = kind {
+                read.push(from);
             }
-        };
-        let mut read: Vec<usize> = ins.iter().flatten().copied().collect();
-        if let StepKind::Alias { from, .. } = kind {
-            read.push(from);
+            reads.push(read);
+            steps.push(Step { name: node.name.clone(), op, kind });
+            Ok(())
+        })();
+        match (result, refused.as_deref_mut()) {
+            (Ok(()), _) => {}
+            (Err(ClError::Unsupported { reason, .. }), Some(found)) => found.push((n, reason)),
+            (Err(e), _) => return Err(e),
         }
-        reads.push(read);
-        steps.push(Step { name: node.name.clone(), op, kind });
     }
     // Outputs that are constants (folded graphs) are uploaded like the constants kernels read.
     for o in graph.outputs() {
@@ -631,6 +685,21 @@ pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgra
             last_use[s] = i;
         }
     }
+    if let Some(found) = refused {
+        // A chain is one kernel: when it fails, each member has no kernel either.
+        let heads: Vec<(ir::NodeId, String)> = found.clone();
+        for (head, reason) in heads {
+            if let Some(p) = planned.get(&head) {
+                found.extend(p.members.iter().filter(|&&m| m != head).map(|&m| (m, reason.clone())));
+            }
+        }
+    }
+    Ok(Translation { b, inputs, outputs, consts, steps, last_use })
+}
+
+/// Builds a translation's program and uploads its constants.
+fn build(graph: &Graph, target: &Target, ledger: &Ledger, t: Translation<'_>) -> Result<ClProgram> {
+    let Translation { b, inputs, outputs, consts, steps, last_use } = t;
     let (program, kernels) = if b.kernels.is_empty() {
         (None, Vec::new())
     } else {

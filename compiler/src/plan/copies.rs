@@ -1,0 +1,272 @@
+//! Copy insertion: a transfer or relayout only where a value's producer and a consumer disagree, at most one per
+//! value and destination space. Graph inputs are the caller's memory, on the host, in the caller's layout;
+//! outputs stay where they were produced (lazy), and move only when the caller reads their bytes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use stowage_runtime::MemoryKind;
+
+use crate::ir::{Graph, NodeId, ValueDef, ValueId};
+
+use super::layout::InputLayout;
+use super::placement::Placed;
+use super::target::Backend;
+use super::PlanOptions;
+
+/// What a copy does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    /// Host to a device's memory.
+    Upload,
+    /// A device's memory to the host.
+    Download,
+    /// Within one space, into the layout a kernel reads.
+    Relayout,
+}
+
+impl fmt::Display for CopyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CopyKind::Upload => "upload",
+            CopyKind::Download => "download",
+            CopyKind::Relayout => "relayout",
+        })
+    }
+}
+
+/// How often a copy runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// Once, when the program is made (constants to a device).
+    Setup,
+    /// Every run.
+    EveryRun,
+    /// The first run only (a state input: later runs use the fed-back output where it is).
+    FirstRun,
+    /// When the caller reads the output's bytes, once.
+    WhenRead,
+}
+
+impl fmt::Display for When {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            When::Setup => "once, at setup",
+            When::EveryRun => "every run",
+            When::FirstRun => "first run only",
+            When::WhenRead => "when read",
+        })
+    }
+}
+
+/// One copy the plan performs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedCopy {
+    /// The value's name.
+    pub value: String,
+    /// The value.
+    pub id: ValueId,
+    /// What the copy does.
+    pub kind: CopyKind,
+    /// Source memory space.
+    pub from: String,
+    /// Destination memory space.
+    pub to: String,
+    /// Bytes moved.
+    pub bytes: usize,
+    /// Why it is needed.
+    pub reason: String,
+    /// How often.
+    pub when: When,
+}
+
+/// How a graph input reaches the kernels of one space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputAccess {
+    /// The caller's memory is read in place, in its layout.
+    InPlace,
+    /// One copy (a relayout on the host, an upload to a device) that every kernel of the space reads.
+    Copied,
+}
+
+/// The copies of a placed graph, and how each input reaches each space.
+pub struct Copies {
+    /// Every copy, in the order they first happen.
+    pub copies: Vec<PlannedCopy>,
+    /// Per graph input and space that reads it: in place or through its one copy.
+    pub input_access: BTreeMap<(String, String), InputAccess>,
+}
+
+/// Inserts the copies for `placed`.
+pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], options: &PlanOptions) -> Copies {
+    let target_of: BTreeMap<NodeId, usize> = placed.iter().map(|p| (p.node, p.target)).collect();
+    let spec = |i: usize| targets[i].spec();
+    let mut out = Copies { copies: Vec::new(), input_access: BTreeMap::new() };
+    // Consumers of each value, grouped by space, in order.
+    let mut consumers: BTreeMap<ValueId, Vec<(NodeId, usize, usize)>> = BTreeMap::new();
+    for p in placed {
+        for (k, v) in graph.node(p.node).inputs.iter().enumerate() {
+            if let Some(v) = v {
+                consumers.entry(*v).or_default().push((p.node, k, p.target));
+            }
+        }
+    }
+    let states: BTreeMap<&str, &str> = options.states.iter().map(|(o, i)| (i.as_str(), o.as_str())).collect();
+    let mut setup_done: Vec<(ValueId, String)> = Vec::new();
+    for p in placed {
+        for v in graph.node(p.node).inputs.iter().flatten() {
+            let data = graph.value(*v);
+            let here = spec(p.target);
+            let bytes = data.ty.byte_len().unwrap_or(0);
+            let copy = |kind, from: &str, reason: String, when| PlannedCopy {
+                value: data.name.clone(),
+                id: *v,
+                kind,
+                from: from.to_string(),
+                to: here.space.clone(),
+                bytes,
+                reason,
+                when,
+            };
+            match &data.def {
+                ValueDef::Const(_) => {
+                    if !here.is_host() && !setup_done.contains(&(*v, here.space.clone())) {
+                        setup_done.push((*v, here.space.clone()));
+                        let reason = "a constant, uploaded once when the program is made".to_string();
+                        out.copies.push(copy(CopyKind::Upload, "host", reason, When::Setup));
+                    }
+                }
+                ValueDef::Input(_) => {
+                    let key = (data.name.clone(), here.space.clone());
+                    if out.input_access.contains_key(&key) {
+                        continue;
+                    }
+                    let layout = options
+                        .input_layouts
+                        .get(&data.name)
+                        .cloned()
+                        .unwrap_or_else(|| InputLayout::packed(data.ty.rank()));
+                    let state = states.get(data.name.as_str());
+                    let when = if state.is_some() { When::FirstRun } else { When::EveryRun };
+                    let fed = |reason: String| match state {
+                        Some(o) => format!("{reason}; later runs use output '{o}' where it is"),
+                        None => reason,
+                    };
+                    let (access, c) = if here.is_host() {
+                        // Every host kernel of this space must read the caller's layout, or all read one relayout.
+                        let refuser = consumers[v]
+                            .iter()
+                            .filter(|c| spec(c.2).space == here.space)
+                            .find(|c| !layout.read_in_place_by(&targets[c.2].accepts(graph, c.0, c.1)));
+                        match refuser {
+                            None => (InputAccess::InPlace, None),
+                            Some(&(n, _, _)) => {
+                                let node = graph.node(n);
+                                let reason = format!(
+                                    "the caller's {} where {} ({}) reads packed row-major",
+                                    layout.describe(),
+                                    node.name,
+                                    node.op.name()
+                                );
+                                (InputAccess::Copied, Some(copy(CopyKind::Relayout, "host", reason, When::EveryRun)))
+                            }
+                        }
+                    } else {
+                        let m = &here.memory;
+                        let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
+                        match import {
+                            Some(a) if layout.is_packed() && layout.alignment.is_multiple_of(a) => {
+                                (InputAccess::InPlace, None)
+                            }
+                            Some(a) if layout.is_packed() => {
+                                let reason = format!(
+                                    "{} imports host memory in place at {a}-byte alignment; the input is {}-byte aligned",
+                                    here.space, layout.alignment
+                                );
+                                (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
+                            }
+                            Some(_) => {
+                                let reason = format!(
+                                    "{} imports packed row-major host memory only; the caller's is {}",
+                                    here.space,
+                                    layout.describe()
+                                );
+                                (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
+                            }
+                            None => {
+                                let reason =
+                                    format!("{} is discrete memory: one upload through pinned staging", here.space);
+                                (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
+                            }
+                        }
+                    };
+                    out.input_access.insert(key, access);
+                    out.copies.extend(c);
+                }
+                ValueDef::Node(producer, _) => {
+                    let from = spec(target_of[producer]);
+                    if from.space == here.space
+                        || out.copies.iter().any(|c| c.id == *v && c.to == here.space && c.when != When::WhenRead)
+                    {
+                        continue;
+                    }
+                    let node = graph.node(p.node);
+                    let read_by = format!(
+                        "computed on {}, read by {} ({}) on {}",
+                        from.name,
+                        node.name,
+                        node.op.name(),
+                        here.name
+                    );
+                    if here.is_host() {
+                        if from.memory.kind == MemoryKind::Device {
+                            out.copies.push(copy(CopyKind::Download, &from.space, read_by, When::EveryRun));
+                        }
+                        // Unified memory is read by the host in place.
+                    } else {
+                        let m = &here.memory;
+                        let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
+                        let host_alignment = if from.is_host() { from.memory.alignment } else { 0 };
+                        let reason = match import {
+                            Some(a) if host_alignment > 0 && host_alignment.is_multiple_of(a) => continue,
+                            Some(a) if from.is_host() => format!(
+                                "{read_by}: {}'s buffers are {host_alignment}-byte aligned, {} imports at {a}",
+                                from.name, here.space
+                            ),
+                            _ => read_by,
+                        };
+                        if !from.is_host() && from.memory.kind == MemoryKind::Device {
+                            let reason = format!("{reason}, through the host");
+                            out.copies.push(copy(CopyKind::Download, &from.space, reason.clone(), When::EveryRun));
+                            out.copies.push(copy(CopyKind::Upload, "host", reason, When::EveryRun));
+                        } else {
+                            out.copies.push(copy(CopyKind::Upload, "host", reason, When::EveryRun));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Outputs stay where they were made; the caller reading bytes of one on discrete memory costs one download.
+    if options.read_outputs {
+        for o in graph.outputs() {
+            let space = match graph.value(o.value).def {
+                ValueDef::Node(n, _) => spec(target_of[&n]),
+                _ => continue,
+            };
+            if space.memory.kind == MemoryKind::Device {
+                out.copies.push(PlannedCopy {
+                    value: o.name.clone(),
+                    id: o.value,
+                    kind: CopyKind::Download,
+                    from: space.space.clone(),
+                    to: "host".into(),
+                    bytes: graph.ty(o.value).byte_len().unwrap_or(0),
+                    reason: "an output the caller reads, downloaded once when first read".into(),
+                    when: When::WhenRead,
+                });
+            }
+        }
+    }
+    out
+}

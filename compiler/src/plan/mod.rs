@@ -1,0 +1,249 @@
+//! The planner: from the optimised IR and the targets' descriptors to a [`Plan`] that says where every node runs,
+//! how every value is laid out, every copy (with its bytes, reason and how often it runs) and each memory space's
+//! arena. Each pass is one file, run in this order by [`plan`]:
+//!
+//! 1. [`placement`]: each node to a target with a kernel for it, least estimated compute plus transfer time
+//!    ([`cost`]);
+//! 2. [`layout`]: packed row-major values, graph inputs in the caller's layout;
+//! 3. [`copies`]: a transfer or relayout only where producer and consumer disagree, at most one per value and
+//!    destination; outputs stay where they were made;
+//! 4. [`memory`]: per space, arena offsets from liveness, against the lower bound;
+//! 5. the copy budget, checked last, so its error names the copies.
+//!
+//! Backends take part through [`Backend`]; [`show`] prints a plan as text or Graphviz.
+
+pub mod copies;
+pub mod cost;
+pub mod layout;
+pub mod memory;
+pub mod placement;
+pub mod segments;
+pub mod show;
+pub mod target;
+
+use std::collections::BTreeMap;
+
+pub use copies::{CopyKind, InputAccess, PlannedCopy, When};
+pub use layout::InputLayout;
+pub use memory::{Arena, Buffer};
+pub use placement::Placed;
+pub use segments::{segments, Segment};
+pub use target::{Accepts, Backend, TargetSpec};
+
+use crate::ir::{Graph, ValueDef};
+
+/// What the caller asks of a plan besides the targets.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// Caller layouts of graph inputs, by input name (the default: packed row-major, 64-byte aligned).
+    pub input_layouts: BTreeMap<String, InputLayout>,
+    /// Outputs fed back as the next run's inputs: `(output, input)`.
+    pub states: Vec<(String, String)>,
+    /// At most this many copies per run (`--max-copies`).
+    pub max_copies: Option<usize>,
+    /// At most this many bytes copied per run (`--max-copy-bytes`).
+    pub max_copy_bytes: Option<usize>,
+    /// True when the caller reads the outputs' bytes (`stowage run` writes them): outputs on discrete memory are
+    /// then downloaded once each.
+    pub read_outputs: bool,
+}
+
+impl PlanOptions {
+    /// Sets an input's layout (the library's `--input-layout`).
+    pub fn input_layout(mut self, input: impl Into<String>, layout: InputLayout) -> Self {
+        self.input_layouts.insert(input.into(), layout);
+        self
+    }
+
+    /// Declares `output` fed back as the next run's `input` (`--state OUT=IN`).
+    pub fn state(mut self, output: impl Into<String>, input: impl Into<String>) -> Self {
+        self.states.push((output.into(), input.into()));
+        self
+    }
+
+    /// A copy budget (`--max-copies`, `--max-copy-bytes`).
+    pub fn copy_budget(mut self, copies: Option<usize>, bytes: Option<usize>) -> Self {
+        self.max_copies = copies;
+        self.max_copy_bytes = bytes;
+        self
+    }
+}
+
+/// A plan: placements, input layouts, copies, arenas.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The graph's name.
+    pub graph: String,
+    /// The targets, in the caller's order.
+    pub targets: Vec<TargetSpec>,
+    /// Every node in run order, with its target and why.
+    pub nodes: Vec<Placed>,
+    /// Node names and ops, parallel to `nodes` (for showing without the graph).
+    pub node_names: Vec<(String, &'static str)>,
+    /// Graph inputs, in order.
+    pub inputs: Vec<PlanInput>,
+    /// Every copy.
+    pub copies: Vec<PlannedCopy>,
+    /// Per space, its arena.
+    pub arenas: Vec<Arena>,
+    /// Fed-back outputs: `(output, input)`.
+    pub states: Vec<(String, String)>,
+}
+
+impl Plan {
+    /// Copies that run on every run (or the first, or when an output is read): what the budget counts.
+    pub fn run_copies(&self) -> impl Iterator<Item = &PlannedCopy> {
+        self.copies.iter().filter(|c| c.when != When::Setup)
+    }
+
+    /// The targets used, by index: true when some node runs there.
+    pub fn uses(&self, target: usize) -> bool {
+        self.nodes.iter().any(|p| p.target == target)
+    }
+}
+
+/// A graph input as planned.
+#[derive(Clone, Debug)]
+pub struct PlanInput {
+    /// Its name.
+    pub name: String,
+    /// The caller's layout of it.
+    pub layout: InputLayout,
+    /// Per memory space that reads it: in place, or through its one copy.
+    pub access: Vec<(String, InputAccess)>,
+}
+
+impl PlanInput {
+    /// True when the kernels of `space` read a copy of it.
+    pub fn copied_for(&self, space: &str) -> bool {
+        self.access.iter().any(|(s, a)| s == space && *a == InputAccess::Copied)
+    }
+}
+
+/// Why a plan cannot be made. Each names what is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// No target has a kernel for a node.
+    #[error("node '{node}' ({op}): no target can run it ({})", refused.iter().map(|(t, r)| format!("{t}: {r}")).collect::<Vec<_>>().join("; "))]
+    NoTarget {
+        /// The node.
+        node: String,
+        /// Its op.
+        op: &'static str,
+        /// Each target tried, and why it refused.
+        refused: Vec<(String, String)>,
+    },
+    /// An option names an input or output the graph lacks, or contradicts its type.
+    #[error("{option}: {message}")]
+    BadOption {
+        /// The option as given (`--input-layout frame=…`).
+        option: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The plan moves more than the budget allows.
+    #[error("the plan needs {count} copies of {bytes} bytes per run, over the budget of {budget}: {list}")]
+    OverBudget {
+        /// Copies planned.
+        count: usize,
+        /// Bytes planned.
+        bytes: usize,
+        /// The budget, as given.
+        budget: String,
+        /// The copies, one phrase each.
+        list: String,
+    },
+}
+
+/// Plans `graph` for `targets` (in order of preference).
+pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> Result<Plan, PlanError> {
+    check_options(graph, options)?;
+    let nodes = placement::place(graph, targets)?;
+    let inserted = copies::insert(graph, targets, &nodes, options);
+    let arenas = memory::plan(graph, targets, &nodes, &inserted.copies, &options.states);
+    let inputs = graph
+        .inputs()
+        .iter()
+        .map(|&v| {
+            let name = graph.value(v).name.clone();
+            let layout =
+                options.input_layouts.get(&name).cloned().unwrap_or_else(|| InputLayout::packed(graph.ty(v).rank()));
+            let access = inserted
+                .input_access
+                .iter()
+                .filter(|((input, _), _)| *input == name)
+                .map(|((_, space), a)| (space.clone(), a.clone()))
+                .collect();
+            PlanInput { name, layout, access }
+        })
+        .collect();
+    let plan = Plan {
+        graph: graph.name.clone(),
+        targets: targets.iter().map(|t| t.spec().clone()).collect(),
+        node_names: nodes.iter().map(|p| (graph.node(p.node).name.clone(), graph.node(p.node).op.name())).collect(),
+        nodes,
+        inputs,
+        copies: inserted.copies,
+        arenas,
+        states: options.states.clone(),
+    };
+    check_budget(&plan, options)?;
+    Ok(plan)
+}
+
+fn check_options(graph: &Graph, options: &PlanOptions) -> Result<(), PlanError> {
+    let input = |name: &str| graph.inputs().iter().copied().find(|&v| graph.value(v).name == name);
+    let names = |vs: Vec<&str>| vs.join(", ");
+    let input_names = || names(graph.inputs().iter().map(|&v| graph.value(v).name.as_str()).collect());
+    for (name, layout) in &options.input_layouts {
+        let bad = |message: String| PlanError::BadOption { option: format!("--input-layout {name}"), message };
+        let v = input(name)
+            .ok_or_else(|| bad(format!("the model has no run-time input '{name}' (its inputs: {})", input_names())))?;
+        let ty = graph.ty(v);
+        layout.check(ty.dt, &ty.shape).map_err(|m| bad(format!("{m} (the input is {}{:?})", ty.dt, ty.shape)))?;
+    }
+    for (out, inp) in &options.states {
+        let bad = |message: String| PlanError::BadOption { option: format!("--state {out}={inp}"), message };
+        let o = graph.outputs().iter().find(|o| o.name == *out).ok_or_else(|| {
+            bad(format!(
+                "the model has no output '{out}' (its outputs: {})",
+                names(graph.outputs().iter().map(|o| o.name.as_str()).collect())
+            ))
+        })?;
+        let i = input(inp)
+            .ok_or_else(|| bad(format!("the model has no run-time input '{inp}' (its inputs: {})", input_names())))?;
+        let (to, ti) = (graph.ty(o.value), graph.ty(i));
+        if to != ti {
+            return Err(bad(format!(
+                "output '{out}' is {}{:?}, input '{inp}' is {}{:?}",
+                to.dt, to.shape, ti.dt, ti.shape
+            )));
+        }
+        if matches!(graph.value(o.value).def, ValueDef::Input(_) | ValueDef::Const(_)) {
+            return Err(bad(format!("output '{out}' is not computed by the model")));
+        }
+    }
+    Ok(())
+}
+
+fn check_budget(plan: &Plan, options: &PlanOptions) -> Result<(), PlanError> {
+    let count = plan.run_copies().count();
+    let bytes: usize = plan.run_copies().map(|c| c.bytes).sum();
+    let over_count = options.max_copies.is_some_and(|m| count > m);
+    let over_bytes = options.max_copy_bytes.is_some_and(|m| bytes > m);
+    if !over_count && !over_bytes {
+        return Ok(());
+    }
+    let mut budget = Vec::new();
+    if let Some(m) = options.max_copies {
+        budget.push(format!("{m} copies"));
+    }
+    if let Some(m) = options.max_copy_bytes {
+        budget.push(format!("{m} bytes"));
+    }
+    let list: Vec<String> = plan
+        .run_copies()
+        .map(|c| format!("{} '{}' {} → {}, {} bytes ({})", c.kind, c.value, c.from, c.to, c.bytes, c.reason))
+        .collect();
+    Err(PlanError::OverBudget { count, bytes, budget: budget.join(" and "), list: list.join("; ") })
+}

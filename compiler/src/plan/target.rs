@@ -1,0 +1,54 @@
+//! What the planner knows of a target: its memory (the backend storage's descriptor), a throughput estimate for the
+//! cost model, and, per node, whether the backend has a kernel for it and which layouts that kernel reads in place.
+//! Backends implement [`Backend`]; the planner never sees their code.
+
+use stowage_runtime::{LayoutSupport, StorageDescriptor};
+
+use crate::ir::{Graph, NodeId};
+
+/// One target as the planner sees it.
+#[derive(Clone, Debug)]
+pub struct TargetSpec {
+    /// The target's name as the caller wrote it (`cpu`, `opencl:0`, `opencl:0:discrete`).
+    pub name: String,
+    /// The memory space its values live in (`host` for the CPU, `opencl:0` for an OpenCL device).
+    pub space: String,
+    /// Its storage's descriptor: unified or not, alignments, import rule, transfer bandwidth and latency.
+    pub memory: StorageDescriptor,
+    /// Sustained f32 throughput estimate, GFLOP/s, for the cost model.
+    pub gflops: f64,
+    /// Fixed cost of one kernel launch, µs.
+    pub launch_us: f64,
+}
+
+impl TargetSpec {
+    /// True when values of this target live in host memory (they need no transfer to be read by the host).
+    pub fn is_host(&self) -> bool {
+        self.memory.kind == stowage_runtime::MemoryKind::Host
+    }
+}
+
+/// The layouts one kernel input reads in place, and when they must be known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepts {
+    /// Layouts read in place.
+    pub layouts: &'static [LayoutSupport],
+    /// True when the layout is compiled into the kernel (fixed at lowering); false when the kernel reads each
+    /// tensor's strides when it runs.
+    pub at_lowering: bool,
+}
+
+impl Accepts {
+    /// Packed row-major input only.
+    pub const PACKED: Accepts = Accepts { layouts: &[LayoutSupport::RowMajor], at_lowering: false };
+}
+
+/// A backend, as placement and layout assignment ask of it.
+pub trait Backend {
+    /// The target.
+    fn spec(&self) -> &TargetSpec;
+    /// `Ok` when the backend has a kernel for `node` of `graph`, else why not (one phrase: "no kernel for Resize").
+    fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String>;
+    /// What the kernel of `node` reads in place for its input `input`.
+    fn accepts(&self, graph: &Graph, node: NodeId, input: usize) -> Accepts;
+}
