@@ -357,6 +357,31 @@ impl<'a> Tensor<'a> {
         self.relaid(Layout::row_major(self.dt, &self.shape)?, 0)
     }
 
+    /// Writes the elements, packed row-major, into `dst` (exactly as long): one pass over the tensor's layout, so a
+    /// strided tensor is packed on its way into memory someone else owns (a device's staging buffer).
+    pub fn write_row_major(&self, dst: &mut [u8]) -> Result<()> {
+        let size = self.dt.size_of();
+        if dst.len() != self.len() * size {
+            return Err(RuntimeError::ByteLength {
+                tensor: self.name_or_unnamed().into(),
+                dt: self.dt,
+                shape: self.shape.clone(),
+                expected: self.len() * size,
+                found: dst.len(),
+            });
+        }
+        if self.is_row_major() {
+            dst.copy_from_slice(self.as_bytes()?);
+            return Ok(());
+        }
+        let src = self.storage.materialize()?.get(self.layout.offset()..).ok_or_else(|| self.short_storage())?;
+        let from = element_offsets(&self.shape, self.layout.strides(), size);
+        for (f, d) in from.zip(dst.chunks_exact_mut(size.max(1))) {
+            d.copy_from_slice(src.get(f..f + size).ok_or_else(|| self.short_storage())?);
+        }
+        Ok(())
+    }
+
     /// A copy of the elements in `layout`, in host memory aligned to `alignment`: how a caller builds memory of a
     /// given layout (a camera frame's padded rows) from packed data.
     pub fn to_layout(&self, layout: Layout, alignment: usize) -> Result<Tensor<'static>> {

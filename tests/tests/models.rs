@@ -34,8 +34,20 @@ fn run_model(dir: &Path, name: &str, target: &str) -> Result<(), String> {
         let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
         stowage_tests::compare(got, &want, rtol, atol).map_err(|e| format!("output '{out}': {e}"))?;
     }
+    // The plan's memory: every arena within 1.10 × the most bytes alive at once.
+    let mut memory = String::new();
+    for a in &outcome.plan.arenas {
+        let ratio = a.peak_bytes as f64 / a.lower_bound_bytes.max(1) as f64;
+        if ratio > 1.10 {
+            return Err(format!(
+                "{}: planned peak {} bytes is {ratio:.3} × the lower bound {}",
+                a.space, a.peak_bytes, a.lower_bound_bytes
+            ));
+        }
+        memory.push_str(&format!("  {} peak {:>9} bytes {ratio:.3}× bound", a.space, a.peak_bytes));
+    }
     println!(
-        "{name:<28} {target:<16} ok  compile {:>7.1} ms  run {:>8.2} ms",
+        "{name:<28} {target:<16} ok  compile {:>7.1} ms  run {:>8.2} ms{memory}",
         outcome.compile_ms, outcome.run_median_ms
     );
     Ok(())

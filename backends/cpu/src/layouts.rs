@@ -13,7 +13,7 @@
 
 use stowage_compiler::ir::{Graph, NodeId, Op};
 use stowage_compiler::plan::{Accepts, Backend, TargetSpec};
-use stowage_runtime::LayoutSupport;
+use stowage_runtime::{DatumType, LayoutSupport};
 
 const ALL: &[LayoutSupport] = &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows, LayoutSupport::ColumnMajor];
 
@@ -58,10 +58,24 @@ impl Backend for CpuTarget {
         Ok(())
     }
 
+    /// As [`accepts`], where the node's generated kernel exists: an elementwise node reads strides only inside
+    /// a fused f32 chain (f32 output; inputs f32 or, for a Cast, an integer type), a Transpose unless of bools.
     fn accepts(&self, graph: &Graph, node: NodeId, _input: usize) -> Accepts {
         let n = graph.node(node);
         let ranks: Vec<usize> = n.inputs.iter().flatten().map(|&v| graph.ty(v).rank()).collect();
-        accepts(&n.op, &ranks)
+        let dt = |v: &Option<stowage_compiler::ir::ValueId>| v.map(|v| graph.ty(v).dt);
+        let f32_out = n.outputs.iter().all(|o| dt(o).is_none_or(|d| d == DatumType::F32));
+        let loadable = n
+            .inputs
+            .iter()
+            .all(|i| dt(i).is_none_or(|d| d != DatumType::Bool && crate::jit::Elem::of(d, false).is_some()));
+        match n.op {
+            Op::Transpose { .. } if n.inputs.iter().all(|i| dt(i) != Some(DatumType::Bool)) => accepts(&n.op, &ranks),
+            Op::Transpose { .. } => Accepts::PACKED,
+            Op::MatMul => accepts(&n.op, &ranks),
+            _ if f32_out && loadable => accepts(&n.op, &ranks),
+            _ => Accepts::PACKED,
+        }
     }
 }
 

@@ -76,15 +76,15 @@ impl ClBuffer {
         let Some(bytes) = t.storage().host_bytes() else {
             return refused("the input is not in host memory".into());
         };
-        if !t.is_row_major() || !t.is_whole_storage() {
-            return refused(format!("the input is a {} view, not a whole packed buffer", t.layout_kind()));
-        }
-        let address = bytes.as_ptr() as usize;
+        let address = bytes.as_ptr() as usize + t.layout().offset();
         if bytes.is_empty() || !address.is_multiple_of(align) {
             return refused(format!(
                 "the input's address is not at {space}'s {align}-byte alignment (it is {} bytes past it)",
                 address % align
             ));
+        }
+        if !t.is_row_major() || !t.is_whole_storage() {
+            return refused(format!("the input is a {} view, not a whole packed buffer", t.layout_kind()));
         }
         let storage = t.shared_storage();
         let raw = raw::RawCl::over_host(target, Backing::Imported(storage), CL_MEM_READ_WRITE)?;
@@ -109,6 +109,15 @@ impl ClBuffer {
     /// The OpenCL memory object, for kernel arguments.
     pub fn mem(&self) -> &Buffer<u8> {
         &self.raw.0.mem
+    }
+
+    /// A host tensor of any layout, packed into device memory in one copy (through the staging buffer on the
+    /// discrete path).
+    pub fn upload_packed(target: &Target, t: &stowage_runtime::Tensor<'_>) -> crate::Result<ClBuffer> {
+        let len = t.len() * t.dt().size_of();
+        let up = raw::upload_with(target, len, |dst| t.write_row_major(dst))
+            .map_err(|e| crate::ClError::Transfer { value: t.name_or_unnamed().to_string(), message: e.to_string() })?;
+        Ok(ClBuffer { raw: up.value, dt: t.dt(), shape: t.shape().to_vec() })
     }
 
     /// True when this buffer uses a caller's host memory in place.
@@ -276,12 +285,24 @@ pub mod raw {
     }
 
     pub fn upload(cx: &Target, bytes: &[u8]) -> Result<Transferred<RawCl>> {
-        let len = bytes.len();
+        upload_with(cx, bytes.len(), |dst| {
+            dst.copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+
+    /// One upload of `len` bytes that `fill` writes straight into device-visible memory (the pinned staging
+    /// buffer, or the unified buffer's host memory): how a strided tensor is packed and uploaded in one copy.
+    pub fn upload_with(
+        cx: &Target,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> stowage_runtime::Result<()>,
+    ) -> Result<Transferred<RawCl>> {
         match cx.mode() {
             Mode::Unified => {
                 // One copy into device-visible host memory.
                 let mut host = PlainStorage::zeroed_aligned(len, cx.inner.info.base_align.max(64))?;
-                host.as_bytes_mut().copy_from_slice(bytes);
+                fill(host.as_bytes_mut())?;
                 let raw = RawCl::over_host(cx, Backing::Own(Arc::new(host)), CL_MEM_READ_WRITE)?;
                 Ok(Transferred { value: raw, copied: true })
             }
@@ -302,14 +323,17 @@ pub mod raw {
                 // the previous copy out of the staging buffer before this map.
                 let map = unsafe { q.enqueue_map_buffer(&stage.mem, CL_BLOCKING, CL_MAP_WRITE, 0, len, &mut ptr, &[]) };
                 map.map_err(cl_err(cx, "upload (map staging)", len))?;
-                // SAFETY: the map succeeded: `ptr` points at `len` writable bytes until the unmap below.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>(), len) };
-                // SAFETY: `ptr` is the pointer this map returned.
+                // SAFETY: the map succeeded: `ptr` points at `len` writable bytes, which nothing else touches, until
+                // the unmap below.
+                let mapped = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
+                let filled = fill(mapped);
+                // SAFETY: `ptr` is the pointer this map returned; `mapped` is not used after this.
                 unsafe { q.enqueue_unmap_mem_object(stage.mem.get(), ptr, &[]) }.map_err(cl_err(
                     cx,
                     "upload (unmap staging)",
                     len,
                 ))?;
+                filled?;
                 let copy = copy_bytes(cx, stage.mem.get(), dst.0.mem.get(), len, &[]).map_err(cl_err(
                     cx,
                     "upload (copy)",

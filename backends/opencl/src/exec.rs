@@ -150,10 +150,19 @@ impl ClProgram {
                 |e: stowage_runtime::RuntimeError| ClError::Transfer { value: b.name.clone(), message: e.to_string() };
             let buffer = match ClBuffer::import(&self.target, &t)? {
                 Ok(imported) => imported,
-                // A device output handed back, or a strided view: the runtime's rule (no transfer, or a relayout
-                // and one upload).
-                Err(_) if t.device_buffer::<ClBuffer>().is_some() || !t.is_row_major() => {
+                // A device output handed back: the runtime's rule (used as is where it is).
+                Err(_) if t.device_buffer::<ClBuffer>().is_some() => {
                     ClBuffer::from_tensor(&t, &self.target, ledger).map_err(transfer)?
+                }
+                // A strided host tensor (a caller's padded rows): packed as it is uploaded, one copy.
+                Err(_) if !t.is_row_major() => {
+                    let bytes = t.len() * t.dt().size_of();
+                    let up = ClBuffer::upload_packed(&self.target, &t)?;
+                    let tag = LedgerTag::new(ledger, b.name.as_str());
+                    tag.record(MoveKind::Upload, &MemorySpace::HOST, self.target.space(), bytes, || {
+                        format!("the caller's {} input, packed as it is uploaded", t.layout_kind()).into()
+                    });
+                    up
                 }
                 Err(why) => {
                     let bytes = t.as_bytes().map_err(transfer)?;

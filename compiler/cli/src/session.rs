@@ -79,8 +79,10 @@ impl Planning {
                     names.join(", ")
                 )
             })?;
-            let layout = InputLayout::parse(text, graph.ty(v).rank())
-                .map_err(|e| format!("--input-layout {name}={text}: {e}"))?;
+            let ty = graph.ty(v);
+            let layout = InputLayout::parse(text, ty.rank())
+                .and_then(|l| l.check(ty.dt, &ty.shape).map(|()| l))
+                .map_err(|e| format!("--input-layout {name}={text}: {e} (the input is {}{:?})", ty.dt, ty.shape))?;
             options = options.input_layout(name.clone(), layout);
         }
         for (o, i) in &self.states {
@@ -222,7 +224,9 @@ fn make_plan(
         }
         let Some(actual) = layout_of(t) else { continue };
         if let Some(declared) = plan_options.input_layouts.get(name) {
-            if declared.order != actual.order || declared.row_pitch != actual.row_pitch {
+            let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
+            // Axes of extent 1 are never stepped: their strides do not matter.
+            if t.shape().iter().zip(a.iter().zip(&b)).any(|(&d, (x, y))| d > 1 && x != y) {
                 return Err(format!(
                     "input '{name}': --input-layout says {}, the tensor given is {}",
                     declared.describe(),
@@ -241,19 +245,23 @@ pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
     let bytes = t.storage().host_bytes()?;
     let address = bytes.as_ptr() as usize + t.layout().offset();
     let alignment = if address == 0 { 4096 } else { (1usize << address.trailing_zeros()).min(4096) };
-    let strides = t.layout().strides();
-    let rank = t.shape().len();
+    let (strides, shape) = (t.layout().strides(), t.shape());
+    let rank = shape.len();
     let mut order: Vec<usize> = (0..rank).collect();
     order.sort_by(|&a, &b| strides[b].cmp(&strides[a]).then(a.cmp(&b)));
-    let mut row_pitch = None;
-    if rank >= 2 {
-        let (inner, outer) = (order[rank - 1], order[rank - 2]);
-        let packed = t.shape()[inner] * strides[inner];
-        if t.shape()[outer] > 1 && strides[outer] != packed {
-            row_pitch = Some(strides[outer] * t.dt().size_of());
+    // Packed from the innermost axis out, up to the first axis whose step is larger: that step is the row pitch.
+    let mut layout = InputLayout { order: order.clone(), alignment, ..InputLayout::packed(rank) };
+    let mut packed = 1;
+    for k in (0..rank).rev() {
+        let axis = order[k];
+        if shape[axis] > 1 && strides[axis] != packed && layout.row_pitch.is_none() {
+            layout.row_pitch = Some(strides[axis] * t.dt().size_of());
+            layout.row_axis = k;
+            packed = strides[axis];
         }
+        packed *= shape[axis].max(1);
     }
-    Some(InputLayout { order, row_pitch, alignment })
+    Some(layout)
 }
 
 /// A program of one segment.
@@ -283,8 +291,18 @@ pub fn run_bytes(
     for seg in &segments {
         let lowered = match &opened[seg.target] {
             Opened::Cpu(_) => Lowered::Cpu({
+                // Inputs the plan has host kernels read in the caller's layout: kernels compiled for its strides.
+                let mut lower = stowage_cpu::LowerOptions { threads: options.threads, ..Default::default() };
+                for i in &plan.inputs {
+                    let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == i.name) else { continue };
+                    let in_place = i.access.iter().any(|(s, a)| s == "host" && *a == plan::InputAccess::InPlace);
+                    if !i.layout.is_packed() && in_place {
+                        let ty = graph.ty(v);
+                        lower.input_strides.insert(i.name.clone(), i.layout.strides(ty.dt, &ty.shape));
+                    }
+                }
                 let mut p =
-                    stowage_cpu::lower(&seg.graph, options.threads).map_err(|e| format!("{}: {e}", model.display()))?;
+                    stowage_cpu::lower_with(&seg.graph, &lower).map_err(|e| format!("{}: {e}", model.display()))?;
                 p.threads = options.threads.max(1);
                 p
             }),

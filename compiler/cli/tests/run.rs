@@ -2,63 +2,15 @@
 //! bad inputs, files, targets and paths give one `error:` line naming what is at fault and exit 1, and leave no
 //! output or temporary file behind; usage errors exit 2.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
+use common::{case, data, fails, light, model, s, stowage};
 use prost::Message;
 use stowage_compiler::onnx;
 use stowage_runtime::Tensor;
-
-fn stowage(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_stowage")).args(args).output().expect("runs");
-    (
-        out.status.code().expect("exited, not killed by a signal"),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-/// Runs `stowage run ARGS…`, expects exit 1 with one `error:` line, and returns that line.
-fn fails(args: &[&str]) -> String {
-    let (code, out, err) = stowage(args);
-    assert_eq!(code, 1, "{args:?}: stdout {out}\nstderr {err}");
-    assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1, "{args:?}: {err}");
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
-    err
-}
-
-fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
-}
-
-/// An ONNX node test case's folder.
-fn case(name: &str) -> PathBuf {
-    let p = target_dir().join("onnx-node-tests").join(name);
-    assert!(
-        p.join("model.onnx").exists(),
-        "{} is missing: run scripts/test (it writes the ONNX node tests)",
-        p.display()
-    );
-    p
-}
-
-fn light(name: &str) -> PathBuf {
-    let p = target_dir().join("onnx-models/light").join(name);
-    assert!(p.join("model.onnx").exists(), "{} is missing: run scripts/test (it writes the light models)", p.display());
-    p
-}
-
-fn s(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
-fn model(dir: &Path) -> String {
-    s(&dir.join("model.onnx"))
-}
-
-fn data(dir: &Path, file: &str) -> String {
-    s(&dir.join("test_data_set_0").join(file))
-}
 
 fn write_tensor(path: &Path, t: &Tensor<'_>, name: &str) -> String {
     std::fs::write(path, onnx::tensor::encode(t, name).expect("encodes").encode_to_vec()).expect("writes");

@@ -12,8 +12,12 @@ use super::target::Accepts;
 pub struct InputLayout {
     /// The declared axes from outermost to innermost in memory (the identity: row-major).
     pub order: Vec<usize>,
-    /// Bytes from one row to the next, where rows (the innermost memory axis) are padded; `None`: packed.
+    /// Bytes from one row to the next, where rows are padded; `None`: packed.
     pub row_pitch: Option<usize>,
+    /// Where the pitch applies: the position, in `order`, of the axis whose step is the row pitch (the axes after
+    /// it, packed, make a row). Rows are the innermost axis (position rank - 2) unless the layout says `nhwc`,
+    /// whose rows are lines of pixels, W × C (position 1).
+    pub row_axis: usize,
     /// The alignment the caller's base address is known to have, bytes.
     pub alignment: usize,
 }
@@ -21,7 +25,12 @@ pub struct InputLayout {
 impl InputLayout {
     /// Packed row-major at the host's alignment: what a caller gives unless told otherwise.
     pub fn packed(rank: usize) -> InputLayout {
-        InputLayout { order: (0..rank).collect(), row_pitch: None, alignment: HOST_ALIGNMENT }
+        InputLayout {
+            order: (0..rank).collect(),
+            row_pitch: None,
+            row_axis: rank.saturating_sub(2),
+            alignment: HOST_ALIGNMENT,
+        }
     }
 
     /// Parses the CLI's form, for an input of `rank` axes: comma-separated words, in any order:
@@ -54,7 +63,11 @@ impl InputLayout {
                         return Err(format!("'{word}' names 4 axes, the input has {rank}"));
                     }
                     "nc" if rank != 2 => return Err(format!("'{word}' names 2 axes, the input has {rank}")),
-                    "nchw" | "nhwc" | "nc" => layout.order = (0..rank).collect(),
+                    "nhwc" => {
+                        layout.order = (0..rank).collect();
+                        layout.row_axis = 1;
+                    }
+                    "nchw" | "nc" => layout.order = (0..rank).collect(),
                     "column-major" => layout.order = (0..rank).rev().collect(),
                     _ => return Err(format!("unknown layout word '{word}' (row-major, column-major, nchw, nhwc, order=, row-pitch=, align=)")),
                 },
@@ -75,17 +88,16 @@ impl InputLayout {
             return Err(format!("the layout has {} axes, the input {}", self.order.len(), shape.len()));
         }
         if let Some(pitch) = self.row_pitch {
-            let Some(&inner) = self.order.last() else {
-                return Err("a scalar has no rows to pad".into());
-            };
-            if shape.len() < 2 {
+            if shape.len() < 2 || self.row_axis + 1 >= shape.len() {
                 return Err(format!("row-pitch={pitch}: a {}-axis input has no rows to pad", shape.len()));
             }
-            let row = shape[inner] * dt.size_of();
+            let row_dims: Vec<usize> = self.order[self.row_axis + 1..].iter().map(|&a| shape[a]).collect();
+            let row = row_dims.iter().product::<usize>() * dt.size_of();
             if pitch < row {
+                let dims: Vec<String> = row_dims.iter().map(usize::to_string).collect();
                 return Err(format!(
                     "row-pitch={pitch} is shorter than a packed row of {row} bytes ({} × {dt})",
-                    shape[inner]
+                    dims.join(" × ")
                 ));
             }
             if !pitch.is_multiple_of(dt.size_of()) {
@@ -95,18 +107,32 @@ impl InputLayout {
         Ok(())
     }
 
+    /// The same memory described without axes of extent 1, which are never stepped: a column-major `[1, N]` is
+    /// row-major, and a pitch between rows of which there is one is no padding.
+    pub fn simplified(&self, shape: &[usize]) -> InputLayout {
+        let mut l = self.clone();
+        let stepped: Vec<usize> = l.order.iter().copied().filter(|&a| shape.get(a).is_some_and(|&d| d > 1)).collect();
+        if l.row_pitch.is_some() && l.order.get(l.row_axis).is_none_or(|&a| shape.get(a).is_none_or(|&d| d <= 1)) {
+            l.row_pitch = None;
+        }
+        if stepped.windows(2).all(|w| w[0] < w[1]) {
+            let axis = l.order.get(l.row_axis).copied();
+            l.order = (0..shape.len()).collect();
+            l.row_axis = axis.unwrap_or(l.row_axis);
+        }
+        l
+    }
+
     /// Element strides of the layout for `shape` (axis order as declared).
     pub fn strides(&self, dt: DatumType, shape: &[usize]) -> Vec<usize> {
         let mut strides = vec![0; shape.len()];
         let mut step = 1usize;
         for (k, &axis) in self.order.iter().enumerate().rev() {
+            if let (Some(pitch), true) = (self.row_pitch, k == self.row_axis) {
+                step = pitch / dt.size_of();
+            }
             strides[axis] = step;
             step *= shape[axis].max(1);
-            if k + 1 == self.order.len() {
-                if let Some(pitch) = self.row_pitch {
-                    step = pitch / dt.size_of();
-                }
-            }
         }
         strides
     }
@@ -145,7 +171,10 @@ impl InputLayout {
             Some(LayoutSupport::ColumnMajor) => "column-major".to_string(),
             None => format!("order {}", self.order.iter().map(usize::to_string).collect::<Vec<_>>().join(".")),
         };
-        let pitch = self.row_pitch.map(|p| format!(", rows padded to {p} bytes")).unwrap_or_default();
+        let pitch = match (self.row_pitch, self.order.get(self.row_axis)) {
+            (Some(p), Some(axis)) => format!(", rows padded to {p} bytes at axis {axis}"),
+            _ => String::new(),
+        };
         format!("{order}{pitch}, {}-byte aligned", self.alignment)
     }
 }

@@ -149,37 +149,72 @@ fn in_place(op: &Op) -> bool {
     matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Clip)
 }
 
-/// Offsets for `intervals`: largest first, each at the lowest aligned offset free for its lifetime.
+/// A greedy order of buffers.
+type Order = dyn Fn(&Interval, &Interval) -> std::cmp::Ordering;
+
+/// Offsets for `intervals`. A few greedy orders (largest first; earliest first; longest-lived first) each place
+/// every buffer at the lowest aligned offset free for its whole lifetime, or in the tightest free gap; the
+/// smallest arena wins. Each try is O(n²) in buffers, milliseconds for the model zoo's graphs.
 fn pack(
     graph: &Graph,
     space: String,
     alignment: usize,
-    mut intervals: Vec<Interval>,
+    intervals: Vec<Interval>,
     persistent: Vec<(String, usize)>,
 ) -> Arena {
-    intervals.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.start.cmp(&b.start)));
-    let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // offset, bytes, start, end
-    let mut buffers = Vec::new();
-    for iv in &intervals {
-        let bytes = iv.bytes.next_multiple_of(alignment).max(alignment);
-        let mut busy: Vec<(usize, usize)> =
-            placed.iter().filter(|p| p.2 <= iv.end && iv.start <= p.3).map(|p| (p.0, p.0 + p.1)).collect();
-        busy.sort_unstable();
-        let mut offset = 0;
-        for (lo, hi) in busy {
-            if offset + bytes <= lo {
-                break;
+    let size = |iv: &Interval| iv.bytes.next_multiple_of(alignment).max(alignment);
+    let orders: [&Order; 3] = [
+        &|a, b| b.bytes.cmp(&a.bytes).then(a.start.cmp(&b.start)),
+        &|a, b| a.start.cmp(&b.start).then(b.bytes.cmp(&a.bytes)),
+        &|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(b.bytes.cmp(&a.bytes)),
+    ];
+    let mut best: Option<(usize, Vec<usize>)> = None;
+    for order in orders {
+        for tightest in [false, true] {
+            let mut idx: Vec<usize> = (0..intervals.len()).collect();
+            idx.sort_by(|&a, &b| order(&intervals[a], &intervals[b]));
+            let mut offsets = vec![0; intervals.len()];
+            let mut placed: Vec<usize> = Vec::new();
+            for &i in &idx {
+                let iv = &intervals[i];
+                let bytes = size(iv);
+                let mut busy: Vec<(usize, usize)> = placed
+                    .iter()
+                    .filter(|&&p| intervals[p].start <= iv.end && iv.start <= intervals[p].end)
+                    .map(|&p| (offsets[p], offsets[p] + size(&intervals[p])))
+                    .collect();
+                busy.sort_unstable();
+                // Free gaps between busy ranges, and the open end.
+                let (mut gaps, mut at) = (Vec::new(), 0);
+                for (lo, hi) in busy {
+                    if lo > at {
+                        gaps.push((at, lo - at));
+                    }
+                    at = at.max(hi);
+                }
+                let fitting = gaps.iter().filter(|g| g.1 >= bytes);
+                let offset =
+                    if tightest { fitting.min_by_key(|g| g.1).map(|g| g.0) } else { fitting.map(|g| g.0).next() };
+                offsets[i] = offset.unwrap_or(at);
+                placed.push(i);
             }
-            offset = offset.max(hi);
+            let peak = (0..intervals.len()).map(|i| offsets[i] + size(&intervals[i])).max().unwrap_or(0);
+            if best.as_ref().is_none_or(|b| peak < b.0) {
+                best = Some((peak, offsets));
+            }
         }
-        placed.push((offset, bytes, iv.start, iv.end));
-        buffers.push(Buffer {
+    }
+    let offsets = best.map(|b| b.1).unwrap_or_default();
+    let mut buffers: Vec<Buffer> = intervals
+        .iter()
+        .zip(offsets)
+        .map(|(iv, offset)| Buffer {
             values: iv.values.iter().map(|&v| graph.value(v).name.clone()).collect(),
             offset,
-            bytes,
+            bytes: size(iv),
             live: (iv.start, iv.end),
-        });
-    }
+        })
+        .collect();
     buffers.sort_by_key(|b| (b.offset, b.live.0));
     let peak_bytes = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
     let last = buffers.iter().map(|b| b.live.1).max().unwrap_or(0);

@@ -158,6 +158,13 @@ pub enum PlanError {
 /// Plans `graph` for `targets` (in order of preference).
 pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> Result<Plan, PlanError> {
     check_options(graph, options)?;
+    let mut simplified = options.clone();
+    for (name, layout) in simplified.input_layouts.iter_mut() {
+        if let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == *name) {
+            *layout = layout.simplified(&graph.ty(v).shape);
+        }
+    }
+    let options = &simplified;
     let nodes = placement::place(graph, targets)?;
     let inserted = copies::insert(graph, targets, &nodes, options);
     let arenas = memory::plan(graph, targets, &nodes, &inserted.copies, &options.states);

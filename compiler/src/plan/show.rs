@@ -15,16 +15,17 @@ pub fn text(plan: &Plan) -> String {
     s.push_str("targets:\n");
     for t in &plan.targets {
         let m = &t.memory;
-        let import = match (t.is_host(), m.import_alignment) {
-            (true, _) => "the host's memory".to_string(),
-            (false, Some(a)) => format!("imports host memory in place at {a}-byte alignment"),
-            (false, None) => "host memory only through copies".to_string(),
+        let memory = match (t.is_host(), m.import_alignment) {
+            (true, _) => format!("host memory, {}-byte aligned", m.alignment),
+            (false, Some(a)) => format!(
+                "memory {} ({:?}), {}-byte aligned, imports host memory in place at {a}-byte alignment",
+                t.space, m.kind, m.alignment
+            ),
+            (false, None) => {
+                format!("memory {} ({:?}), {}-byte aligned, reached through copies", t.space, m.kind, m.alignment)
+            }
         };
-        let _ = writeln!(
-            s,
-            "  {}: memory {} ({:?}), {}-byte aligned, {import}; ~{:.0} GFLOP/s",
-            t.name, t.space, m.kind, m.alignment, t.gflops
-        );
+        let _ = writeln!(s, "  {}: {memory}; ~{:.0} GFLOP/s", t.name, t.gflops);
     }
     s.push_str("nodes:\n");
     let width = plan.node_names.iter().map(|(n, _)| n.len()).max().unwrap_or(0);

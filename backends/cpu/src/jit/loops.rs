@@ -119,12 +119,16 @@ pub fn packed_strides(shape: &[usize], size: usize) -> Vec<usize> {
 impl Loops {
     /// A fused chain over `out` (packed f32 output); each input is packed row-major and broadcasts to `out`.
     pub fn elementwise(out: &[usize], inputs: &[(Elem, &[usize])], chain: Chain) -> Loops {
+        let strided: Vec<(Elem, Vec<usize>)> =
+            inputs.iter().map(|&(elem, shape)| (elem, broadcast_strides(shape, out, elem.size()))).collect();
+        Loops::elementwise_strided(out, &strided, chain)
+    }
+
+    /// [`Loops::elementwise`] with each input's byte strides over `out` given (a caller's layout, a broadcast).
+    pub fn elementwise_strided(out: &[usize], inputs: &[(Elem, Vec<usize>)], chain: Chain) -> Loops {
         Loops {
             dims: out.to_vec(),
-            inputs: inputs
-                .iter()
-                .map(|&(elem, shape)| Operand { elem, strides: broadcast_strides(shape, out, elem.size()) })
-                .collect(),
+            inputs: inputs.iter().map(|(elem, strides)| Operand { elem: *elem, strides: strides.clone() }).collect(),
             output: Operand { elem: Elem::F32, strides: packed_strides(out, 4) },
             body: Body::Chain(chain),
         }

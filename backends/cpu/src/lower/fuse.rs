@@ -13,7 +13,7 @@ use stowage_compiler::ir::{self, Graph, NodeId, Op, ValueId};
 use stowage_runtime::DatumType;
 
 use super::{binary_fn, unary_fn};
-use crate::jit::{fusable_binary, fusable_unary, Chain, Elem, Inst, Loops};
+use crate::jit::{broadcast_strides, fusable_binary, fusable_unary, Chain, Elem, Inst, Loops};
 use crate::kernels::elementwise::{BinaryFn, UnaryFn};
 
 /// A chain to emit at its root node.
@@ -58,8 +58,18 @@ enum Step {
     Clip,
 }
 
-/// Plans the chains of `graph`: one per root node. Nodes in `skip` (absorbed elsewhere) are left out.
+/// Plans the chains of `graph`: one per root node. Nodes in `skip` (absorbed elsewhere) are left out. Operands
+/// are read packed row-major.
 pub fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<NodeId, Planned> {
+    plan_with(graph, skip, &HashMap::new())
+}
+
+/// [`plan`], reading the values of `strided` (graph inputs in a caller's layout) through their byte strides.
+pub fn plan_with(
+    graph: &Graph,
+    skip: &std::collections::HashSet<NodeId>,
+    strided: &HashMap<ValueId, Vec<usize>>,
+) -> HashMap<NodeId, Planned> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;
@@ -105,7 +115,7 @@ pub fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<
     let mut planned = HashMap::new();
     for members in chains.into_iter().flatten() {
         let root = *members.iter().max_by_key(|m| graph.order().iter().position(|o| o == *m)).expect("a member");
-        if let Some(p) = build(graph, root, &members) {
+        if let Some(p) = build(graph, root, &members, strided) {
             planned.insert(root, p);
         }
     }
@@ -113,17 +123,25 @@ pub fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<
 }
 
 /// Builds the instructions of the chain rooted at `root`.
-fn build(graph: &Graph, root: NodeId, members: &[NodeId]) -> Option<Planned> {
+fn build(graph: &Graph, root: NodeId, members: &[NodeId], strided: &HashMap<ValueId, Vec<usize>>) -> Option<Planned> {
     let mut b = Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), memo: HashMap::new() };
     let out = graph.node(root).outputs[0]?;
     b.value(out)?;
     let shape = graph.ty(out).shape.clone();
-    let operands: Vec<(Elem, &[usize])> = b
+    let operands: Vec<(Elem, Vec<usize>)> = b
         .inputs
         .iter()
-        .map(|&v| Some((Elem::of(graph.ty(v).dt, false)?, graph.ty(v).shape.as_slice())))
+        .map(|&v| {
+            let ty = graph.ty(v);
+            let elem = Elem::of(ty.dt, false)?;
+            let strides = match strided.get(&v) {
+                Some(given) => broadcast_given(&ty.shape, &shape, given),
+                None => broadcast_strides(&ty.shape, &shape, elem.size()),
+            };
+            Some((elem, strides))
+        })
         .collect::<Option<_>>()?;
-    let loops = Loops::elementwise(&shape, &operands, Chain { insts: b.insts });
+    let loops = Loops::elementwise_strided(&shape, &operands, Chain { insts: b.insts });
     Some(Planned { loops, inputs: b.inputs, members: members.to_vec() })
 }
 
@@ -196,4 +214,15 @@ impl Builder<'_> {
         self.memo.insert(v, i);
         Some(i)
     }
+}
+
+/// Byte strides over `out` of an operand of `shape` laid out with byte strides `given`: a broadcast axis steps 0.
+fn broadcast_given(shape: &[usize], out: &[usize], given: &[usize]) -> Vec<usize> {
+    let skip = out.len() - shape.len();
+    (0..out.len())
+        .map(|j| match j.checked_sub(skip) {
+            Some(i) if !(shape[i] == 1 && out[j] != 1) => given[i],
+            _ => 0,
+        })
+        .collect()
 }

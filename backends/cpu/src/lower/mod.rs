@@ -18,17 +18,21 @@ pub mod fuse;
 mod nn;
 
 /// How to lower.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LowerOptions {
     /// Kernel threads.
     pub threads: usize,
     /// Fuse f32 elementwise chains into Cranelift-compiled kernels (else each node runs its interpreter kernel).
     pub fuse: bool,
+    /// Graph inputs the caller holds in another layout than packed row-major, by name: their element strides.
+    /// The generated kernels that read them are compiled for these strides and read the caller's memory in place
+    /// (the planner passes only inputs every reading kernel takes so); a run must then give them in this layout.
+    pub input_strides: HashMap<String, Vec<usize>>,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { threads: 1, fuse: true }
+        LowerOptions { threads: 1, fuse: true, input_strides: HashMap::new() }
     }
 }
 
@@ -45,13 +49,22 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let relu_after: HashMap<ir::NodeId, ir::NodeId> =
         if options.fuse { conv_relu_pairs(graph) } else { HashMap::new() };
     let absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
-    let planned = if options.fuse { fuse::plan(graph, &absorbed) } else { HashMap::new() };
+    // Byte strides of the graph inputs held in a caller's layout.
+    let strided: HashMap<ValueId, Vec<usize>> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&v| {
+            let given = options.input_strides.get(&graph.value(v).name)?;
+            Some((v, given.iter().map(|s| s * graph.ty(v).dt.size_of()).collect()))
+        })
+        .collect();
+    let planned = if options.fuse { fuse::plan_with(graph, &absorbed, &strided) } else { HashMap::new() };
     let fused_members: std::collections::HashSet<ir::NodeId> =
         planned.values().flat_map(|p| p.members.iter().copied()).collect();
     // Generated kernels: each chain at its root node, and each Transpose as a relayout copy.
     let mut generated: Vec<(ir::NodeId, Loops)> = planned.iter().map(|(&n, p)| (n, p.loops.clone())).collect();
     if options.fuse {
-        generated.extend(graph.order().iter().filter_map(|&n| Some((n, transpose_loops(graph, n)?))));
+        generated.extend(graph.order().iter().filter_map(|&n| Some((n, transpose_loops(graph, n, &strided)?))));
     }
     generated.sort_by_key(|(n, _)| *n);
     let mut kernel_index: HashMap<ir::NodeId, usize> = HashMap::new();
@@ -124,7 +137,19 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                 let out = node.outputs[0]
                     .map(|v| graph.ty(v).clone())
                     .ok_or_else(|| CpuError::NotImplemented(format!("node '{}' has no first output", node.name)))?;
-                let k = generated_kernel(code.clone(), index, out.dt, out.shape.clone());
+                let expected = node_inputs
+                    .iter()
+                    .map(|v| {
+                        v.and_then(|v| {
+                            options
+                                .input_strides
+                                .get(&graph.value(v).name)
+                                .filter(|_| strided.contains_key(&v))
+                                .cloned()
+                        })
+                    })
+                    .collect();
+                let k = generated_kernel(code.clone(), index, out.dt, out.shape.clone(), expected);
                 (if chain.is_some() { "Fused" } else { node.op.name() }, k)
             }
             _ => {
@@ -216,23 +241,55 @@ fn out_dt_of(graph: &Graph, node: &ir::NodeData) -> DatumType {
 }
 
 /// The relayout copy a Transpose node is, when its element size allows one (every type but bool).
-fn transpose_loops(graph: &Graph, n: ir::NodeId) -> Option<Loops> {
+fn transpose_loops(graph: &Graph, n: ir::NodeId, strided: &HashMap<ValueId, Vec<usize>>) -> Option<Loops> {
     let node = graph.node(n);
     let Op::Transpose { perm } = &node.op else { return None };
-    let ty = graph.ty(node.inputs.first().copied().flatten()?);
+    let x = node.inputs.first().copied().flatten()?;
+    let ty = graph.ty(x);
     let rank = ty.shape.len();
     let perm = perm.clone().unwrap_or_else(|| (0..rank).rev().collect());
     let elem = crate::jit::Elem::of(ty.dt, true).filter(|_| ty.dt != DatumType::Bool)?;
-    Some(Loops::transpose(&ty.shape, &perm, elem.size()))
+    Some(match strided.get(&x) {
+        Some(src) => {
+            let out: Vec<usize> = perm.iter().map(|&p| ty.shape[p]).collect();
+            let dst = crate::jit::packed_strides(&out, elem.size());
+            Loops::relayout(&out, elem.size(), perm.iter().map(|&p| src[p]).collect(), dst)
+        }
+        None => Loops::transpose(&ty.shape, &perm, elem.size()),
+    })
 }
 
-/// A step running generated kernel `index` on its (packed row-major) inputs into a new `dt` tensor of `shape`.
-fn generated_kernel(code: std::sync::Arc<JitCode>, index: usize, dt: DatumType, shape: Vec<usize>) -> Kernel {
+/// A step running generated kernel `index` into a new `dt` tensor of `shape`. Inputs are packed row-major, except
+/// those with `expected` element strides: the kernel was compiled for those and reads the caller's memory in place.
+fn generated_kernel(
+    code: std::sync::Arc<JitCode>,
+    index: usize,
+    dt: DatumType,
+    shape: Vec<usize>,
+    expected: Vec<Option<Vec<usize>>>,
+) -> Kernel {
     Box::new(move |a, cx| {
         let inputs: Vec<std::borrow::Cow<'_, [u8]>> = a
             .iter()
-            .map(|t| {
+            .zip(&expected)
+            .map(|(t, expected)| {
                 let t = t.ok_or_else(|| CpuError::NotImplemented("a generated kernel's input is missing".into()))?;
+                if let Some(expected) = expected {
+                    let mut stepped = t.shape().iter().zip(t.layout().strides().iter().zip(expected));
+                    if t.layout().strides().len() != expected.len() || stepped.any(|(&d, (s, e))| d > 1 && s != e) {
+                        return Err(CpuError::Input {
+                            input: t.name_or_unnamed().to_string(),
+                            message: format!(
+                                "compiled for element strides {expected:?} (the caller's layout), given {:?}",
+                                t.layout().strides()
+                            ),
+                        });
+                    }
+                    let bytes = t.storage().host_bytes().ok_or_else(|| {
+                        CpuError::NotImplemented(format!("input '{}' is not in host memory", t.name_or_unnamed()))
+                    })?;
+                    return Ok(std::borrow::Cow::Borrowed(bytes.get(t.layout().offset()..).unwrap_or(&[])));
+                }
                 Ok(if t.is_row_major() {
                     std::borrow::Cow::Borrowed(t.as_bytes()?)
                 } else {

@@ -1,0 +1,56 @@
+//! What the CLI suites share: running the binary, and where the generated test data lives.
+#![allow(dead_code)] // each suite uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn stowage(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stowage")).args(args).output().expect("runs");
+    (
+        out.status.code().expect("exited, not killed by a signal"),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// Runs `stowage run ARGS…`, expects exit 1 with one `error:` line, and returns that line.
+pub fn fails(args: &[&str]) -> String {
+    let (code, out, err) = stowage(args);
+    assert_eq!(code, 1, "{args:?}: stdout {out}\nstderr {err}");
+    assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    err
+}
+
+pub fn target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
+}
+
+/// An ONNX node test case's folder.
+pub fn case(name: &str) -> PathBuf {
+    let p = target_dir().join("onnx-node-tests").join(name);
+    assert!(
+        p.join("model.onnx").exists(),
+        "{} is missing: run scripts/test (it writes the ONNX node tests)",
+        p.display()
+    );
+    p
+}
+
+pub fn light(name: &str) -> PathBuf {
+    let p = target_dir().join("onnx-models/light").join(name);
+    assert!(p.join("model.onnx").exists(), "{} is missing: run scripts/test (it writes the light models)", p.display());
+    p
+}
+
+pub fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+pub fn model(dir: &Path) -> String {
+    s(&dir.join("model.onnx"))
+}
+
+pub fn data(dir: &Path, file: &str) -> String {
+    s(&dir.join("test_data_set_0").join(file))
+}

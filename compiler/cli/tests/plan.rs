@@ -1,0 +1,104 @@
+//! `stowage plan`: the text form is stable (an insta snapshot), JSON carries the report's planning keys, dot and
+//! SVG draw copies in red; bad targets, layouts and states fail at plan time with one line naming what is wrong.
+
+mod common;
+
+use common::{case, data, fails, model, s, stowage, target_dir};
+
+fn mlp() -> String {
+    let p = target_dir().join("onnx-models/mlp/model.onnx");
+    assert!(p.exists(), "{} is missing: run scripts/test (it writes the model suite)", p.display());
+    s(&p)
+}
+
+fn plan(args: &[&str]) -> String {
+    let (code, out, err) = stowage(&[&["plan"], args].concat());
+    assert_eq!(code, 0, "{args:?}: {err}");
+    out
+}
+
+#[test]
+fn the_text_plan_of_the_mlp_on_cpu_is_stable() {
+    insta::assert_snapshot!(plan(&[&mlp(), "--target", "cpu"]));
+}
+
+#[test]
+fn json_lists_placements_copies_and_peaks() {
+    let out = plan(&[&mlp(), "--target", "opencl:discrete", "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(j["target"], "opencl:discrete");
+    let copies = j["planned_copies"].as_array().expect("copies");
+    assert!(copies.iter().any(|c| c["kind"] == "upload" && c["value"] == "x" && c["per_run"] == true), "{j}");
+    assert!(copies.iter().any(|c| c["kind"] == "download" && c["when"] == "when read"), "{j}");
+    assert!(
+        j["peak_bytes"]["opencl:0"].as_u64().expect("peak")
+            >= j["peak_lower_bound_bytes"]["opencl:0"].as_u64().expect("bound")
+    );
+    let placement = j["placement"].as_array().expect("placement");
+    assert!(!placement.is_empty() && placement.iter().all(|p| p["target"] == "opencl:discrete"), "{j}");
+}
+
+#[test]
+fn dot_and_svg_draw_copies_in_red() {
+    let dot = plan(&[&mlp(), "--target", "opencl:discrete", "--format", "dot"]);
+    assert!(dot.starts_with("digraph plan {"), "{dot}");
+    assert!(dot.contains("color=red") && dot.contains("upload 3136 bytes"), "{dot}");
+    let svg = plan(&[&mlp(), "--target", "opencl:discrete", "--format", "svg"]);
+    assert!(svg.contains("<svg") && svg.contains("upload 3136 bytes"), "{}", &svg[..svg.len().min(400)]);
+    // On the CPU nothing moves: no red edge.
+    assert!(!plan(&[&mlp(), "--format", "dot"]).contains("color=red"));
+}
+
+#[test]
+fn a_plan_written_to_a_file_is_whole_or_absent() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let out = tmp.path().join("plan.txt");
+    let (code, stdout, err) = stowage(&["plan", &mlp(), "-o", &s(&out)]);
+    assert_eq!((code, stdout.as_str()), (0, ""), "{err}");
+    assert!(std::fs::read_to_string(&out).expect("written").starts_with("plan 'mlp' for cpu"));
+    let missing = tmp.path().join("no/such/dir/plan.txt");
+    let err = fails(&["plan", &mlp(), "-o", &s(&missing)]);
+    assert!(err.contains("plan.txt"), "{err}");
+    assert_eq!(std::fs::read_dir(tmp.path()).expect("dir").count(), 1, "nothing else left behind");
+}
+
+#[test]
+fn bad_plans_fail_before_running_naming_what_is_wrong() {
+    let dir = case("test_resize_upsample_scales_nearest");
+    let (resize, scales) = (model(&dir), format!("scales={}", data(&dir, "input_1.pb")));
+    let err = fails(&["plan", &resize, "--input-value", &scales, "--target", "opencl"]);
+    assert!(err.contains("(Resize): no target can run it (opencl: no kernel"), "{err}");
+    // With the CPU after it in the list, the Resize falls back.
+    let text = plan(&[&resize, "--input-value", &scales, "--target", "opencl,cpu"]);
+    assert!(text.contains("Resize") && text.contains("cpu: the first target with a kernel for it"), "{text}");
+    let err = fails(&["plan", &mlp(), "--target", "opencl,tpu"]);
+    assert!(err.contains("unknown target 'tpu'"), "{err}");
+    let err = fails(&["plan", &mlp(), "--input-layout", "x=nhwc"]);
+    assert!(err.contains("--input-layout x=nhwc") && err.contains("names 4 axes, the input has 2"), "{err}");
+    let err = fails(&["plan", &mlp(), "--input-layout", "frame=row-major"]);
+    assert!(err.contains("no run-time input 'frame'"), "{err}");
+    let err = fails(&["plan", &mlp(), "--input-layout", "x=diagonal"]);
+    assert!(err.contains("unknown layout word 'diagonal'"), "{err}");
+    let err = fails(&["plan", &mlp(), "--state", "logits=x"]);
+    assert!(err.contains("--state logits=x") && err.contains("f32[1, 10]"), "{err}");
+    let err = fails(&["plan", &mlp(), "--target", "opencl:discrete", "--max-copies", "1"]);
+    assert!(err.contains("over the budget of 1 copies") && err.contains("download 'logits'"), "{err}");
+    let (code, _, err) = stowage(&["plan", &mlp(), "--format", "pdf"]);
+    assert_eq!(code, 2, "a usage error: {err}");
+}
+
+#[test]
+fn a_caller_layout_is_read_in_place_where_the_kernel_takes_it_and_relaid_once_where_not() {
+    // A 2-D product reads a column-major operand through its strides.
+    let matmul = model(&case("test_matmul_2d"));
+    let text = plan(&[&matmul, "--input-layout", "a=column-major"]);
+    assert!(text.contains("a: column-major, 64-byte aligned; host reads it in place"), "{text}");
+    assert!(text.contains("copies: 0 per run"), "{text}");
+    // Softmax reads packed rows only: one relayout per run, with its reason.
+    let softmax = model(&case("test_softmax_axis_0"));
+    let text = plan(&[&softmax, "--input-layout", "x=column-major"]);
+    assert!(text.contains("relayout 'x' host -> host, 240 bytes, every run: the caller's column-major"), "{text}");
+    // A layout that changes nothing (column-major of a [1, N] row) is the packed one: no copy.
+    let text = plan(&[&mlp(), "--input-layout", "x=column-major"]);
+    assert!(text.contains("x: row-major") && text.contains("copies: 0 per run"), "{text}");
+}
