@@ -61,6 +61,8 @@ pub struct Planning {
     /// `(output, input)`: an output fed back as the next run's input. Over `repeat` runs, run k+1 gets run k's
     /// output as is, wherever it is.
     pub states: Vec<(String, String)>,
+    /// `(node, target)`: nodes placed by hand (the library's [`PlanOptions::pin`]).
+    pub pins: Vec<(String, String)>,
     /// At most this many copies per run.
     pub max_copies: Option<usize>,
     /// At most this many bytes copied per run.
@@ -87,6 +89,9 @@ impl Planning {
         }
         for (o, i) in &self.states {
             options = options.state(o.clone(), i.clone());
+        }
+        for (n, t) in &self.pins {
+            options = options.pin(n.clone(), t.clone());
         }
         Ok(options)
     }

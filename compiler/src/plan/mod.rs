@@ -43,6 +43,9 @@ pub struct PlanOptions {
     pub max_copies: Option<usize>,
     /// At most this many bytes copied per run (`--max-copy-bytes`).
     pub max_copy_bytes: Option<usize>,
+    /// Nodes the caller places by hand, by node name: the target's name. Placement checks the target has a kernel
+    /// for the node and otherwise leaves the choice to the cost model (tests use this to try every placement).
+    pub pins: BTreeMap<String, String>,
     /// True when the caller reads the outputs' bytes (`stowage run` writes them): outputs on discrete memory are
     /// then downloaded once each.
     pub read_outputs: bool,
@@ -58,6 +61,12 @@ impl PlanOptions {
     /// Declares `output` fed back as the next run's `input` (`--state OUT=IN`).
     pub fn state(mut self, output: impl Into<String>, input: impl Into<String>) -> Self {
         self.states.push((output.into(), input.into()));
+        self
+    }
+
+    /// Places node `node` on target `target` (by the target's name).
+    pub fn pin(mut self, node: impl Into<String>, target: impl Into<String>) -> Self {
+        self.pins.insert(node.into(), target.into());
         self
     }
 
@@ -165,7 +174,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
         }
     }
     let options = &simplified;
-    let nodes = placement::place(graph, targets)?;
+    let nodes = placement::place(graph, targets, &options.pins)?;
     let inserted = copies::insert(graph, targets, &nodes, options);
     let arenas = memory::plan(graph, targets, &nodes, &inserted.copies, &options.states);
     let inputs = graph

@@ -24,7 +24,20 @@ pub struct Placed {
 }
 
 /// Places every node of `graph` in order.
-pub fn place(graph: &Graph, targets: &[&dyn Backend]) -> Result<Vec<Placed>, PlanError> {
+pub fn place(
+    graph: &Graph,
+    targets: &[&dyn Backend],
+    pins: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<Placed>, PlanError> {
+    for (node, target) in pins {
+        let bad = |message: String| PlanError::BadOption { option: format!("pin {node}={target}"), message };
+        if !graph.order().iter().any(|&n| graph.node(n).name == *node) {
+            return Err(bad(format!("the graph has no node '{node}'")));
+        }
+        if !targets.iter().any(|t| t.spec().name == *target) {
+            return Err(bad(format!("'{target}' is not one of the targets")));
+        }
+    }
     // The spaces each value is in once computed or moved; graph inputs start on the host.
     let mut homes: SecondaryMap<ValueId, Vec<&str>> = SecondaryMap::new();
     for &v in graph.inputs() {
@@ -66,8 +79,12 @@ pub fn place(graph: &Graph, targets: &[&dyn Backend]) -> Result<Vec<Placed>, Pla
         };
         let costs: Vec<(usize, f64)> = options.iter().map(|&i| (i, cost(i))).collect();
         let best = costs.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
-        let (chosen, chosen_cost) = costs.iter().copied().find(|c| cost::ties(c.1, best)).unwrap_or(costs[0]);
-        let reason = if targets.len() == 1 {
+        let pinned = pins.get(&node.name).and_then(|t| costs.iter().copied().find(|c| targets[c.0].spec().name == *t));
+        let (chosen, chosen_cost) =
+            pinned.or_else(|| costs.iter().copied().find(|c| cost::ties(c.1, best))).unwrap_or(costs[0]);
+        let reason = if pinned.is_some() {
+            "pinned by the caller".to_string()
+        } else if targets.len() == 1 {
             "the only target".to_string()
         } else if !refused.is_empty() {
             let why: Vec<String> = refused.iter().map(|(t, r)| format!("{t}: {r}")).collect();

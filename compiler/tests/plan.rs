@@ -1,0 +1,176 @@
+//! The planner's passes on hand-made graphs and made-up targets: placement and its reasons, one copy per value and
+//! destination, arenas against their lower bound with views and in-place nodes, the copy budget.
+
+use stowage_compiler::ir::{Binary, Graph, NodeId, Op, Unary, ValueId, ValueType};
+use stowage_compiler::plan::{self, Accepts, Backend, CopyKind, PlanError, PlanOptions, TargetSpec, When};
+use stowage_runtime::{DatumType, MapSupport, MemoryKind, StorageDescriptor};
+
+/// A made-up target: host or a discrete device, with a kernel for every op but those it lists.
+struct Fake {
+    spec: TargetSpec,
+    lacks: Vec<&'static str>,
+}
+
+fn cpu() -> Fake {
+    let spec = TargetSpec {
+        name: "cpu".into(),
+        space: "host".into(),
+        memory: StorageDescriptor::HOST,
+        gflops: 100.0,
+        launch_us: 0.5,
+    };
+    Fake { spec, lacks: vec![] }
+}
+
+fn gpu(lacks: Vec<&'static str>) -> Fake {
+    let memory = StorageDescriptor {
+        name: "gpu",
+        kind: MemoryKind::Device,
+        alignment: 256,
+        map: MapSupport::Copy,
+        import_alignment: None,
+        bandwidth_gbps: 20.0,
+        latency_us: 10.0,
+        ..StorageDescriptor::HOST
+    };
+    Fake {
+        spec: TargetSpec { name: "gpu".into(), space: "gpu:0".into(), memory, gflops: 50_000.0, launch_us: 5.0 },
+        lacks,
+    }
+}
+
+impl Backend for Fake {
+    fn spec(&self) -> &TargetSpec {
+        &self.spec
+    }
+    fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String> {
+        let op = graph.node(node).op.name();
+        if self.lacks.contains(&op) {
+            Err(format!("no kernel for {op}"))
+        } else {
+            Ok(())
+        }
+    }
+    fn accepts(&self, _: &Graph, _: NodeId, _: usize) -> Accepts {
+        Accepts::PACKED
+    }
+}
+
+fn f32s(shape: &[usize]) -> ValueType {
+    ValueType::new(DatumType::F32, shape)
+}
+
+/// x[1,1024] → Relu → Exp → Relu → y, each 4096 bytes.
+fn chain() -> (Graph, Vec<ValueId>) {
+    let mut g = Graph::new("chain");
+    let x = g.add_input("x", f32s(&[1, 1024]));
+    let mut v = x;
+    let mut values = vec![x];
+    for (i, u) in [Unary::Relu, Unary::Exp, Unary::Relu].into_iter().enumerate() {
+        let n =
+            g.add_node(format!("n{i}"), Op::Unary(u), vec![Some(v)], vec![Some((format!("v{i}"), f32s(&[1, 1024])))]);
+        v = g.node(n).outputs[0].expect("output");
+        values.push(v);
+    }
+    g.add_output("y", v);
+    (g, values)
+}
+
+#[test]
+fn a_node_goes_to_the_first_target_with_a_kernel_and_says_why() {
+    let (g, _) = chain();
+    let (gpu, cpu) = (gpu(vec!["Exp"]), cpu());
+    let p = plan::plan(&g, &[&gpu, &cpu], &PlanOptions::default()).expect("plans");
+    let placed: Vec<(&str, &str)> =
+        p.nodes.iter().map(|n| (g.node(n.node).name.as_str(), p.targets[n.target].name.as_str())).collect();
+    assert_eq!(placed, [("n0", "gpu"), ("n1", "cpu"), ("n2", "gpu")]);
+    assert!(p.nodes[1].reason.contains("gpu: no kernel for Exp"), "{}", p.nodes[1].reason);
+    // Copies: the input up, n0's result down for Exp, Exp's result up again; the output down only when read.
+    let kinds: Vec<(CopyKind, &str, When)> = p.copies.iter().map(|c| (c.kind, c.value.as_str(), c.when)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (CopyKind::Upload, "x", When::EveryRun),
+            (CopyKind::Download, "v0", When::EveryRun),
+            (CopyKind::Upload, "v1", When::EveryRun)
+        ]
+    );
+    let read = plan::plan(&g, &[&gpu, &cpu], &PlanOptions { read_outputs: true, ..Default::default() }).expect("plans");
+    assert_eq!(read.copies.last().map(|c| (c.kind, c.when)), Some((CopyKind::Download, When::WhenRead)));
+}
+
+#[test]
+fn no_target_for_a_node_names_the_node_and_every_refusal() {
+    let (g, _) = chain();
+    let gpu = gpu(vec!["Exp"]);
+    let err = plan::plan(&g, &[&gpu], &PlanOptions::default()).expect_err("refused");
+    assert!(matches!(err, PlanError::NoTarget { .. }));
+    assert_eq!(err.to_string(), "node 'n1' (Exp): no target can run it (gpu: no kernel for Exp)");
+}
+
+#[test]
+fn a_value_read_twice_on_a_device_is_uploaded_once() {
+    let mut g = Graph::new("twice");
+    let x = g.add_input("x", f32s(&[256]));
+    let a = g.add_node("a", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("a".into(), f32s(&[256])))]);
+    let b = g.add_node("b", Op::Unary(Unary::Neg), vec![Some(x)], vec![Some(("b".into(), f32s(&[256])))]);
+    let (a, b) = (g.node(a).outputs[0].expect("a"), g.node(b).outputs[0].expect("b"));
+    let s = g.add_node("s", Op::Binary(Binary::Add), vec![Some(a), Some(b)], vec![Some(("s".into(), f32s(&[256])))]);
+    g.add_output("s", g.node(s).outputs[0].expect("s"));
+    let gpu = gpu(vec![]);
+    let p = plan::plan(&g, &[&gpu], &PlanOptions::default()).expect("plans");
+    assert_eq!(p.run_copies().count(), 1, "{:?}", p.copies);
+    // Device arena: the uploaded x; b written over x (its last reader), s over a.
+    let arena = &p.arenas[0];
+    assert_eq!((arena.lower_bound_bytes, arena.peak_bytes), (2 * 1024, 2 * 1024), "{arena:?}");
+    let shared: Vec<&[String]> = arena.buffers.iter().map(|b| b.values.as_slice()).collect();
+    assert_eq!(shared, [["x", "b"], ["a", "s"]]);
+}
+
+#[test]
+fn arenas_reuse_memory_of_dead_values_and_views_share_their_input() {
+    let (mut g, values) = chain();
+    // A reshape of the last value: a view, no new buffer.
+    let r = g.add_node(
+        "r",
+        Op::Reshape { allowzero: false },
+        vec![Some(values[3])],
+        vec![Some(("r".into(), f32s(&[1024])))],
+    );
+    let r = g.node(r).outputs[0].expect("r");
+    g.add_output("flat", r);
+    let cpu = cpu();
+    let p = plan::plan(&g, &[&cpu], &PlanOptions::default()).expect("plans");
+    let arena = &p.arenas[0];
+    // Each Relu/Exp writes over its input where that input dies: one 4096-byte buffer serves the whole chain.
+    assert_eq!(arena.peak_bytes, 4096, "{arena:?}");
+    assert_eq!(arena.lower_bound_bytes, 4096);
+    assert_eq!(arena.buffers.len(), 1);
+    assert_eq!(arena.buffers[0].values, ["v0", "v1", "v2", "r"]);
+}
+
+#[test]
+fn a_copy_budget_fails_planning_naming_the_copies() {
+    let (g, _) = chain();
+    let (gpu, cpu) = (gpu(vec!["Exp"]), cpu());
+    let options = PlanOptions::default().copy_budget(Some(2), None);
+    let err = plan::plan(&g, &[&gpu, &cpu], &options).expect_err("over budget").to_string();
+    assert!(err.starts_with("the plan needs 3 copies of 12288 bytes per run, over the budget of 2 copies"), "{err}");
+    assert!(err.contains("upload 'x' host → gpu:0, 4096 bytes") && err.contains("download 'v0'"), "{err}");
+    assert!(plan::plan(&g, &[&gpu, &cpu], &PlanOptions::default().copy_budget(Some(3), Some(12288))).is_ok());
+}
+
+#[test]
+fn a_fed_back_state_is_uploaded_on_the_first_run_and_kept_outside_the_arena() {
+    let mut g = Graph::new("state");
+    let s = g.add_input("s", f32s(&[64]));
+    let n = g.add_node("t", Op::Unary(Unary::Tanh), vec![Some(s)], vec![Some(("s_next".into(), f32s(&[64])))]);
+    g.add_output("s_next", g.node(n).outputs[0].expect("out"));
+    let gpu = gpu(vec![]);
+    let p = plan::plan(&g, &[&gpu], &PlanOptions::default().state("s_next", "s")).expect("plans");
+    assert_eq!(p.copies.len(), 1);
+    assert_eq!((p.copies[0].value.as_str(), p.copies[0].when), ("s", When::FirstRun));
+    assert_eq!(p.arenas[0].persistent, [("s_next".to_string(), 256)]);
+    let err = plan::plan(&g, &[&gpu], &PlanOptions::default().state("s_next", "x")).expect_err("no such input");
+    assert!(err.to_string().contains("--state s_next=x: the model has no run-time input 'x'"), "{err}");
+}
