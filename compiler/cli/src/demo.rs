@@ -49,12 +49,32 @@ pub fn run(threads: usize) -> Result<String, String> {
     for (op, count) in &ops {
         text.push_str(&format!("  cpu  {count:>3} x {op}\n"));
     }
+    let planned: Vec<String> =
+        outcome.plan.run_copies().map(|c| format!("  planned: {} '{}' ({})\n", c.kind, c.value, c.reason)).collect();
+    let performed = outcome.ledger.entries();
     text.push_str(&format!(
-        "\ncopies: 0 planned, 0 performed (0 bytes moved): the input is read where it is, every value stays on the host\n\
-         peak memory: {:.2} MiB of intermediate values, {:.2} MiB of constants\n\
+        "\ncopies: {} planned, {} performed ({} bytes moved){}\n{}",
+        planned.len(),
+        performed.len(),
+        outcome.ledger.bytes_moved(),
+        if planned.is_empty() && performed.is_empty() {
+            ": the input is read where it is, every value stays on the host"
+        } else {
+            ""
+        },
+        planned.concat()
+    ));
+    let host = outcome.plan.arenas.iter().find(|a| a.space == "host");
+    let (arena, bound) = host.map_or((0, 0), |a| (a.peak_bytes, a.lower_bound_bytes));
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    text.push_str(&format!(
+        "peak memory: planned arena {:.2} MiB (lower bound {:.2} MiB), measured {:.2} MiB of intermediate values, \
+         {:.2} MiB of constants\n\
          latency: first run {:.2} ms, median {:.2} ms over {} runs, {threads} thread(s)\n",
-        outcome.peak_bytes as f64 / (1 << 20) as f64,
-        outcome.const_bytes as f64 / (1 << 20) as f64,
+        mib(arena),
+        mib(bound),
+        mib(outcome.peak_bytes),
+        mib(outcome.const_bytes),
         outcome.first_run_ms,
         outcome.run_median_ms,
         options.repeat,

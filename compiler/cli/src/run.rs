@@ -256,13 +256,14 @@ fn run_inner(
         summary.push_str(&format!("copy: {m}\n"));
     }
     summary.push_str(&format!(
-        "compile {:.1} ms, first run {:.2} ms, median run {:.2} ms over {} runs, peak {} bytes, {} copies\n",
+        "compile {:.1} ms, first run {:.2} ms, median run {:.2} ms over {} runs, peak {} bytes, {} copies ({} planned per run)\n",
         outcome.compile_ms,
         outcome.first_run_ms,
         outcome.run_median_ms,
         options.repeat.max(1),
         outcome.peak_bytes,
-        copies.len()
+        copies.len(),
+        outcome.plan.run_copies().count()
     ));
     Ok(summary)
 }

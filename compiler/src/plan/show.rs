@@ -94,7 +94,9 @@ const COLOURS: &[&str] = &["lightblue", "palegreen", "khaki", "plum", "lightsalm
 /// edge (or a red note on the edge, for copies of graph inputs) labelled with bytes and reason.
 pub fn dot(plan: &Plan, graph: &Graph) -> String {
     let esc = |t: &str| t.replace('\\', "\\\\").replace('"', "\\\"");
-    let mut s = String::from("digraph plan {\n  rankdir=TB;\n  node [shape=box, style=filled, fontname=\"sans\"];\n");
+    let mut s = String::from(
+        "digraph plan {\n  rankdir=TB;\n  fontname=\"sans\";\n  node [shape=box, style=filled, fontname=\"sans\"];\n  edge [fontname=\"sans\", fontsize=10];\n",
+    );
     let _ = writeln!(s, "  label=\"{}\";", esc(&format!("plan '{}'", plan.graph)));
     s.push_str("  subgraph cluster_legend { label=\"targets\"; style=dashed;\n");
     for (i, t) in plan.targets.iter().enumerate() {
