@@ -102,3 +102,51 @@ fn a_caller_layout_is_read_in_place_where_the_kernel_takes_it_and_relaid_once_wh
     let text = plan(&[&mlp(), "--input-layout", "x=column-major"]);
     assert!(text.contains("x: row-major") && text.contains("copies: 0 per run"), "{text}");
 }
+
+fn example(name: &str) -> String {
+    let p = target_dir().join("planning-examples").join(format!("{name}.onnx"));
+    assert!(p.exists(), "{} is missing: run scripts/test (it writes the planner's examples)", p.display());
+    s(&p)
+}
+
+/// A u8 camera frame [1,480,640,3] as a TensorProto file.
+fn frame_file(dir: &std::path::Path) -> String {
+    let data: Vec<u8> = (0..480 * 640 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let t = stowage_runtime::Tensor::from_slice(&[1, 480, 640, 3], &data).expect("frame");
+    let path = dir.join("frame.pb");
+    let proto = stowage_compiler::onnx::tensor::encode(&t, "frame").expect("encodes");
+    std::fs::write(&path, prost::Message::encode_to_vec(&proto)).expect("writes");
+    s(&path)
+}
+
+#[test]
+fn run_reports_the_plan_beside_the_ledger_with_a_caller_layout_and_a_budget() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let frame = frame_file(tmp.path());
+    let report = tmp.path().join("r.json");
+    let json = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).expect("report")).expect("json")
+    };
+    // The camera frame with padded rows, on the CPU: read in place, nothing planned, nothing performed.
+    let layout = ["--input-layout", "frame=nhwc,row-pitch=2048"];
+    let (camera, report_arg) = (example("camera"), s(&report));
+    let args = [&["run", &camera, "--input", &frame, "--report", &report_arg], &layout[..]].concat();
+    let (code, _, err) = stowage(&args);
+    assert_eq!(code, 0, "{err}");
+    let r = json(&report);
+    assert_eq!(r["planned_copies"], serde_json::json!([]), "{r}");
+    assert_eq!(r["performed_copies"], serde_json::json!([]), "{r}");
+    // On a discrete device, twice: one upload of the frame per run, planned and performed.
+    let args = [&args[..], &["--target", "opencl:discrete", "--repeat", "2"]].concat();
+    let (code, _, err) = stowage(&args);
+    assert_eq!(code, 0, "{err}");
+    let r = json(&report);
+    let planned = r["planned_copies"].as_array().expect("planned");
+    assert_eq!(planned.len(), 1, "{r}");
+    assert_eq!((planned[0]["value"].as_str(), planned[0]["bytes"].as_u64()), (Some("frame"), Some(921_600)));
+    let performed = r["performed_copies"].as_array().expect("performed");
+    assert_eq!(performed.iter().filter(|c| c["value"] == "frame").count(), 2, "{r}");
+    // A budget the plan does not fit fails before running, naming the copy.
+    let err = fails(&[&args[..], &["--max-copy-bytes", "1000"]].concat());
+    assert!(err.contains("over the budget of 1000 bytes") && err.contains("upload 'frame'"), "{err}");
+}
