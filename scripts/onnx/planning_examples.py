@@ -1,5 +1,5 @@
 """The planner's example models for docs/planning.md: a camera pipeline and a model with an op the OpenCL backend
-lacks. Writes target/planning-examples/{camera,mixed}.onnx; scripts/plan-pictures draws their plans."""
+lacks (a MaxPool's argmax indices). Writes target/planning-examples/{camera,mixed}.onnx; scripts/plan-pictures draws their plans."""
 
 import os
 import sys
@@ -39,17 +39,16 @@ mixed = helper.make_graph(
     [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Resize", ["r1", "", "scales"], ["up"], name="upsample"),
-        helper.make_node("Conv", ["up", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("MaxPool", ["r1"], ["pooled", "where"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("Conv", ["pooled", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
     ],
     "mixed",
-    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 64, 64])],
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
     [
-        const("w1", [16, 3, 3, 3]),
-        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
-        const("w2", [64, 16, 3, 3]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32, 32]),
+        helper.make_tensor_value_info("where", TensorProto.INT64, [1, 16, 32, 32]),
     ],
+    [const("w1", [16, 3, 3, 3]), const("w2", [64, 16, 3, 3])],
 )
 
 for name, graph in [("camera", camera), ("mixed", mixed)]:

@@ -65,7 +65,7 @@ pub enum ClError {
         message: String,
     },
     /// The OpenCL backend has no kernel for this node.
-    #[error("node '{node}' ({op}): no OpenCL kernel: {reason}; run it with --target cpu")]
+    #[error("node '{node}' ({op}): no OpenCL kernel: {reason}; a target list such as --target opencl,cpu runs it on the CPU")]
     Unsupported {
         /// The node's name.
         node: String,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{case, data, fails, model, s, stowage, target_dir};
+use common::{case, fails, model, s, stowage, target_dir};
 
 fn mlp() -> String {
     let p = target_dir().join("onnx-models/mlp/model.onnx");
@@ -64,13 +64,12 @@ fn a_plan_written_to_a_file_is_whole_or_absent() {
 
 #[test]
 fn bad_plans_fail_before_running_naming_what_is_wrong() {
-    let dir = case("test_resize_upsample_scales_nearest");
-    let (resize, scales) = (model(&dir), format!("scales={}", data(&dir, "input_1.pb")));
-    let err = fails(&["plan", &resize, "--input-value", &scales, "--target", "opencl"]);
-    assert!(err.contains("(Resize): no target can run it (opencl: no kernel"), "{err}");
-    // With the CPU after it in the list, the Resize falls back.
-    let text = plan(&[&resize, "--input-value", &scales, "--target", "opencl,cpu"]);
-    assert!(text.contains("Resize") && text.contains("cpu: the first target with a kernel for it"), "{text}");
+    let argmax = model(&case("test_maxpool_with_argmax_2d_precomputed_pads"));
+    let err = fails(&["plan", &argmax, "--target", "opencl"]);
+    assert!(err.contains("(MaxPool): no target can run it (opencl: no kernel"), "{err}");
+    // With the CPU after it in the list, the MaxPool falls back.
+    let text = plan(&[&argmax, "--target", "opencl,cpu"]);
+    assert!(text.contains("MaxPool") && text.contains("cpu: the first target with a kernel for it"), "{text}");
     let err = fails(&["plan", &mlp(), "--target", "opencl,tpu"]);
     assert!(err.contains("unknown target 'tpu'"), "{err}");
     let err = fails(&["plan", &mlp(), "--input-layout", "x=nhwc"]);

@@ -81,13 +81,58 @@ pub struct ResizeParams<'a> {
     pub exclude_outside: bool,
 }
 
+/// [`ResizeParams`] owning its slices: what lowering resolves once and a kernel borrows on every run.
+#[derive(Clone, Debug)]
+pub struct ResizeSpec {
+    /// Interpolation kind.
+    pub mode: ResizeMode,
+    /// Output-to-input coordinate mapping.
+    pub coordinate_transform: CoordinateTransform,
+    /// Rounding for nearest mode.
+    pub nearest_mode: NearestMode,
+    /// Antialiasing.
+    pub antialias: bool,
+    /// One scale per axis (see [`ResizeParams::scales`]).
+    pub scales: Vec<f32>,
+    /// The region of interest over every axis, for `tf_crop_and_resize`.
+    pub roi: Option<Vec<f32>>,
+    /// Value outside the input.
+    pub extrapolation_value: f32,
+    /// Cubic coefficient `A`.
+    pub cubic_coeff_a: f32,
+    /// Renormalise taps inside the input.
+    pub exclude_outside: bool,
+}
+
+impl ResizeSpec {
+    /// The parameters borrowing this spec.
+    pub fn params(&self) -> ResizeParams<'_> {
+        ResizeParams {
+            mode: self.mode,
+            coordinate_transform: self.coordinate_transform,
+            nearest_mode: self.nearest_mode,
+            antialias: self.antialias,
+            scales: &self.scales,
+            roi: self.roi.as_deref(),
+            extrapolation_value: self.extrapolation_value,
+            cubic_coeff_a: self.cubic_coeff_a,
+            exclude_outside: self.exclude_outside,
+        }
+    }
+}
+
 /// The interpolation of one axis: for output coordinate `o`, `Σⱼ coef[o·taps + j] · in[idx[o·taps + j]]`, or the
-/// extrapolation value where `extrapolate[o]`.
-struct AxisPlan {
-    taps: usize,
-    idx: Vec<usize>,
-    coef: Vec<f64>,
-    extrapolate: Vec<bool>,
+/// extrapolation value where `extrapolate[o]`. The OpenCL backend compiles these tables into its kernels.
+#[derive(Clone, Debug)]
+pub struct AxisPlan {
+    /// Taps per output coordinate.
+    pub taps: usize,
+    /// Input coordinate of each tap.
+    pub idx: Vec<usize>,
+    /// Weight of each tap.
+    pub coef: Vec<f64>,
+    /// Output coordinates whose source lies outside the input (`tf_crop_and_resize`).
+    pub extrapolate: Vec<bool>,
 }
 
 /// The scale of an axis in f64: the given one, or the exact ratio `out / in` when it is not positive (the output
@@ -155,7 +200,7 @@ fn kernel_weights(p: &ResizeParams<'_>, r: f64, scale: f64) -> (i64, Vec<f64>) {
 }
 
 /// Plans the interpolation of `axis` (of `rank`) from `in_len` to `out_len`; `None` if it is the identity.
-fn plan_axis(p: &ResizeParams<'_>, axis: usize, rank: usize, in_len: usize, out_len: usize) -> Option<AxisPlan> {
+pub fn plan_axis(p: &ResizeParams<'_>, axis: usize, rank: usize, in_len: usize, out_len: usize) -> Option<AxisPlan> {
     let tf = p.coordinate_transform == CoordinateTransform::TfCropAndResize;
     let roi = match p.roi {
         Some(roi) if tf => {

@@ -17,6 +17,8 @@ use crate::program::{Binding, Kernel, Program, Step};
 pub mod fuse;
 mod nn;
 
+pub use nn::resize_spec;
+
 /// How to lower.
 #[derive(Clone, Debug)]
 pub struct LowerOptions {

@@ -12,6 +12,7 @@
 
 mod gemm;
 mod index;
+mod resize;
 mod rows;
 mod window;
 
@@ -22,6 +23,7 @@ use stowage_cpu::kernels::elementwise::{BinaryFn, UnaryFn};
 
 pub use gemm::{gemm, gemm_block, Gemm, Strides, TILE};
 pub use index::{index_map, IndexMap};
+pub use resize::resize_axis;
 pub use rows::{layer_norm, lrn, reduce, softmax};
 pub use window::{global_pool, im2col, pool, Window};
 

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use stowage_compiler::ir::{self, Graph, Op, PoolKind, SoftmaxKind, ValueDef, ValueId};
 use stowage_cpu::jit::{packed_strides, Loops};
+use stowage_cpu::kernels::resize::plan_axis;
 use stowage_runtime::{DatumType, Ledger};
 
 mod products;
@@ -625,6 +626,71 @@ fn translate<'g>(
                         let total: usize = out_shape.iter().product();
                         let l = launch(k, args, vec![total], None, vec![ArgRef::Slot(out)]);
                         (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                    }
+                    Op::Resize(r) => {
+                        f32_only(out_ty.dt)?;
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        f32_only(x.dt)?;
+                        let rank = x.shape.len();
+                        let spec = stowage_cpu::lower::resize_spec(graph, r, &node.inputs, rank)
+                            .map_err(|e| unsupported(e.to_string()))?;
+                        let p = spec.params();
+                        if p.roi.is_some_and(|roi| roi.len() != 2 * rank) {
+                            return Err(unsupported(format!("a region of interest not of 2 × {rank} values")));
+                        }
+                        // One launch per resized axis, as the CPU does: the first reads X, each writes a scratch
+                        // buffer the next reads, the last writes the output.
+                        let mut shape = x.shape.clone();
+                        let mut axes = Vec::new();
+                        for a in 0..rank {
+                            if let Some(plan) = plan_axis(&p, a, rank, x.shape[a], out_ty.shape[a]) {
+                                axes.push((a, plan));
+                            }
+                        }
+                        let (mut launches, mut scratch) = (Vec::new(), Vec::new());
+                        let mut src = arg(0)?;
+                        for (k, (a, plan)) in axes.iter().enumerate() {
+                            if plan.idx.len() + plan.extrapolate.len() > 8192 {
+                                return Err(unsupported(format!(
+                                    "axis {a}: interpolation tables of {} taps",
+                                    plan.idx.len()
+                                )));
+                            }
+                            let inner: usize = shape[a + 1..].iter().product();
+                            let in_len = shape[*a];
+                            let kern =
+                                b.kernel(|name| codegen::resize_axis(name, plan, in_len, inner, p.extrapolation_value));
+                            shape[*a] = out_ty.shape[*a];
+                            let total: usize = shape.iter().product();
+                            let dst = if k + 1 == axes.len() {
+                                ArgRef::Slot(out)
+                            } else {
+                                scratch.push(total * 4);
+                                ArgRef::Scratch(scratch.len() - 1)
+                            };
+                            launches.push(launch(kern, vec![src, dst], vec![total.max(1)], None, vec![dst]));
+                            src = dst;
+                        }
+                        if axes.is_empty() {
+                            // The identity: a copy.
+                            let size = 4;
+                            let l = Loops::relayout(
+                                &x.shape,
+                                size,
+                                packed_strides(&x.shape, size),
+                                packed_strides(&x.shape, size),
+                            );
+                            let kern = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
+                            let total: usize = x.shape.iter().product();
+                            launches.push(launch(
+                                kern,
+                                vec![arg(0)?, ArgRef::Slot(out)],
+                                vec![total.max(1)],
+                                None,
+                                vec![ArgRef::Slot(out)],
+                            ));
+                        }
+                        ("Resize", StepKind::Launches { outs: vec![out], scratch, launches })
                     }
                     other => return Err(unsupported(format!("{} has no kernel on this target yet", other.name()))),
                 }
