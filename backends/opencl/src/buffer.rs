@@ -41,6 +41,7 @@ use crate::error::code_name;
     download = raw::download,
     wait = raw::wait,
     copy = raw::copy,
+    slice = raw::slice,
     map = raw::map,
     unmap = raw::unmap,
     is_on = raw::is_on,
@@ -145,6 +146,36 @@ impl ClBuffer {
     pub fn byte_len(&self) -> usize {
         self.raw.0.len
     }
+
+    /// True when no command writing this buffer is still queued or running.
+    pub fn is_idle(&self) -> bool {
+        let last = self.raw.0.last_write.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref().is_none_or(|e| e.command_execution_status().is_ok_and(|s| s.0 == opencl3::event::CL_COMPLETE))
+    }
+
+    /// The buffer's bytes read now, outside the runtime's accounting (for tests and debugging: the runtime's own
+    /// reads go through `LazyHost`, which records them).
+    pub fn read_now(&self) -> crate::Result<Vec<u8>> {
+        let bytes = raw::download(&self.raw).map_err(|e| crate::ClError::Transfer {
+            value: "a buffer read for inspection".into(),
+            message: e.to_string(),
+        })?;
+        Ok(bytes.value.as_bytes().to_vec())
+    }
+
+    /// Where the host sees this buffer's memory on unified memory (`None` on the discrete path).
+    pub fn host_address(&self) -> Option<usize> {
+        match &self.raw.0.host {
+            Some(Backing::Own(host)) => Some(host.as_bytes().as_ptr() as usize),
+            Some(Backing::Imported(t)) => t.host_bytes().map(|b| b.as_ptr() as usize),
+            None => None,
+        }
+    }
+
+    /// True when both are the same device memory.
+    pub fn same_memory(&self, other: &ClBuffer) -> bool {
+        Arc::ptr_eq(&self.raw.0, &other.raw.0)
+    }
 }
 
 /// Host memory a unified-memory buffer uses in place.
@@ -158,7 +189,7 @@ pub(crate) enum Backing {
 pub mod raw {
     //! The backend functions the derive calls.
 
-    use std::ops::{Deref, DerefMut};
+    use std::ops::{Deref, DerefMut, Range};
 
     use stowage_runtime::{Result, RuntimeError, Transferred};
 
@@ -407,6 +438,33 @@ pub mod raw {
         Ok(())
     }
 
+    /// A byte range of `buffer` as a buffer of its own, copied on the device after the work writing it: a slice
+    /// of a lazy output stays on the device, and reading it later moves only its bytes.
+    pub fn slice(buffer: &RawCl, bytes: Range<usize>) -> Result<Option<RawCl>> {
+        let cx = &buffer.0.target;
+        if bytes.start > bytes.end || bytes.end > buffer.0.len {
+            return Err(RuntimeError::Layout {
+                tensor: "<unnamed>".into(),
+                reason: format!("slice {bytes:?} of a {}-byte OpenCL buffer", buffer.0.len),
+            });
+        }
+        let len = bytes.len();
+        let dst = allocate(cx, len)?;
+        if len > 0 {
+            let events = buffer.events();
+            let e = copy_range(cx, buffer.0.mem.get(), bytes.start, dst.0.mem.get(), len, &events).map_err(cl_err(
+                cx,
+                "slice (copy)",
+                len,
+            ))?;
+            dst.set_write(e);
+            if let Some(e) = dst.0.last_write.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                buffer.accessed(e);
+            }
+        }
+        Ok(Some(dst))
+    }
+
     /// `len` bytes from the start of `src` to the start of `dst`, after `events`.
     fn copy_bytes(
         cx: &Target,
@@ -415,15 +473,27 @@ pub mod raw {
         len: usize,
         events: &[cl_event],
     ) -> std::result::Result<Event, opencl3::error_codes::ClError> {
+        copy_range(cx, src, 0, dst, len, events)
+    }
+
+    /// `len` bytes from `src` at `offset` to the start of `dst`, after `events`.
+    fn copy_range(
+        cx: &Target,
+        src: opencl3::types::cl_mem,
+        offset: usize,
+        dst: opencl3::types::cl_mem,
+        len: usize,
+        events: &[cl_event],
+    ) -> std::result::Result<Event, opencl3::error_codes::ClError> {
         let wait = if events.is_empty() { std::ptr::null() } else { events.as_ptr() };
-        // SAFETY: both buffers are live memory objects of this target's context holding at least `len` bytes (the
-        // callers take the shorter length), and `wait` holds `events.len()` events.
+        // SAFETY: both buffers are live memory objects of this target's context, `src` holding `offset + len` bytes
+        // and `dst` at least `len` (the callers check), and `wait` holds `events.len()` events.
         let e = unsafe {
             opencl3::command_queue::enqueue_copy_buffer(
                 cx.inner.queue.get(),
                 src,
                 dst,
-                0,
+                offset,
                 0,
                 len,
                 events.len() as u32,
