@@ -1,5 +1,5 @@
 """The planner's example models for docs/planning.md: a camera pipeline and a model with an op the OpenCL backend
-lacks (a MaxPool's argmax indices). Writes target/planning-examples/{camera,mixed}.onnx; scripts/plan-pictures draws their plans."""
+lacks (a product in double precision). Writes target/planning-examples/{camera,mixed}.onnx; scripts/plan-pictures draws their plans."""
 
 import os
 import sys
@@ -37,18 +37,21 @@ camera = helper.make_graph(
 
 mixed = helper.make_graph(
     [
-        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["pooled", "where"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
-        helper.make_node("Conv", ["pooled", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="dense1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu1"),
+        helper.make_node("Cast", ["r"], ["r64"], to=TensorProto.DOUBLE, name="to_f64"),
+        helper.make_node("MatMul", ["r64", "w64"], ["p64"], name="dense_f64"),
+        helper.make_node("Cast", ["p64"], ["p"], to=TensorProto.FLOAT, name="to_f32"),
+        helper.make_node("MatMul", ["p", "w3"], ["y"], name="dense3"),
     ],
     "mixed",
-    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
     [
-        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32, 32]),
-        helper.make_tensor_value_info("where", TensorProto.INT64, [1, 16, 32, 32]),
+        const("w1", [256, 256], 0.05),
+        numpy_helper.from_array((rng.standard_normal([256, 256]) * 0.05).astype(np.float64), "w64"),
+        const("w3", [256, 10], 0.05),
     ],
-    [const("w1", [16, 3, 3, 3]), const("w2", [64, 16, 3, 3])],
 )
 
 for name, graph in [("camera", camera), ("mixed", mixed)]:

@@ -64,12 +64,13 @@ fn a_plan_written_to_a_file_is_whole_or_absent() {
 
 #[test]
 fn bad_plans_fail_before_running_naming_what_is_wrong() {
-    let argmax = model(&case("test_maxpool_with_argmax_2d_precomputed_pads"));
-    let err = fails(&["plan", &argmax, "--target", "opencl"]);
-    assert!(err.contains("(MaxPool): no target can run it (opencl: no kernel"), "{err}");
-    // With the CPU after it in the list, the MaxPool falls back.
-    let text = plan(&[&argmax, "--target", "opencl,cpu"]);
-    assert!(text.contains("MaxPool") && text.contains("cpu: the first target with a kernel for it"), "{text}");
+    // The example's product in f64 has no OpenCL kernel.
+    let mixed = example("mixed");
+    let err = fails(&["plan", &mixed, "--target", "opencl"]);
+    assert!(err.contains("node 'dense_f64' (MatMul): no target can run it (opencl: no kernel"), "{err}");
+    // With the CPU after it in the list, it falls back.
+    let text = plan(&[&mixed, "--target", "opencl,cpu"]);
+    assert!(text.contains("dense_f64") && text.contains("cpu: the first target with a kernel for it"), "{text}");
     let err = fails(&["plan", &mlp(), "--target", "opencl,tpu"]);
     assert!(err.contains("unknown target 'tpu'"), "{err}");
     let err = fails(&["plan", &mlp(), "--input-layout", "x=nhwc"]);

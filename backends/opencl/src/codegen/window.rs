@@ -141,3 +141,54 @@ pub fn global_pool(name: &str, plane: usize, max: bool) -> String {
         "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0);\n  float acc = {init};\n  for (size_t i = 0; i < {plane}; ++i) {{ const float x = X[g * {plane} + i]; {step} }}\n  Y[g] = {fin};\n}}\n"
     )
 }
+
+/// MaxPool of any ordered element type `ty` (a C type), one work item per output element of `[N·C, O…]`, with the
+/// ONNX `Indices` output when `indices` says how to number them (`Some(column_major)`): kernel `name(X, Y[, I])`.
+/// As the CPU's kernel: the first largest element in row-major window order wins; a NaN loses against numbers;
+/// a window without an input element gives 0 and index −1. Indices are `(n·C + c)·ΠD + spatial`, the spatial
+/// position row-major, or column-major with `storage_order = 1`.
+pub fn max_pool(name: &str, w: &Window, ty: &str, float: bool, indices: Option<bool>) -> String {
+    let s_ = w.input.len();
+    let plane_out: usize = w.output.iter().product();
+    let plane_in: usize = w.input.iter().product();
+    let mut s = String::new();
+    let out_i = if indices.is_some() { ", __global long* restrict I" } else { "" };
+    let _ = writeln!(s, "__kernel void {name}(__global const {ty}* restrict X, __global {ty}* restrict Y{out_i}) {{");
+    let _ = writeln!(s, "  const size_t g = get_global_id(0), nc = g / {plane_out}, p = g % {plane_out};");
+    let _ = writeln!(s, "  size_t {};", (0..s_).map(|a| format!("o{a}")).collect::<Vec<_>>().join(", "));
+    decompose(&mut s, "p", &w.output, "o");
+    let _ = writeln!(s, "  {ty} acc = 0; long best = -1; int found = 0;");
+    for a in 0..s_ {
+        let _ = writeln!(s, "  for (int t{a} = 0; t{a} < {}; ++t{a}) {{", w.kernel[a]);
+        let _ = writeln!(
+            s,
+            "  const long i{a} = (long)(o{a} * {}) + (long)t{a} * {} - {};",
+            w.strides[a], w.dilations[a], w.pads[a]
+        );
+    }
+    let inside: Vec<String> = (0..s_).map(|a| format!("i{a} >= 0 && i{a} < {}", w.input[a])).collect();
+    let (mut row, mut col, mut step) = (String::from("0"), String::from("0"), 1usize);
+    for a in 0..s_ {
+        row = format!("({row}) * {} + i{a}", w.input[a]);
+        col = format!("{col} + i{a} * {step}");
+        step *= w.input[a];
+    }
+    let position = if indices == Some(true) { col } else { row.clone() };
+    let nan = if float { " || (isnan(acc) && !isnan(x))" } else { "" };
+    let _ = writeln!(s, "  if ({}) {{", if inside.is_empty() { "1".into() } else { inside.join(" && ") });
+    let _ = writeln!(s, "    const {ty} x = X[nc * {plane_in} + {row}];");
+    let _ = writeln!(
+        s,
+        "    if (!found || x > acc{nan}) {{ acc = x; best = (long)(nc * {plane_in}) + {position}; found = 1; }}"
+    );
+    s.push_str("  }\n");
+    for _ in 0..s_ {
+        s.push_str("  }\n");
+    }
+    let _ = writeln!(s, "  Y[g] = found ? acc : 0;");
+    if indices.is_some() {
+        let _ = writeln!(s, "  I[g] = found ? best : -1;");
+    }
+    s.push_str("}\n");
+    s
+}

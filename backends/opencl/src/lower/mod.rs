@@ -208,7 +208,8 @@ fn translate<'g>(
                 });
                 return Ok(());
             }
-            let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. });
+            let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. })
+                || matches!(&node.op, Op::Pool(p) if p.kind == PoolKind::Max);
             if node.outputs.iter().skip(1).any(Option::is_some) && !stats_ok {
                 return Err(unsupported("a second output".into()));
             }
@@ -344,6 +345,26 @@ fn translate<'g>(
                             .ok_or_else(|| unsupported("this convolution's shape".into()))?;
                         let op = if relu { "Conv+Relu" } else { "Conv" };
                         (op, StepKind::Launches { outs: vec![out], scratch, launches })
+                    }
+                    Op::Pool(p) if p.kind == PoolKind::Max => {
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        let float = matches!(x.dt, DatumType::F32 | DatumType::F64);
+                        let ty = codegen::dt_type(x.dt)
+                            .filter(|_| x.dt != DatumType::Bool)
+                            .ok_or_else(|| unsupported(format!("{} data", x.dt)))?;
+                        b.fp64 |= x.dt == DatumType::F64;
+                        let w = window(&p.window, &x.shape, &out_ty.shape);
+                        let indices = node.outputs.get(1).copied().flatten().map(|v| b.slot(v));
+                        let order = indices.map(|_| p.column_major_indices);
+                        let k = b.kernel(|name| codegen::max_pool(name, &w, ty, float, order));
+                        let total: usize = out_ty.shape.iter().product();
+                        let mut args = vec![arg(0)?, ArgRef::Slot(out)];
+                        let mut outs = vec![out];
+                        args.extend(indices.map(ArgRef::Slot));
+                        outs.extend(indices);
+                        let writes: Vec<ArgRef> = outs.iter().map(|&s| ArgRef::Slot(s)).collect();
+                        let l = launch(k, args, vec![total.max(1)], None, writes);
+                        (node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
                     }
                     Op::Pool(p) => {
                         f32_only(out_ty.dt)?;
