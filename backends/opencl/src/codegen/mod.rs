@@ -24,7 +24,7 @@ use stowage_cpu::kernels::elementwise::{BinaryFn, UnaryFn};
 pub use gemm::{gemm, gemm_block, Gemm, Strides, TILE};
 pub use index::{index_map, IndexMap};
 pub use resize::resize_axis;
-pub use rows::{layer_norm, lrn, reduce, softmax};
+pub use rows::{batch_norm, layer_norm, lrn, reduce, softmax};
 pub use window::{global_pool, im2col, max_pool, pool, Window};
 
 /// The OpenCL C type of an element.

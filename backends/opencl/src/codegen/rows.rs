@@ -91,3 +91,42 @@ pub fn reduce(
     s.push_str("}\n");
     s
 }
+
+/// BatchNormalization of `[N, C, plane]` f32 data, channel `c` scaled by `S[c] / √(var + ε)` and shifted to `B[c]`.
+/// Inference (`training == None`): kernel `name(X, S, B, M, V, Y)`, one work item per element, with the given mean
+/// and variance. Training (`Some((momentum, running_mean, running_var))`): kernel `name(X, S, B, M, V, Y[, RM][,
+/// RV])`, one work item per channel, normalising with the batch's mean and population variance and writing the
+/// running statistics asked for, `running · momentum + batch · (1 − momentum)`, as the CPU does.
+pub fn batch_norm(
+    name: &str,
+    n: usize,
+    channels: usize,
+    plane: usize,
+    epsilon: f32,
+    training: Option<(f32, bool, bool)>,
+) -> String {
+    let params = "__global const float* restrict X, __global const float* restrict S, __global const float* restrict B, __global const float* restrict M, __global const float* restrict V, __global float* restrict Y";
+    let eps = lit(epsilon);
+    match training {
+        None => format!(
+            "__kernel void {name}({params}) {{\n  const size_t g = get_global_id(0), c = g / {plane} % {channels};\n  const float a = S[c] / sqrt(V[c] + {eps});\n  Y[g] = fma(X[g] - M[c], a, B[c]);\n}}\n"
+        ),
+        Some((momentum, rm, rv)) => {
+            let count = (n * plane).max(1);
+            let outs = format!(
+                "{}{}",
+                if rm { ", __global float* restrict RM" } else { "" },
+                if rv { ", __global float* restrict RV" } else { "" }
+            );
+            let (m, keep) = (lit(momentum), lit(1.0 - momentum));
+            let stats = format!(
+                "{}{}",
+                if rm { format!("  RM[c] = M[c] * {m} + mean * {keep};\n") } else { String::new() },
+                if rv { format!("  RV[c] = V[c] * {m} + var * {keep};\n") } else { String::new() }
+            );
+            format!(
+                "__kernel void {name}({params}{outs}) {{\n  const size_t c = get_global_id(0);\n  float sum = 0.0f;\n  for (size_t b = 0; b < {n}; ++b) for (size_t p = 0; p < {plane}; ++p) sum += X[(b * {channels} + c) * {plane} + p];\n  const float mean = sum / {count}.0f;\n  float sq = 0.0f;\n  for (size_t b = 0; b < {n}; ++b) for (size_t p = 0; p < {plane}; ++p) {{ const float d = X[(b * {channels} + c) * {plane} + p] - mean; sq += d * d; }}\n  const float var = sq / {count}.0f;\n  const float a = S[c] / sqrt(var + {eps});\n  for (size_t b = 0; b < {n}; ++b) for (size_t p = 0; p < {plane}; ++p) {{ const size_t i = (b * {channels} + c) * {plane} + p; Y[i] = fma(X[i] - mean, a, B[c]); }}\n{stats}}}\n"
+            )
+        }
+    }
+}

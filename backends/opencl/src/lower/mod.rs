@@ -208,7 +208,7 @@ fn translate<'g>(
                 });
                 return Ok(());
             }
-            let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. })
+            let stats_ok = matches!(node.op, Op::Dropout { .. } | Op::LayerNorm { .. } | Op::BatchNorm { .. })
                 || matches!(&node.op, Op::Pool(p) if p.kind == PoolKind::Max);
             if node.outputs.iter().skip(1).any(Option::is_some) && !stats_ok {
                 return Err(unsupported("a second output".into()));
@@ -345,6 +345,32 @@ fn translate<'g>(
                             .ok_or_else(|| unsupported("this convolution's shape".into()))?;
                         let op = if relu { "Conv+Relu" } else { "Conv" };
                         (op, StepKind::Launches { outs: vec![out], scratch, launches })
+                    }
+                    Op::BatchNorm { epsilon, momentum, training } => {
+                        f32_only(out_ty.dt)?;
+                        let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
+                        for i in 1..5 {
+                            let p = in_ty(i).ok_or_else(|| unsupported(format!("input {i} is missing")))?;
+                            f32_only(p.dt)?;
+                        }
+                        if x.shape.len() < 2 {
+                            return Err(unsupported("an input of rank below 2".into()));
+                        }
+                        let (n, c, plane) = (x.shape[0], x.shape[1], x.shape[2..].iter().product::<usize>());
+                        let stats: Vec<Option<usize>> =
+                            (1..3).map(|i| node.outputs.get(i).copied().flatten().map(|v| b.slot(v))).collect();
+                        let mode = training.then_some((*momentum, stats[0].is_some(), stats[1].is_some()));
+                        let k = b.kernel(|name| codegen::batch_norm(name, n, c, plane, *epsilon, mode));
+                        let mut args = vec![arg(0)?, arg(1)?, arg(2)?, arg(3)?, arg(4)?, ArgRef::Slot(out)];
+                        let mut outs = vec![out];
+                        if *training {
+                            args.extend(stats.iter().flatten().map(|&s| ArgRef::Slot(s)));
+                            outs.extend(stats.iter().flatten());
+                        }
+                        let writes: Vec<ArgRef> = outs.iter().map(|&s| ArgRef::Slot(s)).collect();
+                        let global = if *training { c } else { x.shape.iter().product() };
+                        let l = launch(k, args, vec![global.max(1)], None, writes);
+                        ("BatchNormalization", StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
                     }
                     Op::Pool(p) if p.kind == PoolKind::Max => {
                         let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
