@@ -174,6 +174,8 @@ pub(crate) struct TargetInner {
     pub(crate) driver: String,
     /// How programs were obtained.
     pub(crate) stats: Stats,
+    /// Launches left before the device is treated as lost ([`Target::lose_device_after`]); `usize::MAX`: never.
+    pub(crate) lose_after: AtomicUsize,
 }
 
 /// Counters behind `Target::build_stats`.
@@ -215,6 +217,7 @@ impl Target {
         let inner = TargetInner {
             driver,
             stats: Stats::default(),
+            lose_after: AtomicUsize::new(usize::MAX),
             id: NEXT_TARGET.fetch_add(1, Ordering::Relaxed),
             info,
             mode,
@@ -247,6 +250,14 @@ impl Target {
     /// Device buffers alive now.
     pub fn live_buffers(&self) -> usize {
         self.inner.live.load(Ordering::SeqCst)
+    }
+
+    /// Treats the device as lost after `launches` more kernel launches: from then on every launch fails as a
+    /// driver reports a lost device (`CL_DEVICE_NOT_AVAILABLE`). A fault-injection seam: no OpenCL implementation
+    /// here can lose its device on demand, and the error path (a clear error, every buffer released, a fresh
+    /// target working) must be tested all the same.
+    pub fn lose_device_after(&self, launches: usize) {
+        self.inner.lose_after.store(launches, Ordering::SeqCst);
     }
 
     /// Waits for all queued work.

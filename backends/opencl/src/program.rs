@@ -147,6 +147,19 @@ impl Target {
         if global.contains(&0) {
             return Ok(());
         }
+        // A device lost (see `Target::lose_device_after`): the launch fails as a driver reports it.
+        let left = &self.inner.lose_after;
+        if left.load(std::sync::atomic::Ordering::SeqCst) != usize::MAX
+            && left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(1)))
+                .is_ok_and(|n| n == 0)
+        {
+            return Err(ClError::Call {
+                space,
+                call: "clEnqueueNDRangeKernel",
+                code: code_name(opencl3::error_codes::CL_DEVICE_NOT_AVAILABLE),
+            });
+        }
         let local_ptr = local.map_or(std::ptr::null(), <[usize]>::as_ptr);
         // SAFETY: `global` (and `local`, when given) hold `global.len()` sizes; every argument is set above.
         let event = unsafe {
