@@ -26,6 +26,15 @@ for dir in "$STAGE"/models/*/; do
 done
 echo "--- one run of squeezenet on $TARGET, its ledger (the output written as a file is the one read):"
 "$BIN" run "$STAGE/models/random_squeezenet/model.onnx" --input "$STAGE/models/random_squeezenet/test_data_set_0/input_0.pb" --target "$TARGET" --output-dir "$(mktemp -d)"
+echo "--- the planner on this device: where each node of the examples goes, and the copies planned and made"
+ex=$STAGE/examples
+"$BIN" plan "$ex/mixed.onnx" --target "$TARGET,cpu"
+for run in "mixed $TARGET,cpu" "camera $TARGET" "camera cpu"; do
+  set -- $run
+  rep=$(mktemp)
+  "$BIN" run "$ex/$1.onnx" --input "$ex/$1_input.pb" --target "$2" --input-layout "$( [ "$1" = camera ] && echo frame=nhwc,row-pitch=2048 || echo x=row-major)" --repeat 5 --report "$rep" | tail -1 | sed "s/^/$1 on $2: /"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  planned per run:', [(c['kind'], c['value'], c['bytes']) for c in r['planned_copies']]); print('  performed over 5 runs:', len(r['performed_copies']), 'copies,', r['bytes_moved'], 'bytes'); print('  placement:', sorted({(p['op'], p['target']) for p in r['placement']}))" "$rep"
+done
 echo "--- batch-1 latency, stowage (median of 50 runs) against PyTorch eager CUDA (median of 50):"
 for m in squeezenet resnet50; do
   d=$STAGE/models/light_$m

@@ -54,8 +54,14 @@ mixed = helper.make_graph(
     ],
 )
 
+inputs = {
+    "camera": numpy_helper.from_array(rng.integers(0, 256, [1, 480, 640, 3]).astype(np.uint8), "frame"),
+    "mixed": numpy_helper.from_array(rng.standard_normal([1, 256]).astype(np.float32), "x"),
+}
 for name, graph in [("camera", camera), ("mixed", mixed)]:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     onnx.save(model, os.path.join(out, f"{name}.onnx"))
+    with open(os.path.join(out, f"{name}_input.pb"), "wb") as f:
+        f.write(inputs[name].SerializeToString())
 print(f"wrote {out}", file=sys.stderr)

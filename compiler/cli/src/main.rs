@@ -134,7 +134,7 @@ fn main() -> ExitCode {
         }
         Command::Build { .. } => "`stowage build` comes with the generated binaries issue",
         Command::Targets => {
-            println!("cpu       host memory, 64-byte aligned; Cranelift-generated fused kernels, AVX-512 products");
+            println!("cpu       host memory, 128-byte aligned; Cranelift-generated fused kernels, AVX-512 products");
             match stowage_opencl::describe_devices() {
                 Ok(devices) => {
                     for d in devices {
