@@ -172,6 +172,16 @@ impl ClBuffer {
         }
     }
 
+    /// True when no other handle shares this buffer's memory.
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.raw.0) == 1
+    }
+
+    /// The same memory holding a `dt` value of `shape` (of the same byte length), for reuse.
+    pub(crate) fn retyped(self, dt: DatumType, shape: &[usize]) -> ClBuffer {
+        ClBuffer { raw: self.raw, dt, shape: shape.to_vec() }
+    }
+
     /// True when both are the same device memory.
     pub fn same_memory(&self, other: &ClBuffer) -> bool {
         Arc::ptr_eq(&self.raw.0, &other.raw.0)

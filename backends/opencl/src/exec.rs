@@ -84,6 +84,9 @@ pub struct ClProgram {
     pub const_bytes: usize,
     /// The most bytes of values alive at once on the device over the runs so far.
     pub(crate) peak: std::sync::atomic::AtomicUsize,
+    /// Device buffers of values and scratch that died, by byte length, for later steps and runs to reuse instead
+    /// of allocating: a run allocates only the first time a size is needed (and the outputs it hands out).
+    pub(crate) pool: Mutex<std::collections::HashMap<usize, Vec<ClBuffer>>>,
 }
 
 /// Bytes of the distinct device buffers in `slots` other than constants and inputs (aliases share a buffer).
@@ -185,7 +188,9 @@ impl ClProgram {
             peak = peak.max(live_bytes(&slots, &fixed));
             for (s, slot) in slots.iter_mut().enumerate() {
                 if self.last_use[s] == i {
-                    *slot = None;
+                    if let Some(b) = slot.take() {
+                        self.recycle(b);
+                    }
                 }
             }
         }
@@ -224,11 +229,11 @@ impl ClProgram {
                 };
                 for &o in outs {
                     let (dt, shape) = &self.types[o];
-                    slots[o] = Some(ClBuffer::allocate(&self.target, *dt, shape).map_err(alloc_err)?);
+                    slots[o] = Some(self.buffer(*dt, shape).map_err(alloc_err)?);
                 }
                 let scratch: Vec<ClBuffer> = scratch
                     .iter()
-                    .map(|&bytes| ClBuffer::allocate(&self.target, DatumType::U8, &[bytes]).map_err(alloc_err))
+                    .map(|&bytes| self.buffer(DatumType::U8, &[bytes]).map_err(alloc_err))
                     .collect::<Result<_>>()?;
                 let get = |r: &ArgRef| -> Result<&ClBuffer> {
                     match *r {
@@ -245,8 +250,30 @@ impl ClProgram {
                         .launch(&kernel, &args, &l.global, l.local.as_deref(), &writes)
                         .map_err(|e| ClError::Step { node: step.name.clone(), op: step.op, message: e.to_string() })?;
                 }
+                for b in scratch {
+                    self.recycle(b);
+                }
             }
         }
         Ok(())
+    }
+
+    /// A buffer for a `dt` value of `shape`: a dead one of the same byte length where there is one, else a new
+    /// one. Commands run in queue order, so the new writer runs after every command that used the old value.
+    fn buffer(&self, dt: DatumType, shape: &[usize]) -> stowage_runtime::Result<ClBuffer> {
+        let len = shape.iter().product::<usize>() * dt.size_of();
+        let reused = self.pool.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&len).and_then(Vec::pop);
+        match reused {
+            Some(b) => Ok(b.retyped(dt, shape)),
+            None => ClBuffer::allocate(&self.target, dt, shape),
+        }
+    }
+
+    /// Keeps `b` for reuse when nothing else holds its memory (an alias still alive, an imported input, a buffer
+    /// handed out as an output are never pooled).
+    fn recycle(&self, b: ClBuffer) {
+        if b.is_unique() && !b.is_imported() {
+            self.pool.lock().unwrap_or_else(|p| p.into_inner()).entry(b.byte_len()).or_default().push(b);
+        }
     }
 }

@@ -851,5 +851,6 @@ fn build(graph: &Graph, target: &Target, ledger: &Ledger, t: Translation<'_>) ->
         last_use,
         const_bytes,
         peak: Default::default(),
+        pool: Default::default(),
     })
 }
