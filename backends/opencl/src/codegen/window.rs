@@ -79,23 +79,12 @@ pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String 
 /// Pooling, one work item per output element of `[N·C, O…]`: kernel `name(X, Y)`, global size `N·C·ΠO`.
 pub fn pool(name: &str, w: &Window, max: bool, count_include_pad: bool) -> String {
     let s_ = w.input.len();
-    let plane_out: usize = w.output.iter().product();
     let plane_in: usize = w.input.iter().product();
     let mut s = String::new();
     let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{");
-    let _ = writeln!(s, "  const size_t g = get_global_id(0), nc = g / {plane_out}, p = g % {plane_out};");
-    let _ = writeln!(s, "  size_t {};", (0..s_).map(|a| format!("o{a}")).collect::<Vec<_>>().join(", "));
-    decompose(&mut s, "p", &w.output, "o");
+    output_position(&mut s, w);
     let _ = writeln!(s, "  float acc = {}; int count = 0;", if max { "-INFINITY" } else { "0.0f" });
-    for a in 0..s_ {
-        let _ = writeln!(s, "  for (int t{a} = 0; t{a} < {}; ++t{a}) {{", w.kernel[a]);
-        let _ = writeln!(
-            s,
-            "  const long i{a} = (long)(o{a} * {}) + (long)t{a} * {} - {};",
-            w.strides[a], w.dilations[a], w.pads[a]
-        );
-    }
-    let inside: Vec<String> = (0..s_).map(|a| format!("i{a} >= 0 && i{a} < {}", w.input[a])).collect();
+    let inside = window_taps(&mut s, w);
     let mut off = String::from("0");
     for a in 0..s_ {
         off = format!("({off}) * {} + i{a}", w.input[a]);
@@ -149,24 +138,13 @@ pub fn global_pool(name: &str, plane: usize, max: bool) -> String {
 /// position row-major, or column-major with `storage_order = 1`.
 pub fn max_pool(name: &str, w: &Window, ty: &str, float: bool, indices: Option<bool>) -> String {
     let s_ = w.input.len();
-    let plane_out: usize = w.output.iter().product();
     let plane_in: usize = w.input.iter().product();
     let mut s = String::new();
     let out_i = if indices.is_some() { ", __global long* restrict I" } else { "" };
     let _ = writeln!(s, "__kernel void {name}(__global const {ty}* restrict X, __global {ty}* restrict Y{out_i}) {{");
-    let _ = writeln!(s, "  const size_t g = get_global_id(0), nc = g / {plane_out}, p = g % {plane_out};");
-    let _ = writeln!(s, "  size_t {};", (0..s_).map(|a| format!("o{a}")).collect::<Vec<_>>().join(", "));
-    decompose(&mut s, "p", &w.output, "o");
+    output_position(&mut s, w);
     let _ = writeln!(s, "  {ty} acc = 0; long best = -1; int found = 0;");
-    for a in 0..s_ {
-        let _ = writeln!(s, "  for (int t{a} = 0; t{a} < {}; ++t{a}) {{", w.kernel[a]);
-        let _ = writeln!(
-            s,
-            "  const long i{a} = (long)(o{a} * {}) + (long)t{a} * {} - {};",
-            w.strides[a], w.dilations[a], w.pads[a]
-        );
-    }
-    let inside: Vec<String> = (0..s_).map(|a| format!("i{a} >= 0 && i{a} < {}", w.input[a])).collect();
+    let inside = window_taps(&mut s, w);
     let (mut row, mut col, mut step) = (String::from("0"), String::from("0"), 1usize);
     for a in 0..s_ {
         row = format!("({row}) * {} + i{a}", w.input[a]);
@@ -191,4 +169,27 @@ pub fn max_pool(name: &str, w: &Window, ty: &str, float: bool, indices: Option<b
     }
     s.push_str("}\n");
     s
+}
+
+/// The work item's output element of a pooling kernel over `[N·C, O…]`: `g`, the plane `nc` and the output
+/// coordinates `o0…`.
+fn output_position(s: &mut String, w: &Window) {
+    let plane_out: usize = w.output.iter().product();
+    let _ = writeln!(s, "  const size_t g = get_global_id(0), nc = g / {plane_out}, p = g % {plane_out};");
+    let _ = writeln!(s, "  size_t {};", (0..w.input.len()).map(|a| format!("o{a}")).collect::<Vec<_>>().join(", "));
+    decompose(s, "p", &w.output, "o");
+}
+
+/// Opens one loop per spatial axis over the window's taps, with the input coordinate `i{a}` of each (they may fall
+/// in the padding); returns the conditions that put a tap inside the input. The caller closes the loops.
+fn window_taps(s: &mut String, w: &Window) -> Vec<String> {
+    for a in 0..w.input.len() {
+        let _ = writeln!(s, "  for (int t{a} = 0; t{a} < {}; ++t{a}) {{", w.kernel[a]);
+        let _ = writeln!(
+            s,
+            "  const long i{a} = (long)(o{a} * {}) + (long)t{a} * {} - {};",
+            w.strides[a], w.dilations[a], w.pads[a]
+        );
+    }
+    (0..w.input.len()).map(|a| format!("i{a} >= 0 && i{a} < {}", w.input[a])).collect()
 }
