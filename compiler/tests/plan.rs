@@ -174,3 +174,44 @@ fn a_fed_back_state_is_uploaded_on_the_first_run_and_kept_outside_the_arena() {
     let err = plan::plan(&g, &[&gpu], &PlanOptions::default().state("s_next", "x")).expect_err("no such input");
     assert!(err.to_string().contains("--state s_next=x: the model has no run-time input 'x'"), "{err}");
 }
+
+#[test]
+fn a_device_result_read_by_two_host_nodes_and_the_caller_is_downloaded_once() {
+    // x → n0 (gpu) → v0, read by n1 and n2 on the cpu (the gpu lacks Exp and Neg) and returned to the caller.
+    let mut g = Graph::new("fan-out");
+    let x = g.add_input("x", f32s(&[1024]));
+    let n0 = g.add_node("n0", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("v0".into(), f32s(&[1024])))]);
+    let v0 = g.node(n0).outputs[0].expect("v0");
+    for (name, u) in [("n1", Unary::Exp), ("n2", Unary::Neg)] {
+        let n = g.add_node(name, Op::Unary(u), vec![Some(v0)], vec![Some((format!("{name}_out"), f32s(&[1024])))]);
+        g.add_output(format!("{name}_out"), g.node(n).outputs[0].expect("out"));
+    }
+    g.add_output("v0", v0);
+    let (gpu, cpu) = (gpu(vec!["Exp", "Neg"]), cpu());
+    let options = PlanOptions { read_outputs: true, ..Default::default() };
+    let p = plan::plan(&g, &[&gpu, &cpu], &options).expect("plans");
+    let downloads: Vec<_> = p.copies.iter().filter(|c| c.kind == CopyKind::Download).collect();
+    assert_eq!(downloads.len(), 1, "{downloads:?}");
+    assert_eq!(
+        (downloads[0].value.as_str(), downloads[0].to.as_str(), downloads[0].when),
+        ("v0", "host", When::EveryRun)
+    );
+}
+
+#[test]
+fn a_row_pitch_on_an_axis_of_one_moves_to_the_next_axis_out() {
+    use stowage_compiler::plan::InputLayout;
+    // [2, 3, 1, 4] f32 with 64-byte rows: the row axis (2) has one index, so axis 1 steps by the pitch.
+    let l = InputLayout::parse("row-pitch=64", 4).expect("parses");
+    let shape = [2, 3, 1, 4];
+    let strides = l.strides(DatumType::F32, &shape);
+    let simple = l.simplified(&shape);
+    assert_eq!(simple.strides(DatumType::F32, &shape)[..2], strides[..2]);
+    assert_eq!(simple.row_pitch, Some(64));
+    // A pitch with no axis of more than one index outside it is no padding at all.
+    let flat = InputLayout::parse("row-pitch=64", 2).expect("parses").simplified(&[1, 4]);
+    assert_eq!(flat.row_pitch, None);
+    // A pitch too large for an address is an error, not an overflow.
+    let huge = InputLayout::parse("row-pitch=9223372036854775808", 3).expect("parses");
+    assert!(huge.check(DatumType::F32, &[2, 3, 4]).expect_err("refused").contains("more memory than an address"));
+}

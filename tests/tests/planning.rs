@@ -256,6 +256,11 @@ fn s5_an_op_opencl_lacks_runs_on_cpu_with_exactly_two_transfers_around_it() {
 
 /// x[1,256], s[1,256] → t = x + s; s' = tanh(t); y = t · 0.5: a recurrent state s fed back each run.
 fn recurrent() -> Vec<u8> {
+    recurrent_of(&[1, 256])
+}
+
+/// [`recurrent`] over tensors of `shape`.
+fn recurrent_of(shape: &[i64]) -> Vec<u8> {
     let m = model(
         17,
         vec![
@@ -263,8 +268,8 @@ fn recurrent() -> Vec<u8> {
             node("Tanh", &["t"], &["s_next"], vec![]),
             node("Mul", &["t", "half"], &["y"], vec![]),
         ],
-        vec![value("x", &[1, 256]), value("s", &[1, 256])],
-        vec![value("y", &[1, 256]), value("s_next", &[1, 256])],
+        vec![value("x", shape), value("s", shape)],
+        vec![value("y", shape), value("s_next", shape)],
         vec![build::floats("half", &[1], &[0.5])],
     );
     build::bytes(&m)
@@ -310,4 +315,63 @@ fn planning_errors_name_what_is_wrong_before_anything_runs() {
     assert!(e.contains("over the budget of 0 copies") && e.contains("upload 'x'"), "{e}");
     let e = fails("opencl:discrete", Planning { max_copy_bytes: Some(100), ..Default::default() });
     assert!(e.contains("100 bytes") && e.contains("256 bytes"), "{e}");
+}
+
+#[test]
+fn a_state_in_a_caller_layout_is_relaid_on_the_first_run_only() {
+    // The caller's first state is column-major; from the second run on, the fed-back output (packed) is the state.
+    let column_major = |seed| {
+        let t = placed(&[4, 64], seed, 64, 0);
+        t.to_layout(Layout::column_major(DatumType::F32, &[4, 64]).expect("layout"), 64).expect("relaid")
+    };
+    let state = Planning { states: vec![("s_next".into(), "s".into())], ..Default::default() };
+    let o = run(
+        &recurrent_of(&[4, 64]),
+        "cpu",
+        vec![("x", placed(&[4, 64], 1, 64, 0)), ("s", column_major(2))],
+        state.clone(),
+        3,
+        true,
+    );
+    let relayouts: Vec<_> = o.plan.run_copies().filter(|c| c.kind == CopyKind::Relayout).collect();
+    assert_eq!(relayouts.len(), 1, "{:?}", o.plan.copies);
+    assert_eq!((relayouts[0].value.as_str(), relayouts[0].when), ("s", When::FirstRun));
+    assert_eq!(performed(&o), predicted(&o, 3, true));
+    let packed = run(
+        &recurrent_of(&[4, 64]),
+        "cpu",
+        vec![("x", placed(&[4, 64], 1, 64, 0)), ("s", placed(&[4, 64], 2, 64, 0))],
+        state,
+        3,
+        true,
+    );
+    stowage_tests::compare(&o.outputs[1].1, &packed.outputs[1].1, 0.0, 0.0).expect("the same state");
+}
+
+#[test]
+fn a_view_of_part_of_a_buffer_is_read_in_place_on_cpu_and_uploaded_to_a_device_that_imports_whole_buffers() {
+    let add = build::bytes(&model(
+        17,
+        vec![node("Add", &["x", "y"], &["z"], vec![])],
+        vec![value("x", &[2, 4]), value("y", &[2, 4])],
+        vec![value("z", &[2, 4])],
+        vec![],
+    ));
+    // Rows 1..3 and columns 0..4 of a [4, 32] buffer: at a 128-byte aligned address, rows 128 bytes apart, part
+    // of a larger buffer.
+    let big = placed(&[4, 32], 5, 4096, 0);
+    let x = big.slice(0, 1..3).expect("rows").slice(1, 0..4).expect("columns");
+    let y = || placed(&[2, 4], 6, 4096, 0);
+    let want: Vec<f32> =
+        x.to_vec::<f32>().expect("x").iter().zip(y().to_vec::<f32>().expect("y")).map(|(a, b)| a + b).collect();
+    let o = run(&add, "cpu", vec![("x", x.clone()), ("y", y())], Planning::default(), 1, true);
+    assert!(o.plan.inputs[0].layout.view && o.plan.run_copies().count() == 0, "{:?}", o.plan.copies);
+    assert!(performed(&o).is_empty(), "{:?}", performed(&o));
+    assert_eq!(o.outputs[0].1.to_vec::<f32>().expect("z"), want);
+    let o = run(&add, "opencl", vec![("x", x), ("y", y())], Planning::default(), 1, true);
+    let planned: Vec<_> = o.plan.run_copies().collect();
+    assert_eq!(planned.len(), 1, "{planned:?}");
+    assert!(planned[0].reason.contains("part of a larger one"), "{}", planned[0].reason);
+    assert_eq!(performed(&o), predicted(&o, 1, true));
+    assert_eq!(o.outputs[0].1.to_vec::<f32>().expect("z"), want);
 }

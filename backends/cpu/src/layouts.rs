@@ -6,7 +6,7 @@
 //!   `gemm_strided`), so any accepted layout works without recompiling;
 //! - fixed at lowering: the kernel is generated with the operands' strides as immediates (fused elementwise
 //!   chains, casts, Transpose); lowering takes graph inputs' layouts from the plan
-//!   ([`crate::LowerOptions::input_layouts`]). A tensor of another layout reaching such a kernel at run time is
+//!   ([`crate::LowerOptions::input_strides`]). A tensor of another layout reaching such a kernel at run time is
 //!   packed first (a counted relayout).
 //!
 //! Every other kernel reads packed row-major input only and every kernel writes packed row-major output.
@@ -58,22 +58,21 @@ impl Backend for CpuTarget {
         Ok(())
     }
 
-    /// As [`accepts`], where the node's generated kernel exists: an elementwise node reads strides only inside
-    /// a fused f32 chain (f32 output; inputs f32 or, for a Cast, an integer type), a Transpose unless of bools.
+    /// As [`accepts`], where lowering really makes the kernel that reads strides: an elementwise node only when
+    /// it joins a generated chain ([`crate::lower::fuse::fusable`]), a Transpose unless of bools, a 2-D product
+    /// of f32 or f64 (the strided product). Anything else reads packed rows.
     fn accepts(&self, graph: &Graph, node: NodeId, _input: usize) -> Accepts {
         let n = graph.node(node);
         let ranks: Vec<usize> = n.inputs.iter().flatten().map(|&v| graph.ty(v).rank()).collect();
-        let dt = |v: &Option<stowage_compiler::ir::ValueId>| v.map(|v| graph.ty(v).dt);
-        let f32_out = n.outputs.iter().all(|o| dt(o).is_none_or(|d| d == DatumType::F32));
-        let loadable = n
-            .inputs
-            .iter()
-            .all(|i| dt(i).is_none_or(|d| d != DatumType::Bool && crate::jit::Elem::of(d, false).is_some()));
+        let dts: Vec<DatumType> = n.inputs.iter().flatten().map(|&v| graph.ty(v).dt).collect();
         match n.op {
-            Op::Transpose { .. } if n.inputs.iter().all(|i| dt(i) != Some(DatumType::Bool)) => accepts(&n.op, &ranks),
-            Op::Transpose { .. } => Accepts::PACKED,
-            Op::MatMul => accepts(&n.op, &ranks),
-            _ if f32_out && loadable => accepts(&n.op, &ranks),
+            Op::Transpose { .. } if !dts.contains(&DatumType::Bool) => accepts(&n.op, &ranks),
+            Op::MatMul if dts.iter().all(|d| matches!(d, DatumType::F32 | DatumType::F64)) => accepts(&n.op, &ranks),
+            Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip | Op::Cast { .. }
+                if crate::lower::fuse::fusable(graph, node) =>
+            {
+                accepts(&n.op, &ranks)
+            }
             _ => Accepts::PACKED,
         }
     }

@@ -60,6 +60,8 @@ pub struct ClBuffer {
 pub struct Staging {
     mem: Buffer<u8>,
     len: usize,
+    /// Its bytes have been written once (OpenCL leaves new memory uninitialised; a Rust slice over it must not be).
+    initialised: bool,
 }
 
 impl ClBuffer {
@@ -356,16 +358,22 @@ pub mod raw {
                 let mut staging = cx.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
                 if staging.as_ref().is_none_or(|s| s.len < len) {
                     let mem = new_mem(cx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, len, std::ptr::null_mut())?;
-                    *staging = Some(Staging { mem, len });
+                    *staging = Some(Staging { mem, len, initialised: false });
                 }
-                let stage = staging.as_ref().expect("staging buffer made above");
+                let stage = staging.as_mut().expect("staging buffer made above");
                 let mut ptr = std::ptr::null_mut();
                 // SAFETY: a blocking map of `len` bytes of a buffer at least that long; the in-order queue finishes
                 // the previous copy out of the staging buffer before this map.
                 let map = unsafe { q.enqueue_map_buffer(&stage.mem, CL_BLOCKING, CL_MAP_WRITE, 0, len, &mut ptr, &[]) };
                 map.map_err(cl_err(cx, "upload (map staging)", len))?;
-                // SAFETY: the map succeeded: `ptr` points at `len` writable bytes, which nothing else touches, until
-                // the unmap below.
+                if !stage.initialised {
+                    // SAFETY: the map succeeded: `ptr` points at `len` writable bytes (all of a new staging buffer).
+                    unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, len) };
+                    stage.initialised = true;
+                }
+                // SAFETY: the map succeeded: `ptr` points at `len` writable, initialised bytes (zeroed above when the
+                // buffer was new, written by earlier uploads since), which nothing else touches until the unmap
+                // below. `fill` is the runtime's own packing or copying, which returns errors instead of panicking.
                 let mapped = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
                 let filled = fill(mapped);
                 // SAFETY: `ptr` is the pointer this map returned; `mapped` is not used after this.

@@ -1,9 +1,10 @@
 //! A program compiled for an OpenCL target and its executor.
 //!
 //! Constants are uploaded once, when the program is made. Each run takes the caller's inputs in place where the
-//! target allows (unified memory, aligned) or uploads each once (recorded in the run's ledger), allocates every
-//! value fresh, frees it after its last reader, and returns the outputs as lazy host tensors: nothing is read back
-//! until the caller reads.
+//! target allows (unified memory, aligned) or uploads each once (recorded in the run's ledger), gives each value a
+//! buffer (a dead value's of the same size where there is one: the pool lives as long as the program), returns it
+//! to the pool after its last reader, and returns the outputs as lazy host tensors: nothing is read back until the
+//! caller reads.
 
 use std::sync::{Arc, Mutex};
 

@@ -51,7 +51,7 @@ impl rules::Harness for Device {
     }
 
     fn run_scoped(&self, _values: &[f32]) -> Option<ClBuffer> {
-        None // every OpenCL buffer is owned: programs allocate each value's buffer afresh
+        None // every OpenCL buffer is owned: a program hands out no view of memory it reuses
     }
 
     fn peek(&self, b: &ClBuffer) -> Vec<u8> {

@@ -49,6 +49,9 @@ fn buffers_are_reused_across_runs_and_every_result_stays_right() {
             assert_eq!(got, want, "{name}: run {seed}");
             live.push(target.live_buffers());
         }
+        // The dead values' buffers stay with the program for the next run (without reuse, nothing would be
+        // live between runs), and their number does not grow.
+        assert!(live[0] > 0, "{name}: no buffer kept for reuse");
         assert!(live.windows(2).all(|w| w[1] <= w[0]), "{name}: buffers grow from run to run: {live:?}");
     }
 }

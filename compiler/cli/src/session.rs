@@ -266,6 +266,12 @@ pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
         }
         packed *= shape[axis].max(1);
     }
+    // What an order and a pitch cannot say (slices along several axes, broadcasts) is kept as the strides.
+    let described = layout.strides(t.dt(), shape);
+    if shape.iter().zip(described.iter().zip(strides)).any(|(&d, (x, y))| d > 1 && x != y) {
+        layout.strided = Some(strides.to_vec());
+    }
+    layout.view = !t.is_whole_storage();
     Some(layout)
 }
 
@@ -353,25 +359,26 @@ pub fn run_bytes(
             }
         }
         let t0 = Instant::now();
-        let mut values = HashMap::new();
+        // Inputs as given; those the plan relays for the host, relaid once (the CPU segments read the copy, the
+        // devices read the caller's tensor, which their upload packs, as planned).
+        let mut values: HashMap<ValueId, Tensor<'static>> = given.clone();
+        let mut relaid: HashMap<ValueId, Tensor<'static>> = HashMap::new();
         for (&v, t) in &given {
             let name = &graph.value(v).name;
-            let relaid = plan.inputs.iter().any(|i| i.name == *name && i.copied_for("host"));
-            let t = if relaid {
+            if plan.inputs.iter().any(|i| i.name == *name && i.copied_for("host")) {
                 let need = LayoutNeed { alignment: stowage_runtime::HOST_ALIGNMENT, accepts: RuntimeAccepts::RowMajor };
                 let tag = LedgerTag::new(&ledger, name.as_str());
-                t.conform(&need, &tag).map_err(|e| format!("input '{name}': {e}"))?
-            } else {
-                t.clone()
-            };
-            values.insert(v, t);
+                relaid.insert(v, t.conform(&need, &tag).map_err(|e| format!("input '{name}': {e}"))?);
+            }
         }
         for (seg, program) in segments.iter().zip(&programs) {
+            let on_host = matches!(program, Lowered::Cpu(_));
             let args: Vec<Tensor<'static>> = seg
                 .inputs
                 .iter()
                 .map(|v| {
-                    values.get(v).cloned().ok_or_else(|| format!("value '{}' was not computed", graph.value(*v).name))
+                    let t = if on_host { relaid.get(v).or_else(|| values.get(v)) } else { values.get(v) };
+                    t.cloned().ok_or_else(|| format!("value '{}' was not computed", graph.value(*v).name))
                 })
                 .collect::<Result<_, _>>()?;
             let (outs, peak, space) = match program {

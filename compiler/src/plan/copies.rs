@@ -118,12 +118,13 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
             let data = graph.value(*v);
             let here = spec(p.target);
             let bytes = data.ty.byte_len().unwrap_or(0);
+            // A download lands on the host; everything else lands where this node runs.
             let copy = |kind, from: &str, reason: String, when| PlannedCopy {
                 value: data.name.clone(),
                 id: *v,
                 kind,
                 from: from.to_string(),
-                to: here.space.clone(),
+                to: if kind == CopyKind::Download { "host".to_string() } else { here.space.clone() },
                 bytes,
                 reason,
                 when,
@@ -159,6 +160,15 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                             .filter(|c| spec(c.2).space == here.space)
                             .find(|c| !layout.read_in_place_by(&targets[c.2].accepts(graph, c.0, c.1)));
                         match refuser {
+                            // A fed-back state arrives packed from the second run on: kernels compiled for the
+                            // caller's strides could not read it, so a state in another layout is relaid.
+                            None if state.is_some() && !layout.is_packed() => {
+                                let reason = format!(
+                                    "the caller's {} for a state input, which later runs feed back packed",
+                                    layout.describe()
+                                );
+                                (InputAccess::Copied, Some(copy(CopyKind::Relayout, "host", reason, When::FirstRun)))
+                            }
                             None => (InputAccess::InPlace, None),
                             Some(&(n, _, _)) => {
                                 let node = graph.node(n);
@@ -174,17 +184,23 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                     } else {
                         let m = &here.memory;
                         let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
+                        // Checked in the order the import checks them: alignment, whole buffer, packed rows.
                         match import {
-                            Some(a) if layout.is_packed() && layout.alignment.is_multiple_of(a) => {
-                                (InputAccess::InPlace, None)
-                            }
-                            Some(a) if layout.is_packed() => {
+                            Some(a) if !layout.alignment.is_multiple_of(a) => {
                                 let reason = format!(
                                     "{} imports host memory in place at {a}-byte alignment; the input is {}-byte aligned",
                                     here.space, layout.alignment
                                 );
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
+                            Some(_) if layout.view => {
+                                let reason = format!(
+                                    "{} imports whole host buffers only; the input is part of a larger one",
+                                    here.space
+                                );
+                                (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
+                            }
+                            Some(_) if layout.is_packed() => (InputAccess::InPlace, None),
                             Some(_) => {
                                 let reason = format!(
                                     "{} imports packed row-major host memory only; the caller's is {}",
@@ -205,9 +221,12 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                 }
                 ValueDef::Node(producer, _) => {
                     let from = spec(target_of[producer]);
-                    if from.space == here.space
-                        || out.copies.iter().any(|c| c.id == *v && c.to == here.space && c.when != When::WhenRead)
-                    {
+                    // Already here: made here, or moved here by an earlier reader (a download serves every
+                    // host reader: the lazy tensor downloads once).
+                    let arrived = |space: &str| {
+                        out.copies.iter().any(|c| c.id == *v && c.to == space && c.when != When::WhenRead)
+                    };
+                    if from.space == here.space || arrived(&here.space) {
                         continue;
                     }
                     let node = graph.node(p.node);
@@ -237,7 +256,9 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                         };
                         if !from.is_host() && from.memory.kind == MemoryKind::Device {
                             let reason = format!("{reason}, through the host");
-                            out.copies.push(copy(CopyKind::Download, &from.space, reason.clone(), When::EveryRun));
+                            if !arrived("host") {
+                                out.copies.push(copy(CopyKind::Download, &from.space, reason.clone(), When::EveryRun));
+                            }
                             out.copies.push(copy(CopyKind::Upload, "host", reason, When::EveryRun));
                         } else {
                             out.copies.push(copy(CopyKind::Upload, "host", reason, When::EveryRun));
@@ -254,7 +275,9 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                 ValueDef::Node(n, _) => spec(target_of[&n]),
                 _ => continue,
             };
-            if space.memory.kind == MemoryKind::Device {
+            // A value some host kernel reads is downloaded every run already; reading it is free.
+            let downloaded = out.copies.iter().any(|c| c.id == o.value && c.to == "host" && c.when == When::EveryRun);
+            if space.memory.kind == MemoryKind::Device && !downloaded {
                 out.copies.push(PlannedCopy {
                     value: o.name.clone(),
                     id: o.value,

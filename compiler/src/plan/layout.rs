@@ -20,6 +20,11 @@ pub struct InputLayout {
     pub row_axis: usize,
     /// The alignment the caller's base address is known to have, bytes.
     pub alignment: usize,
+    /// Element strides, when the caller's memory is no order with a row pitch (a view sliced along several axes,
+    /// a broadcast): only kernels compiled for any strides read it in place.
+    pub strided: Option<Vec<usize>>,
+    /// The memory is part of a larger buffer (a slice): devices that import whole host buffers copy it.
+    pub view: bool,
 }
 
 impl InputLayout {
@@ -30,6 +35,8 @@ impl InputLayout {
             row_pitch: None,
             row_axis: rank.saturating_sub(2),
             alignment: HOST_ALIGNMENT,
+            strided: None,
+            view: false,
         }
     }
 
@@ -103,6 +110,9 @@ impl InputLayout {
             if !pitch.is_multiple_of(dt.size_of()) {
                 return Err(format!("row-pitch={pitch} is not a whole number of {}-byte {dt} elements", dt.size_of()));
             }
+            if self.checked_strides(dt, shape).is_none() {
+                return Err(format!("row-pitch={pitch}: the input would span more memory than an address reaches"));
+            }
         }
         Ok(())
     }
@@ -112,8 +122,14 @@ impl InputLayout {
     pub fn simplified(&self, shape: &[usize]) -> InputLayout {
         let mut l = self.clone();
         let stepped: Vec<usize> = l.order.iter().copied().filter(|&a| shape.get(a).is_some_and(|&d| d > 1)).collect();
-        if l.row_pitch.is_some() && l.order.get(l.row_axis).is_none_or(|&a| shape.get(a).is_none_or(|&d| d <= 1)) {
-            l.row_pitch = None;
+        let extent = |k: usize| self.order.get(k).and_then(|&a| shape.get(a)).copied().unwrap_or(1);
+        if l.row_pitch.is_some() && extent(l.row_axis) <= 1 {
+            // The pitch is the step of the row axis. Where that axis has one index, the next axis out with more
+            // steps by pitch × 1: the pitch moves out to it, or goes when no axis out has more than one.
+            match (0..l.row_axis).rev().find(|&k| extent(k) > 1) {
+                Some(k) => l.row_axis = k,
+                None => l.row_pitch = None,
+            }
         }
         if stepped.windows(2).all(|w| w[0] < w[1]) {
             let axis = l.order.get(l.row_axis).copied();
@@ -123,23 +139,36 @@ impl InputLayout {
         l
     }
 
-    /// Element strides of the layout for `shape` (axis order as declared).
+    /// Element strides of the layout for `shape` (axis order as declared). The layout must have passed
+    /// [`InputLayout::check`] for `shape`.
     pub fn strides(&self, dt: DatumType, shape: &[usize]) -> Vec<usize> {
+        if let Some(s) = &self.strided {
+            return s.clone();
+        }
+        self.checked_strides(dt, shape).unwrap_or_else(|| vec![0; shape.len()])
+    }
+
+    /// The strides, or `None` when the memory they span does not fit in an address.
+    fn checked_strides(&self, dt: DatumType, shape: &[usize]) -> Option<Vec<usize>> {
         let mut strides = vec![0; shape.len()];
         let mut step = 1usize;
         for (k, &axis) in self.order.iter().enumerate().rev() {
             if let (Some(pitch), true) = (self.row_pitch, k == self.row_axis) {
                 step = pitch / dt.size_of();
             }
-            strides[axis] = step;
-            step *= shape[axis].max(1);
+            *strides.get_mut(axis)? = step;
+            step = step.checked_mul(shape.get(axis)?.max(&1).to_owned())?;
         }
-        strides
+        step.checked_mul(dt.size_of())?;
+        Some(strides)
     }
 
     /// The kind of layout, as descriptors and kernels name them (`None`: another order, readable only by kernels
     /// that take any strides).
     pub fn kind(&self) -> Option<LayoutSupport> {
+        if self.strided.is_some() {
+            return None;
+        }
         let identity = self.order.iter().enumerate().all(|(i, &a)| i == a);
         let reversed = self.order.iter().rev().enumerate().all(|(i, &a)| i == a);
         match (self.row_pitch, identity, reversed) {
@@ -166,11 +195,13 @@ impl InputLayout {
 
     /// A short description: `row-major`, `rows padded to 2048 bytes`, `order 0.2.3.1`, with the alignment.
     pub fn describe(&self) -> String {
-        let order = match self.kind() {
-            Some(LayoutSupport::RowMajor) | Some(LayoutSupport::PaddedRows) => "row-major".to_string(),
-            Some(LayoutSupport::ColumnMajor) => "column-major".to_string(),
-            None => format!("order {}", self.order.iter().map(usize::to_string).collect::<Vec<_>>().join(".")),
+        let order = match (&self.strided, self.kind()) {
+            (Some(s), _) => format!("element strides {s:?}"),
+            (None, Some(LayoutSupport::RowMajor) | Some(LayoutSupport::PaddedRows)) => "row-major".to_string(),
+            (None, Some(LayoutSupport::ColumnMajor)) => "column-major".to_string(),
+            (None, None) => format!("order {}", self.order.iter().map(usize::to_string).collect::<Vec<_>>().join(".")),
         };
+        let order = if self.view { format!("{order}, part of a larger buffer") } else { order };
         let pitch = match (self.row_pitch, self.order.get(self.row_axis)) {
             (Some(p), Some(axis)) => format!(", rows padded to {p} bytes at axis {axis}"),
             _ => String::new(),

@@ -86,7 +86,7 @@ pub fn place(
             "pinned by the caller".to_string()
         } else if targets.len() == 1 {
             "the only target".to_string()
-        } else if !refused.is_empty() {
+        } else if !refused.is_empty() && chosen == options[0] {
             let why: Vec<String> = refused.iter().map(|(t, r)| format!("{t}: {r}")).collect();
             format!("the first target with a kernel for it ({})", why.join("; "))
         } else if chosen == options[0] {

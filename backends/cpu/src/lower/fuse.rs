@@ -58,6 +58,27 @@ enum Step {
     Clip,
 }
 
+/// True when node `n` can be part of a generated chain: an f32 result of an op the chain generator has, from f32
+/// inputs (or, for a Cast, integer ones) that broadcast to it, and constant Clip bounds. Such a node's inputs are
+/// read through any strides (what the planner is told, `crate::layouts`).
+pub fn fusable(graph: &Graph, n: NodeId) -> bool {
+    let node = graph.node(n);
+    let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;
+    let Some(Some(out)) = node.outputs.first().copied() else { return false };
+    if node.outputs.len() != 1 || node_fn(&node.op).is_none() || !f32_of(out) {
+        return false;
+    }
+    let shape = &graph.ty(out).shape;
+    let cast = matches!(node.op, Op::Cast { .. });
+    let inputs_ok = node.inputs.iter().flatten().all(|&v| {
+        let loadable = f32_of(v) || cast && Elem::of(graph.ty(v).dt, false).is_some();
+        loadable && broadcasts(&graph.ty(v).shape, shape)
+    });
+    let clip_ok =
+        !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
+    inputs_ok && clip_ok
+}
+
 /// Plans the chains of `graph`: one per root node. Nodes in `skip` (absorbed elsewhere) are left out. Operands
 /// are read packed row-major.
 pub fn plan(graph: &Graph, skip: &std::collections::HashSet<NodeId>) -> HashMap<NodeId, Planned> {
@@ -72,7 +93,6 @@ pub fn plan_with(
 ) -> HashMap<NodeId, Planned> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
-    let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;
     // chain id of each fused node; chains as member lists.
     let mut chain_of: HashMap<NodeId, usize> = HashMap::new();
     let mut chains: Vec<Option<Vec<NodeId>>> = Vec::new();
@@ -80,22 +100,12 @@ pub fn plan_with(
         if skip.contains(&n) {
             continue;
         }
+        if !fusable(graph, n) {
+            continue;
+        }
         let node = graph.node(n);
         let Some(Some(out)) = node.outputs.first().copied() else { continue };
-        if node.outputs.len() != 1 || node_fn(&node.op).is_none() || !f32_of(out) {
-            continue;
-        }
         let shape = &graph.ty(out).shape;
-        let cast = matches!(node.op, Op::Cast { .. });
-        let inputs_ok = node.inputs.iter().flatten().all(|&v| {
-            let loadable = f32_of(v) || cast && Elem::of(graph.ty(v).dt, false).is_some();
-            loadable && broadcasts(&graph.ty(v).shape, shape)
-        });
-        let clip_ok =
-            !matches!(node.op, Op::Clip) || node.inputs[1..].iter().flatten().all(|&v| graph.const_value(v).is_some());
-        if !inputs_ok || !clip_ok {
-            continue;
-        }
         let mut members = vec![n];
         for &v in node.inputs.iter().flatten() {
             let Some(p) = graph.producer(v) else { continue };

@@ -25,7 +25,7 @@ pub use gemm::{gemm, gemm_block, Gemm, Strides, TILE};
 pub use index::{index_map, IndexMap};
 pub use resize::resize_axis;
 pub use rows::{batch_norm, layer_norm, lrn, reduce, softmax};
-pub use window::{global_pool, im2col, max_pool, pool, Window};
+pub use window::{average_pool, global_pool, im2col, max_pool, Window};
 
 /// The OpenCL C type of an element.
 pub fn c_type(e: Elem) -> &'static str {

@@ -76,14 +76,15 @@ pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String 
     s
 }
 
-/// Pooling, one work item per output element of `[N·C, O…]`: kernel `name(X, Y)`, global size `N·C·ΠO`.
-pub fn pool(name: &str, w: &Window, max: bool, count_include_pad: bool) -> String {
+/// AveragePool, one work item per output element of `[N·C, O…]`: kernel `name(X, Y)`, global size `N·C·ΠO` (max
+/// pooling is [`max_pool`]).
+pub fn average_pool(name: &str, w: &Window, count_include_pad: bool) -> String {
     let s_ = w.input.len();
     let plane_in: usize = w.input.iter().product();
     let mut s = String::new();
     let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{");
     output_position(&mut s, w);
-    let _ = writeln!(s, "  float acc = {}; int count = 0;", if max { "-INFINITY" } else { "0.0f" });
+    let _ = writeln!(s, "  float acc = 0.0f; int count = 0;");
     let inside = window_taps(&mut s, w);
     let mut off = String::from("0");
     for a in 0..s_ {
@@ -95,12 +96,8 @@ pub fn pool(name: &str, w: &Window, max: bool, count_include_pad: bool) -> Strin
         (0..s_).map(|a| format!("i{a} < {}", w.input[a] + w.pads.get(s_ + a).copied().unwrap_or(0))).collect();
     let _ = writeln!(s, "  if ({}) {{", if inside.is_empty() { "1".into() } else { inside.join(" && ") });
     let _ = writeln!(s, "    const float x = X[nc * {plane_in} + {off}];");
-    if max {
-        let _ = writeln!(s, "    acc = (x > acc || isnan(x)) ? x : acc; count++;");
-    } else {
-        let _ = writeln!(s, "    acc += x; count++;");
-    }
-    if count_include_pad && !max {
+    let _ = writeln!(s, "    acc += x; count++;");
+    if count_include_pad {
         let _ = writeln!(
             s,
             "  }} else if ({}) {{ count++; }}",
@@ -112,11 +109,7 @@ pub fn pool(name: &str, w: &Window, max: bool, count_include_pad: bool) -> Strin
     for _ in 0..s_ {
         s.push_str("  }\n");
     }
-    if max {
-        let _ = writeln!(s, "  Y[g] = count ? acc : 0.0f;");
-    } else {
-        let _ = writeln!(s, "  Y[g] = count ? acc / (float)count : 0.0f;");
-    }
+    let _ = writeln!(s, "  Y[g] = count ? acc / (float)count : 0.0f;");
     s.push_str("}\n");
     s
 }

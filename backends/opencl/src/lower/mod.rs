@@ -37,6 +37,8 @@ struct Builder<'g> {
     implicit_conv: bool,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
+    /// Bytes of program-scope `__constant` tables so far (Resize's).
+    constant_bytes: usize,
 }
 
 impl Builder<'_> {
@@ -124,6 +126,7 @@ fn translate<'g>(
         },
         slot_of: HashMap::new(),
         types: Vec::new(),
+        constant_bytes: 0,
     };
     let inputs: Vec<Binding> = graph
         .inputs()
@@ -369,7 +372,7 @@ fn translate<'g>(
                         }
                         let writes: Vec<ArgRef> = outs.iter().map(|&s| ArgRef::Slot(s)).collect();
                         let global = if *training { c } else { x.shape.iter().product() };
-                        let l = launch(k, args, vec![global.max(1)], None, writes);
+                        let l = launch(k, args, vec![global], None, writes);
                         ("BatchNormalization", StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
                     }
                     Op::Pool(p) if p.kind == PoolKind::Max => {
@@ -389,18 +392,17 @@ fn translate<'g>(
                         args.extend(indices.map(ArgRef::Slot));
                         outs.extend(indices);
                         let writes: Vec<ArgRef> = outs.iter().map(|&s| ArgRef::Slot(s)).collect();
-                        let l = launch(k, args, vec![total.max(1)], None, writes);
+                        let l = launch(k, args, vec![total], None, writes);
                         (node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] })
                     }
                     Op::Pool(p) => {
                         f32_only(out_ty.dt)?;
                         let x = in_ty(0).ok_or_else(|| unsupported("no input".into()))?;
                         let w = window(&p.window, &x.shape, &out_ty.shape);
-                        let (max, cip) = match p.kind {
-                            PoolKind::Max => (true, false),
-                            PoolKind::Average { count_include_pad } => (false, count_include_pad),
+                        let PoolKind::Average { count_include_pad } = p.kind else {
+                            return Err(unsupported("a max pool here".into())); // the arm above takes them
                         };
-                        let k = b.kernel(|name| codegen::pool(name, &w, max, cip));
+                        let k = b.kernel(|name| codegen::average_pool(name, &w, count_include_pad));
                         let total: usize = out_ty.shape.iter().product();
                         let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], vec![total], None, vec![ArgRef::Slot(out)]);
                         (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
@@ -697,9 +699,13 @@ fn translate<'g>(
                         let (mut launches, mut scratch) = (Vec::new(), Vec::new());
                         let mut src = arg(0)?;
                         for (k, (a, plan)) in axes.iter().enumerate() {
-                            if plan.idx.len() + plan.extrapolate.len() > 8192 {
+                            // The tables are program-scope constants: a program keeps under 48 KiB of them (devices
+                            // guarantee 64 KiB of constant memory), else the node is refused here, where the planner
+                            // sees it, rather than failing the whole program's build.
+                            b.constant_bytes += 8 * plan.idx.len();
+                            if b.constant_bytes > 48 << 10 {
                                 return Err(unsupported(format!(
-                                    "axis {a}: interpolation tables of {} taps",
+                                    "axis {a}: interpolation tables of {} taps (constant memory)",
                                     plan.idx.len()
                                 )));
                             }
@@ -715,7 +721,7 @@ fn translate<'g>(
                                 scratch.push(total * 4);
                                 ArgRef::Scratch(scratch.len() - 1)
                             };
-                            launches.push(launch(kern, vec![src, dst], vec![total.max(1)], None, vec![dst]));
+                            launches.push(launch(kern, vec![src, dst], vec![total], None, vec![dst]));
                             src = dst;
                         }
                         if axes.is_empty() {
@@ -732,7 +738,7 @@ fn translate<'g>(
                             launches.push(launch(
                                 kern,
                                 vec![arg(0)?, ArgRef::Slot(out)],
-                                vec![total.max(1)],
+                                vec![total],
                                 None,
                                 vec![ArgRef::Slot(out)],
                             ));
