@@ -15,6 +15,6 @@ pub mod storage;
 
 pub use error::{CpuError, Result};
 #[cfg(feature = "compile")]
-pub use lower::{lower, lower_with, LowerOptions};
+pub use lower::{kernel_specs, lower, lower_with, LowerOptions};
 pub use program::{Program, RunOutput};
 pub use storage::HostBuffer;

@@ -1,4 +1,4 @@
-//! `stowage run`: reads inputs from TensorProto files, runs, writes `output_N.pb` files and a JSON report.
+//! `stowage run` (and a built executable, which takes its flags): reads inputs from TensorProto files, runs, writes `output_N.pb` files and a JSON report.
 //! Outputs and report are written under temporary names and renamed only when all of them are complete; when any of
 //! them cannot be written, none is, and no temporary file or folder the command created is left behind.
 
@@ -6,8 +6,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::session::{self, RunOptions};
 use prost::Message;
-use stowage_cli::session::{self, RunOptions};
 use stowage_compiler::onnx;
 use stowage_compiler::onnx::proto::TensorProto;
 use stowage_compiler::plan::InputLayout;
@@ -77,7 +77,7 @@ fn read_input(path: &Path) -> Result<Tensor<'static>, String> {
 /// Files written under temporary names beside their final ones, renamed into place together by [`Staging::commit`].
 /// Dropped before that, it removes its temporary files and the folders it created.
 #[derive(Default)]
-pub(crate) struct Staging {
+pub struct Staging {
     /// Temporary path, final path, and what the file is (for errors).
     files: Vec<(PathBuf, PathBuf, String)>,
     /// Folders created, outermost first.
@@ -98,7 +98,7 @@ impl Staging {
     }
 
     /// Writes `bytes` for `path` under a temporary name; `what` names the file in errors.
-    pub(crate) fn stage(&mut self, path: &Path, what: String, bytes: &[u8]) -> Result<(), String> {
+    pub fn stage(&mut self, path: &Path, what: String, bytes: &[u8]) -> Result<(), String> {
         let name = path.file_name().ok_or_else(|| format!("{what}: not a file name"))?;
         let tmp = path.with_file_name(format!(".{}.{}.partial", name.to_string_lossy(), std::process::id()));
         self.files.push((tmp.clone(), path.to_path_buf(), what));
@@ -106,7 +106,7 @@ impl Staging {
     }
 
     /// Renames every file into place; when one cannot be, those already renamed are removed.
-    pub(crate) fn commit(mut self) -> Result<(), String> {
+    pub fn commit(mut self) -> Result<(), String> {
         if let Some((_, path, what)) = self.files.iter().find(|(_, path, _)| path.is_dir()) {
             return Err(format!("{what}: {} is a directory", path.display()));
         }
@@ -188,23 +188,32 @@ pub fn run(
     report_path: Option<&Path>,
     options: &RunOptions,
 ) -> Result<String, String> {
-    run_inner(model, inputs, output_dir, report_path, options).map_err(|e| {
-        let lines: Vec<&str> = e.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        lines.join("; ")
-    })
+    let start = Instant::now();
+    let run = || {
+        session::check_target(&options.target)?;
+        let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
+        run_model(&bytes, model, inputs, output_dir, report_path, options, start)
+    };
+    run().map_err(|e| one_line(&e))
 }
 
-fn run_inner(
+/// An error's lines joined into one.
+pub fn one_line(e: &str) -> String {
+    let lines: Vec<&str> = e.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join("; ")
+}
+
+/// [`run`] of a model already in memory (a built executable's): `model` names it in errors.
+pub fn run_model(
+    bytes: &[u8],
     model: &Path,
     inputs: &[String],
     output_dir: Option<&Path>,
     report_path: Option<&Path>,
     options: &RunOptions,
+    start: Instant,
 ) -> Result<String, String> {
-    let start = Instant::now();
-    session::check_target(&options.target)?;
-    let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-    let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     let g = proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
     let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
     let names: Vec<String> =
@@ -226,7 +235,7 @@ fn run_inner(
             *t = t.to_layout(strided, layout.alignment).map_err(|e| format!("input '{name}': {e}"))?;
         }
     }
-    let outcome = session::run_bytes(&bytes, model, inputs, options, start)?;
+    let outcome = session::run_bytes(bytes, model, inputs, options, start)?;
 
     let mut staging = Staging::default();
     if let Some(dir) = output_dir {

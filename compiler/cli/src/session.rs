@@ -33,6 +33,9 @@ pub struct RunOptions {
     pub planning: Planning,
     /// The caller reads the outputs' bytes (so outputs on discrete memory are planned to be downloaded once).
     pub read_outputs: bool,
+    /// In a built executable: the copies of the plan it was built with, one line each. A plan made at start-up
+    /// that differs (another device, another stowage) is an error rather than a silent change.
+    pub built_copies: Option<Vec<String>>,
 }
 
 impl Default for RunOptions {
@@ -44,6 +47,7 @@ impl Default for RunOptions {
             config: ImportConfig::new(),
             planning: Planning::default(),
             read_outputs: true,
+            built_copies: None,
         }
     }
 }
@@ -275,6 +279,51 @@ pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
     Some(layout)
 }
 
+/// How the CPU segments of `plan` are lowered: inputs the plan has host kernels read in the caller's layout get
+/// kernels compiled for its strides.
+fn cpu_lower_options(graph: &Graph, plan: &Plan, threads: usize) -> stowage_cpu::LowerOptions {
+    let mut lower = stowage_cpu::LowerOptions { threads, ..Default::default() };
+    for i in &plan.inputs {
+        let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == i.name) else { continue };
+        let in_place = i.access.iter().any(|(s, a)| s == "host" && *a == plan::InputAccess::InPlace);
+        if !i.layout.is_packed() && in_place {
+            let ty = graph.ty(v);
+            lower.input_strides.insert(i.name.clone(), i.layout.strides(ty.dt, &ty.shape));
+        }
+    }
+    lower
+}
+
+/// What `stowage build` compiles ahead of time: the optimised graph, its plan, and the CPU segments' generated
+/// kernels (node, spec) in the order their lowering makes them again at start-up.
+pub struct Prepared {
+    /// The optimised graph.
+    pub cx: Context,
+    /// Its plan.
+    pub plan: Plan,
+    /// Generated kernels of every CPU segment, in segment order.
+    pub kernels: Vec<(String, stowage_cpu::jit::Loops)>,
+}
+
+/// Imports, optimises and plans `model` as a built executable will at start-up (inputs page-aligned, in their
+/// declared layouts), and collects the CPU kernels its lowering will ask for.
+pub fn prepare_build(bytes: &[u8], model: &Path, options: &RunOptions) -> Result<Prepared, String> {
+    let progress = Progress::start(model);
+    let cx = compile(bytes, model, &[], options, &progress, false)?;
+    progress.phase("planning");
+    let opened = targets::open(&options.target, options.threads, &cx.graph)?;
+    let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| format!("{}: {e}", model.display()))?;
+    let mut kernels = Vec::new();
+    for seg in plan::segments(&cx.graph, &plan) {
+        if let Opened::Cpu(_) = &opened[seg.target] {
+            kernels
+                .extend(stowage_cpu::kernel_specs(&seg.graph, &cpu_lower_options(&cx.graph, &plan, options.threads)));
+        }
+    }
+    progress.finish();
+    Ok(Prepared { cx, plan, kernels })
+}
+
 /// A program of one segment.
 enum Lowered {
     Cpu(Program),
@@ -295,6 +344,22 @@ pub fn run_bytes(
     progress.phase("planning");
     let opened = targets::open(&options.target, options.threads, graph)?;
     let plan = make_plan(graph, &opened, &inputs, options).map_err(|e| format!("{}: {e}", model.display()))?;
+    if let Some(built) = &options.built_copies {
+        let now: Vec<String> = plan.copies.iter().map(|c| c.to_string()).collect();
+        if let Some((k, line)) = now.iter().enumerate().find(|(k, l)| built.get(*k) != Some(*l)) {
+            return Err(format!(
+                "this executable was built for another plan: its copy {} would now be \"{line}\"",
+                k + 1
+            ));
+        }
+        if built.len() != now.len() {
+            return Err(format!(
+                "this executable was built for another plan: {} copies then, {} now",
+                built.len(),
+                now.len()
+            ));
+        }
+    }
     progress.phase("generating kernels");
     let setup = Ledger::recording();
     let segments = plan::segments(graph, &plan);
@@ -302,16 +367,7 @@ pub fn run_bytes(
     for seg in &segments {
         let lowered = match &opened[seg.target] {
             Opened::Cpu(_) => Lowered::Cpu({
-                // Inputs the plan has host kernels read in the caller's layout: kernels compiled for its strides.
-                let mut lower = stowage_cpu::LowerOptions { threads: options.threads, ..Default::default() };
-                for i in &plan.inputs {
-                    let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == i.name) else { continue };
-                    let in_place = i.access.iter().any(|(s, a)| s == "host" && *a == plan::InputAccess::InPlace);
-                    if !i.layout.is_packed() && in_place {
-                        let ty = graph.ty(v);
-                        lower.input_strides.insert(i.name.clone(), i.layout.strides(ty.dt, &ty.shape));
-                    }
-                }
+                let lower = cpu_lower_options(graph, &plan, options.threads);
                 let mut p =
                     stowage_cpu::lower_with(&seg.graph, &lower).map_err(|e| format!("{}: {e}", model.display()))?;
                 p.threads = options.threads.max(1);
@@ -559,10 +615,10 @@ fn print_profile(program: &Program, inputs: Vec<Tensor<'static>>) -> Result<(), 
 
 /// A spinner on stderr while a model compiles, shown only when stderr is a terminal and compiling takes longer
 /// than a moment (tests and pipes see nothing).
-struct Progress(Option<indicatif::ProgressBar>);
+pub(crate) struct Progress(Option<indicatif::ProgressBar>);
 
 impl Progress {
-    fn start(model: &Path) -> Progress {
+    pub(crate) fn start(model: &Path) -> Progress {
         use std::io::IsTerminal;
         if !std::io::stderr().is_terminal() {
             return Progress(None);
@@ -573,7 +629,7 @@ impl Progress {
         Progress(Some(bar))
     }
 
-    fn phase(&self, what: &str) {
+    pub(crate) fn phase(&self, what: &str) {
         if let Some(bar) = &self.0 {
             let msg = bar.message();
             let model = msg.split(':').next().unwrap_or("compiling");
@@ -581,7 +637,7 @@ impl Progress {
         }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.0 {
             bar.finish_and_clear();
         }

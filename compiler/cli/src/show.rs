@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use stowage_cli::session::{self, RunOptions};
+use crate::session::{self, RunOptions};
 use stowage_compiler::plan::{self, Plan, When};
 
 use crate::run::Staging;

@@ -80,6 +80,17 @@ pub struct PlannedCopy {
     pub when: When,
 }
 
+impl fmt::Display for PlannedCopy {
+    /// One line: `upload 'x' host -> opencl:0, 602112 bytes, every run: REASON`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} '{}' {} -> {}, {} bytes, {}: {}",
+            self.kind, self.value, self.from, self.to, self.bytes, self.when, self.reason
+        )
+    }
+}
+
 /// How a graph input reaches the kernels of one space.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InputAccess {

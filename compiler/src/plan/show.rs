@@ -57,11 +57,7 @@ pub fn text(plan: &Plan) -> String {
     let bytes: usize = per_run.iter().map(|c| c.bytes).sum();
     let _ = writeln!(s, "copies: {} per run, {bytes} bytes", per_run.len());
     for c in &per_run {
-        let _ = writeln!(
-            s,
-            "  {} '{}' {} -> {}, {} bytes, {}: {}",
-            c.kind, c.value, c.from, c.to, c.bytes, c.when, c.reason
-        );
+        let _ = writeln!(s, "  {c}");
     }
     let setup: Vec<_> = plan.copies.iter().filter(|c| c.when == When::Setup).collect();
     if !setup.is_empty() {

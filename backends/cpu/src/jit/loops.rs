@@ -117,6 +117,12 @@ pub fn packed_strides(shape: &[usize], size: usize) -> Vec<usize> {
 }
 
 impl Loops {
+    /// A stable 64-bit key of the kernel this spec compiles to (FNV-1a of its debug form): how a built executable
+    /// finds the kernel it linked in for a spec its lowering makes again.
+    pub fn key(&self) -> u64 {
+        format!("{self:?}").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    }
+
     /// A fused chain over `out` (packed f32 output); each input is packed row-major and broadcasts to `out`.
     pub fn elementwise(out: &[usize], inputs: &[(Elem, &[usize])], chain: Chain) -> Loops {
         let strided: Vec<(Elem, Vec<usize>)> =

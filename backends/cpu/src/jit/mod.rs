@@ -28,8 +28,8 @@ pub use loops::{broadcast_strides, packed_strides, Body, Elem, Loops, Operand};
 use crate::error::{CpuError, Result};
 use crate::kernels::elementwise::UnaryFn;
 
-/// The signature of a compiled kernel.
-type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
+/// The signature of a compiled kernel: (inputs, output, first row, end row).
+pub type KernelFn = unsafe extern "C" fn(*const *const u8, *mut u8, usize, usize);
 
 /// What a call must provide: bytes per input, bytes of output, rows of the outermost axis, elements in all.
 #[derive(Clone, Debug)]
@@ -97,94 +97,257 @@ pub(crate) fn jit_err(e: impl std::fmt::Display) -> CpuError {
     CpuError::NotImplemented(format!("Cranelift: {e}"))
 }
 
-/// Compiles chains into one JIT module.
-pub struct Jit {
-    module: JITModule,
-    fctx: FunctionBuilderContext,
-    funcs: Vec<(FuncId, Extents)>,
+/// The symbols of the functions kernels call, and their addresses in this process.
+pub fn math_symbols() -> Vec<(&'static str, *const u8)> {
+    let mut out: Vec<(&'static str, *const u8)> = MATH1.iter().map(|(n, f)| (*n, *f as *const u8)).collect();
+    out.push(("stowage_pow", math_pow as extern "C" fn(f32, f32) -> f32 as *const u8));
+    out
+}
+
+/// Defines the math functions a kernel object calls ([`compile_object`]), under the names it imports them by:
+/// `stowage_cpu::export_math!()` at the top level of a built executable's main file lets its kernels link.
+#[macro_export]
+macro_rules! export_math {
+    () => {
+        #[no_mangle]
+        extern "C" fn stowage_exp(x: f32) -> f32 {
+            $crate::jit::math(0, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_log(x: f32) -> f32 {
+            $crate::jit::math(1, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_tanh(x: f32) -> f32 {
+            $crate::jit::math(2, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_sin(x: f32) -> f32 {
+            $crate::jit::math(3, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_cos(x: f32) -> f32 {
+            $crate::jit::math(4, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_sigmoid(x: f32) -> f32 {
+            $crate::jit::math(5, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_softplus(x: f32) -> f32 {
+            $crate::jit::math(6, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_gelu_tanh(x: f32) -> f32 {
+            $crate::jit::math(7, x)
+        }
+        #[no_mangle]
+        extern "C" fn stowage_pow(x: f32, y: f32) -> f32 {
+            x.powf(y)
+        }
+    };
+}
+
+/// The `index`th one-argument math function kernels call (in `MATH1`'s order), for [`export_math!`].
+pub fn math(index: usize, x: f32) -> f32 {
+    MATH1.get(index).map_or(f32::NAN, |(_, f)| f(x))
+}
+
+/// A kernel compiled ahead of time into a built executable: the key of the [`Loops`] it was compiled from
+/// ([`Loops::key`]) and its entry.
+#[derive(Clone, Copy, Debug)]
+pub struct Precompiled {
+    /// [`Loops::key`] of its spec.
+    pub key: u64,
+    /// Its entry point.
+    pub entry: KernelFn,
+}
+
+static PRECOMPILED: std::sync::OnceLock<&'static [Precompiled]> = std::sync::OnceLock::new();
+
+/// Makes every later [`Jit`] of this process take its kernels from `table` instead of compiling them: what a
+/// built executable does with the kernels linked into it. A spec not in the table is an error, not a compile. Only
+/// the first call has an effect.
+pub fn use_precompiled(table: &'static [Precompiled]) {
+    let _ = PRECOMPILED.set(table);
+}
+
+/// A Cranelift ISA for the host, optimising for speed; position-independent for object code.
+fn host_isa(pic: bool) -> Result<cranelift_codegen::isa::OwnedTargetIsa> {
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").map_err(jit_err)?;
+    if pic {
+        flags.set("is_pic", "true").map_err(jit_err)?;
+    }
+    cranelift_native::builder().map_err(jit_err)?.finish(settings::Flags::new(flags)).map_err(jit_err)
+}
+
+/// The math functions declared as imports of `module`.
+struct Imports {
     math: Vec<(&'static str, FuncId)>,
     pow: FuncId,
 }
 
+fn declare_imports<M: Module>(module: &mut M) -> Result<Imports> {
+    let mut sig1 = module.make_signature();
+    sig1.params.push(AbiParam::new(types::F32));
+    sig1.returns.push(AbiParam::new(types::F32));
+    let mut math = Vec::new();
+    for (name, _) in MATH1 {
+        math.push((*name, module.declare_function(name, Linkage::Import, &sig1).map_err(jit_err)?));
+    }
+    let mut sig2 = sig1.clone();
+    sig2.params.push(AbiParam::new(types::F32));
+    let pow = module.declare_function("stowage_pow", Linkage::Import, &sig2).map_err(jit_err)?;
+    Ok(Imports { math, pow })
+}
+
+/// Defines the kernel of `spec` (already banded) in `module` as `name`.
+fn define<M: Module>(
+    module: &mut M,
+    fctx: &mut FunctionBuilderContext,
+    imports: &Imports,
+    name: &str,
+    linkage: Linkage,
+    spec: &Loops,
+) -> Result<FuncId> {
+    let ptr = module.target_config().pointer_type();
+    let mut ctx = module.make_context();
+    ctx.func.signature.params.extend([AbiParam::new(ptr); 4]);
+    let id = module.declare_function(name, linkage, &ctx.func.signature).map_err(jit_err)?;
+    let callees = emit::Callees {
+        math: imports.math.iter().map(|(n, f)| (*n, module.declare_func_in_func(*f, &mut ctx.func))).collect(),
+        pow: module.declare_func_in_func(imports.pow, &mut ctx.func),
+    };
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let p = b.block_params(entry);
+        let params = [p[0], p[1], p[2], p[3]];
+        emit::body(&mut b, ptr, spec, params, &callees)?;
+        b.ins().return_(&[]);
+        b.seal_all_blocks();
+        let config = module.isa().frontend_config();
+        b.finalize(config);
+    }
+    module.define_function(id, &mut ctx).map_err(jit_err)?;
+    module.clear_context(&mut ctx);
+    Ok(id)
+}
+
+fn extents_of(spec: &Loops) -> Extents {
+    Extents {
+        inputs: spec.inputs.iter().map(|o| spec.extent(o)).collect(),
+        output: spec.extent(&spec.output),
+        rows: spec.dims[0],
+        elements: spec.dims.iter().product(),
+    }
+}
+
+/// Kernels compiled into a relocatable object for a built executable (`stowage build`).
+pub struct Object {
+    /// The object file's bytes (ELF on Linux).
+    pub bytes: Vec<u8>,
+    /// Per kernel, in the order given: its exported symbol and [`Loops::key`].
+    pub symbols: Vec<(String, u64)>,
+}
+
+/// Compiles `specs` into one object file, kernel `k` exported as `{prefix}{k}`. Its math calls are imports of the
+/// names [`export_math!`] defines.
+pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
+    use cranelift_object::{ObjectBuilder, ObjectModule};
+    let builder = ObjectBuilder::new(host_isa(true)?, "stowage_kernels", cranelift_module::default_libcall_names())
+        .map_err(jit_err)?;
+    let mut module = ObjectModule::new(builder);
+    let imports = declare_imports(&mut module)?;
+    let mut fctx = FunctionBuilderContext::new();
+    let mut symbols = Vec::new();
+    for (k, spec) in specs.iter().enumerate() {
+        spec.check()?;
+        let banded = spec.clone().banded();
+        let name = format!("{prefix}{k}");
+        define(&mut module, &mut fctx, &imports, &name, Linkage::Export, &banded)?;
+        symbols.push((name, spec.key()));
+    }
+    let bytes = module.finish().emit().map_err(jit_err)?;
+    Ok(Object { bytes, symbols })
+}
+
+/// Where a [`Jit`]'s kernels come from.
+enum Source {
+    /// Compiled now.
+    Compile { module: JITModule, fctx: FunctionBuilderContext, imports: Imports, funcs: Vec<(FuncId, Extents)> },
+    /// Linked in ahead of time ([`use_precompiled`]).
+    Linked { table: &'static [Precompiled], fns: Vec<(KernelFn, Extents)> },
+}
+
+/// Compiles chains into one JIT module, or, in a built executable, finds them among the kernels linked in.
+pub struct Jit {
+    source: Source,
+}
+
 impl Jit {
-    /// A JIT for the host CPU, optimising for speed.
+    /// A JIT for the host CPU, optimising for speed (in a built executable: a lookup of its linked kernels).
     pub fn new() -> Result<Jit> {
-        let mut flags = settings::builder();
-        flags.set("opt_level", "speed").map_err(jit_err)?;
-        let isa = cranelift_native::builder().map_err(jit_err)?.finish(settings::Flags::new(flags)).map_err(jit_err)?;
-        let mut builder = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-        for (name, f) in MATH1 {
-            builder.symbol(*name, *f as *const u8);
+        if let Some(table) = PRECOMPILED.get() {
+            return Ok(Jit { source: Source::Linked { table, fns: Vec::new() } });
         }
-        builder.symbol("stowage_pow", math_pow as extern "C" fn(f32, f32) -> f32 as *const u8);
+        let mut builder = JITBuilder::with_isa(host_isa(false)?, cranelift_module::default_libcall_names());
+        for (name, f) in math_symbols() {
+            builder.symbol(name, f);
+        }
         let mut module = JITModule::new(builder);
-        let mut sig1 = module.make_signature();
-        sig1.params.push(AbiParam::new(types::F32));
-        sig1.returns.push(AbiParam::new(types::F32));
-        let mut math = Vec::new();
-        for (name, _) in MATH1 {
-            math.push((*name, module.declare_function(name, Linkage::Import, &sig1).map_err(jit_err)?));
-        }
-        let mut sig2 = sig1.clone();
-        sig2.params.push(AbiParam::new(types::F32));
-        let pow = module.declare_function("stowage_pow", Linkage::Import, &sig2).map_err(jit_err)?;
-        Ok(Jit { module, fctx: FunctionBuilderContext::new(), funcs: Vec::new(), math, pow })
+        let imports = declare_imports(&mut module)?;
+        Ok(Jit { source: Source::Compile { module, fctx: FunctionBuilderContext::new(), imports, funcs: Vec::new() } })
     }
 
     /// Compiles a kernel; returns its index in the finished module.
     pub fn add(&mut self, spec: &Loops) -> Result<usize> {
         spec.check()?;
+        let key = spec.key();
         let spec = spec.clone().banded();
-        let extents = Extents {
-            inputs: spec.inputs.iter().map(|o| spec.extent(o)).collect(),
-            output: spec.extent(&spec.output),
-            rows: spec.dims[0],
-            elements: spec.dims.iter().product(),
-        };
-        let ptr = self.module.target_config().pointer_type();
-        let mut ctx = self.module.make_context();
-        ctx.func.signature.params.extend([AbiParam::new(ptr); 4]);
-        let id = self
-            .module
-            .declare_function(&format!("kernel{}", self.funcs.len()), Linkage::Local, &ctx.func.signature)
-            .map_err(jit_err)?;
-        let callees = emit::Callees {
-            math: self.math.iter().map(|(n, f)| (*n, self.module.declare_func_in_func(*f, &mut ctx.func))).collect(),
-            pow: self.module.declare_func_in_func(self.pow, &mut ctx.func),
-        };
-        {
-            let mut b = FunctionBuilder::new(&mut ctx.func, &mut self.fctx);
-            let entry = b.create_block();
-            b.append_block_params_for_function_params(entry);
-            b.switch_to_block(entry);
-            let p = b.block_params(entry);
-            let params = [p[0], p[1], p[2], p[3]];
-            emit::body(&mut b, ptr, &spec, params, &callees)?;
-            b.ins().return_(&[]);
-            b.seal_all_blocks();
-            let config = self.module.isa().frontend_config();
-            b.finalize(config);
+        let extents = extents_of(&spec);
+        match &mut self.source {
+            Source::Compile { module, fctx, imports, funcs } => {
+                let name = format!("kernel{}", funcs.len());
+                let id = define(module, fctx, imports, &name, Linkage::Local, &spec)?;
+                funcs.push((id, extents));
+                Ok(funcs.len() - 1)
+            }
+            Source::Linked { table, fns } => {
+                let found = table.iter().find(|p| p.key == key).ok_or_else(|| {
+                    jit_err(format!(
+                        "kernel {key:016x} is not among the {} linked into this executable: it was built for other \
+                         shapes or layouts",
+                        table.len()
+                    ))
+                })?;
+                fns.push((found.entry, extents));
+                Ok(fns.len() - 1)
+            }
         }
-        self.module.define_function(id, &mut ctx).map_err(jit_err)?;
-        self.module.clear_context(&mut ctx);
-        self.funcs.push((id, extents));
-        Ok(self.funcs.len() - 1)
     }
 
     /// Finalises the module: machine code for every kernel added.
-    pub fn finish(mut self) -> Result<Arc<JitCode>> {
-        self.module.finalize_definitions().map_err(jit_err)?;
-        let fns = self
-            .funcs
-            .iter()
-            .map(|(id, extents)| {
-                let p = self.module.get_finalized_function(*id);
-                // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr, ptr, ptr) and
-                // the host's default calling convention, which is what `KernelFn` is on this target.
-                (unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }, extents.clone())
-            })
-            .collect();
-        Ok(Arc::new(JitCode { module: Some(self.module), fns }))
+    pub fn finish(self) -> Result<Arc<JitCode>> {
+        match self.source {
+            Source::Linked { fns, .. } => Ok(Arc::new(JitCode { module: None, fns })),
+            Source::Compile { mut module, funcs, .. } => {
+                module.finalize_definitions().map_err(jit_err)?;
+                let fns = funcs
+                    .iter()
+                    .map(|(id, extents)| {
+                        let p = module.get_finalized_function(*id);
+                        // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr, ptr,
+                        // ptr) and the host's default calling convention, which is what `KernelFn` is here.
+                        (unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }, extents.clone())
+                    })
+                    .collect();
+                Ok(Arc::new(JitCode { module: Some(module), fns }))
+            }
+        }
     }
 }
 

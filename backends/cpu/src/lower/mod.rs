@@ -46,29 +46,9 @@ pub fn lower(graph: &Graph, threads: usize) -> Result<Program> {
 /// Lowers `graph` to a program.
 pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let threads = options.threads;
-    // A ReLU that is the only reader of an f32 Conv's output runs inside the Conv's step, on its output while it
-    // is still in cache; the Conv's step writes the ReLU's value.
-    let relu_after: HashMap<ir::NodeId, ir::NodeId> =
-        if options.fuse { conv_relu_pairs(graph) } else { HashMap::new() };
-    let absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
-    // Byte strides of the graph inputs held in a caller's layout.
-    let strided: HashMap<ValueId, Vec<usize>> = graph
-        .inputs()
-        .iter()
-        .filter_map(|&v| {
-            let given = options.input_strides.get(&graph.value(v).name)?;
-            Some((v, given.iter().map(|s| s * graph.ty(v).dt.size_of()).collect()))
-        })
-        .collect();
-    let planned = if options.fuse { fuse::plan_with(graph, &absorbed, &strided) } else { HashMap::new() };
+    let Generated { relu_after, absorbed, strided, planned, kernels: generated } = generated(graph, options);
     let fused_members: std::collections::HashSet<ir::NodeId> =
         planned.values().flat_map(|p| p.members.iter().copied()).collect();
-    // Generated kernels: each chain at its root node, and each Transpose as a relayout copy.
-    let mut generated: Vec<(ir::NodeId, Loops)> = planned.iter().map(|(&n, p)| (n, p.loops.clone())).collect();
-    if options.fuse {
-        generated.extend(graph.order().iter().filter_map(|&n| Some((n, transpose_loops(graph, n, &strided)?))));
-    }
-    generated.sort_by_key(|(n, _)| *n);
     let mut kernel_index: HashMap<ir::NodeId, usize> = HashMap::new();
     let code = if generated.is_empty() {
         None
@@ -209,6 +189,49 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         profile: false,
         pool: Default::default(),
     })
+}
+
+/// What lowering generates code for, before generating it.
+struct Generated {
+    /// Conv nodes with the ReLU that runs inside their step.
+    relu_after: HashMap<ir::NodeId, ir::NodeId>,
+    /// Those ReLUs.
+    absorbed: std::collections::HashSet<ir::NodeId>,
+    /// Byte strides of the graph inputs held in a caller's layout.
+    strided: HashMap<ValueId, Vec<usize>>,
+    /// Fused chains by root node.
+    planned: HashMap<ir::NodeId, fuse::Planned>,
+    /// Generated kernels in node order: each chain at its root node, and each Transpose as a relayout copy.
+    kernels: Vec<(ir::NodeId, Loops)>,
+}
+
+fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
+    // A ReLU that is the only reader of an f32 Conv's output runs inside the Conv's step, on its output while it
+    // is still in cache; the Conv's step writes the ReLU's value.
+    let relu_after: HashMap<ir::NodeId, ir::NodeId> =
+        if options.fuse { conv_relu_pairs(graph) } else { HashMap::new() };
+    let absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    let strided: HashMap<ValueId, Vec<usize>> = graph
+        .inputs()
+        .iter()
+        .filter_map(|&v| {
+            let given = options.input_strides.get(&graph.value(v).name)?;
+            Some((v, given.iter().map(|s| s * graph.ty(v).dt.size_of()).collect()))
+        })
+        .collect();
+    let planned = if options.fuse { fuse::plan_with(graph, &absorbed, &strided) } else { HashMap::new() };
+    let mut kernels: Vec<(ir::NodeId, Loops)> = planned.iter().map(|(&n, p)| (n, p.loops.clone())).collect();
+    if options.fuse {
+        kernels.extend(graph.order().iter().filter_map(|&n| Some((n, transpose_loops(graph, n, &strided)?))));
+    }
+    kernels.sort_by_key(|(n, _)| *n);
+    Generated { relu_after, absorbed, strided, planned, kernels }
+}
+
+/// The generated kernels [`lower_with`] would compile for `graph`, in its order, with the node each belongs to:
+/// what `stowage build` compiles ahead of time into an object file ([`crate::jit::compile_object`]).
+pub fn kernel_specs(graph: &Graph, options: &LowerOptions) -> Vec<(String, Loops)> {
+    generated(graph, options).kernels.into_iter().map(|(n, l)| (graph.node(n).name.clone(), l)).collect()
 }
 
 /// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.

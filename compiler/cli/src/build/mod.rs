@@ -1,0 +1,227 @@
+//! `stowage build MODEL -o EXE`: plans the model as a run would, compiles the CPU segments' generated kernels
+//! into an object file with cranelift-object, writes a small crate around them (`source.rs` writes its
+//! `main.rs`) and builds it with cargo against stowage's own crates.
+//!
+//! Every model's crate builds into one shared target directory (`STOWAGE_BUILD_DIR`, by default
+//! `target/stowage-build` in stowage's source tree), so stowage's crates are compiled once, by the first build,
+//! and later builds compile only the model's `main.rs` and link. Files of a model's crate are rewritten only when
+//! their contents change. The executable is copied to the output path under a temporary name and renamed into
+//! place once complete: a failed build leaves nothing there.
+
+mod source;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use prost::Message;
+use stowage_compiler::onnx;
+
+use crate::session::{self, Progress, RunOptions};
+
+pub use source::{main_rs, Source};
+
+/// What a build made.
+#[derive(Debug)]
+pub struct Built {
+    /// The crate written for the model.
+    pub crate_dir: PathBuf,
+    /// The executable installed.
+    pub executable: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// CPU kernels linked in.
+    pub kernels: usize,
+    /// Copies per run the plan makes.
+    pub copies_per_run: usize,
+}
+
+/// Where stowage's sources are: `STOWAGE_SOURCE`, else the tree this stowage was built from.
+fn source_root() -> Result<PathBuf, String> {
+    let root = match std::env::var_os("STOWAGE_SOURCE") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    };
+    let cli = root.join("compiler/cli/Cargo.toml");
+    if !cli.exists() {
+        return Err(format!(
+            "stowage's sources are not at {} (a built executable links stowage's crates): set STOWAGE_SOURCE",
+            root.display()
+        ));
+    }
+    root.canonicalize().map_err(|e| format!("{}: {e}", root.display()))
+}
+
+/// The shared build directory: `STOWAGE_BUILD_DIR`, else `target/stowage-build` in stowage's source tree.
+fn build_root(source: &Path) -> PathBuf {
+    match std::env::var_os("STOWAGE_BUILD_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => source.join("target/stowage-build"),
+    }
+}
+
+/// FNV-1a, for stable names.
+fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for p in parts {
+        for &b in p.iter().chain(&[0xff]) {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Writes `bytes` to `path` unless it already holds them (so cargo sees no change).
+fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    std::fs::write(path, bytes).map_err(|e| format!("{}: cannot write it: {e}", path.display()))
+}
+
+/// Checks `-o`'s path before any work: a file name in an existing folder, not a folder.
+fn check_output(output: &Path) -> Result<(), String> {
+    if output.is_dir() {
+        return Err(format!("-o {}: is a directory", output.display()));
+    }
+    let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!("-o {}: the folder {} does not exist", output.display(), parent.display()));
+    }
+    if output.file_name().is_none() {
+        return Err(format!("-o {}: not a file name", output.display()));
+    }
+    Ok(())
+}
+
+/// Builds `model` for `options` into the executable `output`.
+pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built, String> {
+    check_output(output)?;
+    let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
+    let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    if let Some(t) = proto.graph.iter().flat_map(|g| &g.initializer).find(|t| !t.external_data.is_empty()) {
+        return Err(format!(
+            "{}: initializer '{}' keeps its data in an external file; stowage build embeds the model whole and \
+             does not read external data yet",
+            model.display(),
+            t.name()
+        ));
+    }
+    let prepared = session::prepare_build(&bytes, model, options)?;
+    let specs: Vec<_> = prepared.kernels.iter().map(|(_, l)| l.clone()).collect();
+    let object =
+        stowage_cpu::jit::compile_object(&specs, "stowage_k").map_err(|e| format!("{}: {e}", model.display()))?;
+    let kernels: Vec<(String, u64, String)> = prepared
+        .kernels
+        .iter()
+        .zip(&object.symbols)
+        .map(|((node, _), (symbol, key))| (node.clone(), *key, symbol.clone()))
+        .collect();
+
+    let source = source_root()?;
+    let root = build_root(&source);
+    let model_name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model.onnx".into());
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let name = format!(
+        "m{:016x}",
+        fnv(&[
+            absolute(model).to_string_lossy().as_bytes(),
+            absolute(output).to_string_lossy().as_bytes(),
+            format!("{:?}{:?}", options.target, options.planning).as_bytes(),
+        ])
+    );
+    let dir = root.join("crates").join(&name);
+    std::fs::create_dir_all(dir.join("src")).map_err(|e| format!("{}: cannot create it: {e}", dir.display()))?;
+    let mut values = Vec::new();
+    for (k, (input, t)) in options.config.input_values.iter().enumerate() {
+        let file = format!("value_{k}.pb");
+        let encoded = onnx::tensor::encode(t, input).map_err(|e| format!("--input-value {input}: {e}"))?;
+        write_if_changed(&dir.join(&file), &encoded.encode_to_vec())?;
+        values.push((input.clone(), file));
+    }
+    let main = main_rs(&Source {
+        model_name: &model_name,
+        options,
+        values: &values,
+        plan: &prepared.plan,
+        kernels: &kernels,
+    })?;
+    write_if_changed(&dir.join("src/main.rs"), main.as_bytes())?;
+    write_if_changed(&dir.join("model.onnx"), &bytes)?;
+    write_if_changed(&dir.join("kernels.o"), &object.bytes)?;
+    write_if_changed(&dir.join("Cargo.toml"), manifest(&name, &source).as_bytes())?;
+    write_if_changed(&dir.join("build.rs"), BUILD_RS.as_bytes())?;
+    let lock = dir.join("Cargo.lock");
+    if !lock.exists() {
+        // The versions stowage itself was tested with, and no need to reach a registry.
+        let _ = std::fs::copy(source.join("Cargo.lock"), &lock);
+    }
+
+    let progress = Progress::start(model);
+    progress.phase("building the executable (the first build compiles stowage's crates: minutes)");
+    let built = cargo_build(&dir, &root.join("target"), &name)?;
+    progress.finish();
+    let size = install(&built, output)?;
+    Ok(Built {
+        crate_dir: dir,
+        executable: output.to_path_buf(),
+        bytes: size,
+        kernels: kernels.len(),
+        copies_per_run: prepared.plan.run_copies().count(),
+    })
+}
+
+/// The model crate's manifest: one binary, depending on stowage's CLI library by path.
+fn manifest(name: &str, source: &Path) -> String {
+    let cli = source.join("compiler/cli");
+    format!(
+        "# @generated by stowage build. Do not edit: build again instead.\n\
+         [package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\nbuild = \"build.rs\"\n\n\
+         [[bin]]\nname = \"{name}\"\npath = \"src/main.rs\"\n\n\
+         [dependencies]\nstowage-cli = {{ path = {:?} }}\n\n\
+         # Its own workspace, wherever the shared build directory is.\n[workspace]\n\n\
+         [profile.release]\ndebug = false\n",
+        cli.to_string_lossy()
+    )
+}
+
+/// The model crate's build script: links the kernels' object file into the executable.
+const BUILD_RS: &str = "// @generated by stowage build. Do not edit: build again instead.\n\
+fn main() {\n    \
+    let dir = std::env::var(\"CARGO_MANIFEST_DIR\").expect(\"cargo sets CARGO_MANIFEST_DIR\");\n    \
+    println!(\"cargo:rustc-link-arg-bins={dir}/kernels.o\");\n    \
+    println!(\"cargo:rerun-if-changed=kernels.o\");\n\
+}\n";
+
+/// Runs cargo on the model's crate; returns the executable it made.
+fn cargo_build(dir: &Path, target_dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(&cargo)
+        .args(["build", "--release", "--offline", "--message-format=short", "--manifest-path"])
+        .arg(dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .map_err(|e| format!("cannot run cargo ({}): {e}", Path::new(&cargo).display()))?;
+    let log = dir.join("build.log");
+    let _ = std::fs::write(&log, &out.stderr);
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let first = text.lines().find(|l| l.contains("error")).unwrap_or("cargo failed");
+        return Err(format!("cargo could not build the executable: {} (whole log: {})", first.trim(), log.display()));
+    }
+    Ok(target_dir.join("release").join(name))
+}
+
+/// Copies `built` to `output` under a temporary name, then renames it into place.
+fn install(built: &Path, output: &Path) -> Result<u64, String> {
+    let name = output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = output.with_file_name(format!(".{name}.{}.partial", std::process::id()));
+    let result = std::fs::copy(built, &tmp)
+        .and_then(|size| std::fs::rename(&tmp, output).map(|_| size))
+        .map_err(|e| format!("-o {}: cannot write it: {e}", output.display()));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

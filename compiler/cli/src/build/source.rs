@@ -1,0 +1,157 @@
+//! The generated `main.rs` of a built executable, written with quote and formatted with prettyplease: the model
+//! embedded, the kernels of `kernels.o` declared and tabled, every planned copy on one line with its reason, and a
+//! [`crate::exe::Built`] that hands them to [`crate::exe::main`].
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+use stowage_compiler::plan::{Plan, When};
+
+use crate::session::RunOptions;
+
+/// Everything the generated source says.
+pub struct Source<'a> {
+    /// The model's file name.
+    pub model_name: &'a str,
+    /// Build options (target, shapes, layouts, states, budget).
+    pub options: &'a RunOptions,
+    /// `--input-value`s: input name and the file (beside `main.rs`'s folder) holding its TensorProto.
+    pub values: &'a [(String, String)],
+    /// The plan.
+    pub plan: &'a Plan,
+    /// Kernels linked in: node, [`stowage_cpu::jit::Loops::key`], symbol.
+    pub kernels: &'a [(String, u64, String)],
+}
+
+fn option(v: Option<usize>) -> TokenStream {
+    match v {
+        Some(n) => {
+            let n = Literal::usize_unsuffixed(n);
+            quote!(Some(#n))
+        }
+        None => quote!(None),
+    }
+}
+
+fn pairs(p: &[(String, String)]) -> TokenStream {
+    let items = p.iter().map(|(a, b)| quote!((#a, #b)));
+    quote!(&[#(#items),*])
+}
+
+/// The plan in a few lines, for the module's documentation.
+fn summary(s: &Source<'_>) -> Vec<String> {
+    let plan = s.plan;
+    let mut lines = vec![
+        format!("`{}` compiled by stowage for `{}`.", s.model_name, s.options.target),
+        String::new(),
+        "Placement:".to_string(),
+        String::new(),
+    ];
+    for (i, t) in plan.targets.iter().enumerate() {
+        let n = plan.nodes.iter().filter(|p| p.target == i).count();
+        if n > 0 {
+            lines.push(format!("- {n} nodes on `{}` (memory `{}`)", t.name, t.space));
+        }
+    }
+    let per_run: Vec<_> = plan.run_copies().collect();
+    let bytes: usize = per_run.iter().map(|c| c.bytes).sum();
+    lines.push(String::new());
+    lines.push(format!("Copies per run: {}, {bytes} bytes; all of them are listed in `COPIES`.", per_run.len()));
+    let setup = plan.copies.iter().filter(|c| c.when == When::Setup).count();
+    if setup > 0 {
+        lines.push(format!("Constants uploaded once at setup: {setup}."));
+    }
+    lines.push(String::new());
+    lines.push("Memory:".to_string());
+    lines.push(String::new());
+    for a in &plan.arenas {
+        lines.push(format!(
+            "- `{}`: peak {} bytes, lower bound {} bytes, {} buffers",
+            a.space,
+            a.peak_bytes,
+            a.lower_bound_bytes,
+            a.buffers.len()
+        ));
+    }
+    lines
+}
+
+/// The generated `main.rs`.
+pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
+    let docs = summary(s).into_iter().map(|l| {
+        let l = if l.is_empty() { l } else { format!(" {l}") };
+        quote!(#![doc = #l])
+    });
+    let options = s.options;
+    let model_name = s.model_name;
+    let target = &options.target;
+    let decls = s.kernels.iter().map(|(node, _, symbol)| {
+        let ident = format_ident!("{}", symbol);
+        let doc = format!(" The generated kernel of node `{node}`.");
+        quote! {
+            #[doc = #doc]
+            fn #ident(inputs: *const *const u8, out: *mut u8, begin: usize, end: usize);
+        }
+    });
+    let table = s.kernels.iter().map(|(_, key, symbol)| {
+        let ident = format_ident!("{}", symbol);
+        let key = Literal::u64_unsuffixed(*key);
+        quote!(Precompiled { key: #key, entry: #ident })
+    });
+    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    let shapes = options.config.input_shapes.iter().map(|(name, dims)| {
+        let dims = dims.iter().map(|&d| Literal::usize_unsuffixed(d));
+        quote!((#name, &[#(#dims),*]))
+    });
+    let values = s.values.iter().map(|(name, file)| {
+        let path = format!("../{file}");
+        quote!((#name, include_bytes!(#path)))
+    });
+    let layouts = pairs(&options.planning.input_layouts);
+    let states = pairs(&options.planning.states);
+    let (max_copies, max_bytes) = (option(options.planning.max_copies), option(options.planning.max_copy_bytes));
+    let file = quote! {
+        #(#docs)*
+
+        use stowage_cli::exe::{Built, Precompiled};
+
+        /// The ONNX model as given to `stowage build`.
+        static MODEL: &[u8] = include_bytes!("../model.onnx");
+
+        extern "C" {
+            #(#decls)*
+        }
+
+        /// The CPU kernels of `kernels.o`, each with the key of the loop nest it was compiled from.
+        static KERNELS: &[Precompiled] = &[#(#table),*];
+
+        /// Every copy the plan makes, one line each: what moves, from where to where, how many bytes, when, and
+        /// why. The executable refuses to run a plan that differs.
+        static COPIES: &[&str] = &[#(#copies),*];
+
+        static BUILT: Built = Built {
+            model_name: #model_name,
+            model: MODEL,
+            target: #target,
+            input_shapes: &[#(#shapes),*],
+            input_values: &[#(#values),*],
+            input_layouts: #layouts,
+            states: #states,
+            max_copies: #max_copies,
+            max_copy_bytes: #max_bytes,
+            copies: COPIES,
+            kernels: KERNELS,
+        };
+
+        stowage_cli::exe::stowage_cpu::export_math!();
+
+        fn main() -> std::process::ExitCode {
+            stowage_cli::exe::main(&BUILT)
+        }
+    };
+    let parsed: syn::File = syn::parse2(file).map_err(|e| format!("generated source does not parse: {e}"))?;
+    let header = format!(
+        "// @generated by stowage {} (`stowage build`) from {model_name}. Do not edit: build again instead.\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    Ok(header + &prettyplease::unparse(&parsed))
+}

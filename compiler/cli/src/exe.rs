@@ -1,0 +1,133 @@
+//! The runtime of an executable made by `stowage build`. Its generated `main.rs` describes what was built (the
+//! model, the target, the planning options, every planned copy and the kernels linked in) as a [`Built`] and calls
+//! [`main`], which takes `stowage run`'s run-time flags and runs through the very code `stowage run` does, so the
+//! two give the same outputs, report and ledger.
+//!
+//! At start-up the executable imports its embedded model and plans it again, as `stowage run` would for inputs
+//! read from files; a plan whose copies differ from those it was built with is refused. CPU lowering takes its
+//! generated kernels from the object code linked in ([`stowage_cpu::jit::use_precompiled`]): nothing is
+//! compiled at start-up on the CPU.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use prost::Message;
+use stowage_compiler::onnx::{self, proto::TensorProto, ImportConfig};
+
+use crate::session::{Planning, RunOptions};
+
+pub use stowage_cpu;
+pub use stowage_cpu::jit::Precompiled;
+
+/// What `stowage build` compiled into an executable.
+#[derive(Debug)]
+pub struct Built {
+    /// The model's file name, for messages.
+    pub model_name: &'static str,
+    /// The ONNX model.
+    pub model: &'static [u8],
+    /// The target list it was planned for.
+    pub target: &'static str,
+    /// `--input-shape` given at build time.
+    pub input_shapes: &'static [(&'static str, &'static [usize])],
+    /// `--input-value` given at build time: name and TensorProto bytes.
+    pub input_values: &'static [(&'static str, &'static [u8])],
+    /// `--input-layout` given at build time.
+    pub input_layouts: &'static [(&'static str, &'static str)],
+    /// `--state` given at build time.
+    pub states: &'static [(&'static str, &'static str)],
+    /// `--max-copies`.
+    pub max_copies: Option<usize>,
+    /// `--max-copy-bytes`.
+    pub max_copy_bytes: Option<usize>,
+    /// The plan's copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`).
+    pub copies: &'static [&'static str],
+    /// The CPU kernels linked in.
+    pub kernels: &'static [Precompiled],
+}
+
+/// A built executable's flags: those of `stowage run` that belong to a run.
+#[derive(Parser, Debug)]
+#[command(about = "A model compiled by stowage build. Takes the run-time flags of `stowage run`.")]
+struct Args {
+    /// An input as a TensorProto file: FILE.pb for the next graph input, or NAME=FILE.pb (repeatable).
+    #[arg(long = "input", value_name = "FILE.pb|NAME=FILE.pb")]
+    inputs: Vec<String>,
+    /// Write the outputs as output_0.pb, output_1.pb, … here.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// Write a JSON report (copies, peak memory, timings) here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Run this many times (timings report the median).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Kernel threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: u32,
+}
+
+impl Built {
+    /// The run options this executable was built with, and `args`'s.
+    fn options(&self, threads: usize, repeat: usize, read_outputs: bool) -> Result<RunOptions, String> {
+        let mut config = ImportConfig::new();
+        for (name, shape) in self.input_shapes {
+            config = config.input_shape(*name, shape.to_vec());
+        }
+        for (name, bytes) in self.input_values {
+            let proto = TensorProto::decode(*bytes).map_err(|e| format!("built-in value of '{name}': {e}"))?;
+            let value = onnx::tensor::decode(&proto, None).map_err(|e| format!("built-in value of '{name}': {e}"))?;
+            config = config.input_value(*name, value);
+        }
+        let pairs = |p: &[(&str, &str)]| p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        Ok(RunOptions {
+            target: self.target.to_string(),
+            threads,
+            repeat,
+            config,
+            planning: Planning {
+                input_layouts: pairs(self.input_layouts),
+                states: pairs(self.states),
+                pins: Vec::new(),
+                max_copies: self.max_copies,
+                max_copy_bytes: self.max_copy_bytes,
+            },
+            read_outputs,
+            built_copies: Some(self.copies.iter().map(|c| c.to_string()).collect()),
+        })
+    }
+}
+
+/// The `main` of a built executable: exit 0 with `stowage run`'s summary, 1 with one `error:` line, 2 on a usage
+/// error.
+pub fn main(built: &'static Built) -> ExitCode {
+    let start = Instant::now();
+    let args = Args::parse();
+    stowage_cpu::jit::use_precompiled(built.kernels);
+    let result = built
+        .options(args.threads as usize, args.repeat as usize, args.output_dir.is_some())
+        .and_then(|options| {
+            crate::run::run_model(
+                built.model,
+                Path::new(built.model_name),
+                &args.inputs,
+                args.output_dir.as_deref(),
+                args.report.as_deref(),
+                &options,
+                start,
+            )
+        })
+        .map_err(|e| crate::run::one_line(&e));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
