@@ -111,10 +111,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo { threads } => return finish(demo::run(threads as usize)),
-        Command::Import { model, shapes, raw, timings } => {
-            return finish(import(&model, &shapes, raw, timings));
-        }
+        Command::Demo { threads } => finish(demo::run(threads as usize)),
+        Command::Import { model, shapes, raw, timings } => finish(import(&model, &shapes, raw, timings)),
         Command::Run { model, target, inputs, output_dir, report, repeat, threads, shapes, planning } => {
             let result = shapes.config().and_then(|config| {
                 let options = RunOptions {
@@ -128,7 +126,7 @@ fn main() -> ExitCode {
                 };
                 run::run(&model, &inputs, output_dir.as_deref(), report.as_deref(), &options)
             });
-            return finish(result);
+            finish(result)
         }
         Command::Plan { model, target, format, output, threads, shapes, planning } => {
             let result = shapes.config().and_then(|config| {
@@ -141,7 +139,7 @@ fn main() -> ExitCode {
                 };
                 show::plan(&model, format, output.as_deref(), &options)
             });
-            return finish(result);
+            finish(result)
         }
         Command::Build { model, target, output, shapes, planning } => {
             let result = shapes.config().and_then(|config| {
@@ -156,7 +154,7 @@ fn main() -> ExitCode {
                     built.crate_dir.display()
                 ))
             });
-            return finish(result);
+            finish(result)
         }
         Command::Targets => {
             println!("cpu       host memory, 128-byte aligned; Cranelift-generated fused kernels, AVX-512 products");

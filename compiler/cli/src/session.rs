@@ -345,8 +345,13 @@ pub fn run_bytes(
     let opened = targets::open(&options.target, options.threads, graph)?;
     let plan = make_plan(graph, &opened, &inputs, options).map_err(|e| format!("{}: {e}", model.display()))?;
     if let Some(built) = &options.built_copies {
-        let now: Vec<String> = plan.copies.iter().map(|c| c.to_string()).collect();
-        if let Some((k, line)) = now.iter().enumerate().find(|(k, l)| built.get(*k) != Some(*l)) {
+        // Downloads made when the caller reads an output depend on whether this run writes its outputs; the rest
+        // of the plan must be the one built.
+        let lazy = format!(" bytes, {}: ", plan::When::WhenRead);
+        let built: Vec<&String> = built.iter().filter(|l| !l.contains(&lazy)).collect();
+        let now: Vec<String> =
+            plan.copies.iter().filter(|c| c.when != plan::When::WhenRead).map(|c| c.to_string()).collect();
+        if let Some((k, line)) = now.iter().enumerate().find(|(k, l)| built.get(*k) != Some(l)) {
             return Err(format!(
                 "this executable was built for another plan: its copy {} would now be \"{line}\"",
                 k + 1

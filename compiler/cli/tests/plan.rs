@@ -3,13 +3,7 @@
 
 mod common;
 
-use common::{case, fails, model, s, stowage, target_dir};
-
-fn mlp() -> String {
-    let p = target_dir().join("onnx-models/mlp/model.onnx");
-    assert!(p.exists(), "{} is missing: run scripts/test (it writes the model suite)", p.display());
-    s(&p)
-}
+use common::{case, example, fails, mlp, model, s, stowage};
 
 fn plan(args: &[&str]) -> String {
     let (code, out, err) = stowage(&[&["plan"], args].concat());
@@ -101,12 +95,6 @@ fn a_caller_layout_is_read_in_place_where_the_kernel_takes_it_and_relaid_once_wh
     // A layout that changes nothing (column-major of a [1, N] row) is the packed one: no copy.
     let text = plan(&[&mlp(), "--input-layout", "x=column-major"]);
     assert!(text.contains("x: row-major") && text.contains("copies: 0 per run"), "{text}");
-}
-
-fn example(name: &str) -> String {
-    let p = target_dir().join("planning-examples").join(format!("{name}.onnx"));
-    assert!(p.exists(), "{} is missing: run scripts/test (it writes the planner's examples)", p.display());
-    s(&p)
 }
 
 /// A u8 camera frame [1,480,640,3] as a TensorProto file.

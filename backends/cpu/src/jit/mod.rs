@@ -275,7 +275,8 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
     Ok(Object { bytes, symbols })
 }
 
-/// Where a [`Jit`]'s kernels come from.
+/// Where a [`Jit`]'s kernels come from. One lives per program being lowered, so its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     /// Compiled now.
     Compile { module: JITModule, fctx: FunctionBuilderContext, imports: Imports, funcs: Vec<(FuncId, Extents)> },

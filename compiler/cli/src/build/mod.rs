@@ -93,9 +93,27 @@ fn check_output(output: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds `model` for `options` into the executable `output`.
-pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built, String> {
-    check_output(output)?;
+/// The files of a model's crate, before they are written.
+pub struct Generated {
+    /// The model's file name.
+    pub model_name: String,
+    /// The model's bytes.
+    pub model: Vec<u8>,
+    /// `src/main.rs`.
+    pub main_rs: String,
+    /// `kernels.o`.
+    pub object: Vec<u8>,
+    /// `--input-value` files: name and TensorProto bytes.
+    pub values: Vec<(String, Vec<u8>)>,
+    /// CPU kernels in the object.
+    pub kernels: usize,
+    /// Copies per run the plan makes.
+    pub copies_per_run: usize,
+}
+
+/// Plans `model` for `options` and generates its crate's source and kernel object. A model that cannot be planned
+/// for the target fails here, with the planner's error.
+pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String> {
     let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
     let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     if let Some(t) = proto.graph.iter().flat_map(|g| &g.initializer).find(|t| !t.external_data.is_empty()) {
@@ -106,7 +124,9 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
             t.name()
         ));
     }
-    let prepared = session::prepare_build(&bytes, model, options)?;
+    // The plan is made as for a run that reads its outputs; the executable checks its own plan against it.
+    let options = RunOptions { read_outputs: true, ..options.clone() };
+    let prepared = session::prepare_build(&bytes, model, &options)?;
     let specs: Vec<_> = prepared.kernels.iter().map(|(_, l)| l.clone()).collect();
     let object =
         stowage_cpu::jit::compile_object(&specs, "stowage_k").map_err(|e| format!("{}: {e}", model.display()))?;
@@ -116,10 +136,38 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
         .zip(&object.symbols)
         .map(|((node, _), (symbol, key))| (node.clone(), *key, symbol.clone()))
         .collect();
+    let model_name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model.onnx".into());
+    let mut values = Vec::new();
+    let mut files = Vec::new();
+    for (k, (input, t)) in options.config.input_values.iter().enumerate() {
+        let encoded = onnx::tensor::encode(t, input).map_err(|e| format!("--input-value {input}: {e}"))?;
+        files.push((input.clone(), format!("value_{k}.pb")));
+        values.push((format!("value_{k}.pb"), encoded.encode_to_vec()));
+    }
+    let main_rs = main_rs(&Source {
+        model_name: &model_name,
+        options: &options,
+        values: &files,
+        plan: &prepared.plan,
+        kernels: &kernels,
+    })?;
+    Ok(Generated {
+        model_name,
+        model: bytes,
+        main_rs,
+        object: object.bytes,
+        values,
+        kernels: kernels.len(),
+        copies_per_run: prepared.plan.run_copies().count(),
+    })
+}
 
+/// Builds `model` for `options` into the executable `output`.
+pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built, String> {
+    check_output(output)?;
+    let generated = generate(model, options)?;
     let source = source_root()?;
     let root = build_root(&source);
-    let model_name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model.onnx".into());
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let name = format!(
         "m{:016x}",
@@ -131,23 +179,12 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
     );
     let dir = root.join("crates").join(&name);
     std::fs::create_dir_all(dir.join("src")).map_err(|e| format!("{}: cannot create it: {e}", dir.display()))?;
-    let mut values = Vec::new();
-    for (k, (input, t)) in options.config.input_values.iter().enumerate() {
-        let file = format!("value_{k}.pb");
-        let encoded = onnx::tensor::encode(t, input).map_err(|e| format!("--input-value {input}: {e}"))?;
-        write_if_changed(&dir.join(&file), &encoded.encode_to_vec())?;
-        values.push((input.clone(), file));
+    for (file, bytes) in &generated.values {
+        write_if_changed(&dir.join(file), bytes)?;
     }
-    let main = main_rs(&Source {
-        model_name: &model_name,
-        options,
-        values: &values,
-        plan: &prepared.plan,
-        kernels: &kernels,
-    })?;
-    write_if_changed(&dir.join("src/main.rs"), main.as_bytes())?;
-    write_if_changed(&dir.join("model.onnx"), &bytes)?;
-    write_if_changed(&dir.join("kernels.o"), &object.bytes)?;
+    write_if_changed(&dir.join("src/main.rs"), generated.main_rs.as_bytes())?;
+    write_if_changed(&dir.join("model.onnx"), &generated.model)?;
+    write_if_changed(&dir.join("kernels.o"), &generated.object)?;
     write_if_changed(&dir.join("Cargo.toml"), manifest(&name, &source).as_bytes())?;
     write_if_changed(&dir.join("build.rs"), BUILD_RS.as_bytes())?;
     let lock = dir.join("Cargo.lock");
@@ -165,8 +202,8 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
         crate_dir: dir,
         executable: output.to_path_buf(),
         bytes: size,
-        kernels: kernels.len(),
-        copies_per_run: prepared.plan.run_copies().count(),
+        kernels: generated.kernels,
+        copies_per_run: generated.copies_per_run,
     })
 }
 

@@ -94,7 +94,7 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
     });
     let table = s.kernels.iter().map(|(_, key, symbol)| {
         let ident = format_ident!("{}", symbol);
-        let key = Literal::u64_unsuffixed(*key);
+        let key = syn::LitInt::new(&format!("0x{key:016x}"), proc_macro2::Span::call_site());
         quote!(Precompiled { key: #key, entry: #ident })
     });
     let copies = s.plan.copies.iter().map(|c| c.to_string());

@@ -54,3 +54,27 @@ pub fn model(dir: &Path) -> String {
 pub fn data(dir: &Path, file: &str) -> String {
     s(&dir.join("test_data_set_0").join(file))
 }
+
+/// The model suite's MLP.
+pub fn mlp() -> String {
+    let p = target_dir().join("onnx-models/mlp/model.onnx");
+    assert!(p.exists(), "{} is missing: run scripts/test (it writes the model suite)", p.display());
+    s(&p)
+}
+
+/// One of the planner's examples (`camera`, `mixed`).
+pub fn example(name: &str) -> String {
+    let p = target_dir().join("planning-examples").join(format!("{name}.onnx"));
+    assert!(p.exists(), "{} is missing: run scripts/test (it writes the planner's examples)", p.display());
+    s(&p)
+}
+
+/// Runs a program, returning its exit code, stdout and stderr.
+pub fn exec(program: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    (
+        out.status.code().expect("exited, not killed by a signal"),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}

@@ -1,0 +1,231 @@
+//! `stowage build`: the executable it makes gives `stowage run`'s outputs, copies and report over the whole model
+//! suite and the planner's examples; its generated source is stable (insta snapshots); a model that cannot be
+//! planned fails at build time, and an executable given a wrong input exits 1 naming it; nothing half-written is
+//! left at the output path.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{example, exec, fails, mlp, s, stowage, target_dir};
+use stowage_cli::session::{Planning, RunOptions};
+
+/// Builds `model` into `exe` with `flags`, expecting success.
+fn build(model: &str, exe: &Path, flags: &[&str]) {
+    let (code, out, err) = stowage(&[&["build", model, "-o", &s(exe)], flags].concat());
+    assert_eq!(code, 0, "building {model} {flags:?}: {out}\n{err}");
+    assert!(exe.exists(), "{}", exe.display());
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .expect("the report is JSON")
+}
+
+/// Runs `model` through the built `exe` and through `stowage run` with the same inputs and run flags, and compares
+/// outputs byte for byte and the reports' copies and peaks.
+fn compare(model: &str, exe: &Path, inputs: &[String], plan_flags: &[&str], run_flags: &[&str]) -> Result<(), String> {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let (a, b) = (tmp.path().join("built"), tmp.path().join("run"));
+    let mut args: Vec<String> = inputs.iter().map(|i| format!("--input={i}")).collect();
+    args.extend(run_flags.iter().map(|f| f.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (dir_a, report_a, dir_b, report_b) = (s(&a), s(&a.join("report.json")), s(&b), s(&b.join("report.json")));
+    let out_a = [&args[..], &["--output-dir", &dir_a, "--report", &report_a]].concat();
+    let (code, out, err) = exec(exe, &out_a);
+    if code != 0 {
+        return Err(format!("the executable exited {code}: {out} {err}"));
+    }
+    let out_b = [&["run", model], &args[..], plan_flags, &["--output-dir", &dir_b, "--report", &report_b]].concat();
+    let (code, out, err) = stowage(&out_b);
+    if code != 0 {
+        return Err(format!("stowage run exited {code}: {out} {err}"));
+    }
+    let mut k = 0;
+    while b.join(format!("output_{k}.pb")).exists() {
+        let name = format!("output_{k}.pb");
+        if std::fs::read(a.join(&name)).ok() != std::fs::read(b.join(&name)).ok() {
+            return Err(format!("{name} differs"));
+        }
+        k += 1;
+    }
+    if k == 0 {
+        return Err("no outputs".into());
+    }
+    let (ra, rb) = (read_json(&a.join("report.json")), read_json(&b.join("report.json")));
+    for key in ["target", "planned_copies", "performed_copies", "bytes_moved", "peak_bytes", "peak_lower_bound_bytes"] {
+        if ra[key] != rb[key] {
+            return Err(format!("report key {key}: built {} but run {}", ra[key], rb[key]));
+        }
+    }
+    Ok(())
+}
+
+/// The `input_N.pb` files of a model suite folder, in order.
+fn suite_inputs(dir: &Path) -> Vec<String> {
+    let mut k = 0;
+    let mut out = Vec::new();
+    while dir.join(format!("test_data_set_0/input_{k}.pb")).exists() {
+        out.push(s(&dir.join(format!("test_data_set_0/input_{k}.pb"))));
+        k += 1;
+    }
+    out
+}
+
+#[test]
+fn built_executables_match_stowage_run_over_the_model_suite() {
+    let root = target_dir().join("onnx-models");
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for group in ["light", "random"] {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(root.join(group))
+            .unwrap_or_else(|e| panic!("{}/{group}: {e}: run scripts/test (it writes the model suite)", root.display()))
+            .map(|e| e.expect("entry").path())
+            .collect();
+        found.sort();
+        dirs.extend(found);
+    }
+    dirs.extend([root.join("mlp"), root.join("transformer_block")]);
+    assert!(dirs.len() >= 12, "{dirs:?}");
+    let mut failures = Vec::new();
+    for dir in &dirs {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let exe = tmp.path().join("model");
+        let model = s(&dir.join("model.onnx"));
+        build(&model, &exe, &[]);
+        if let Err(e) = compare(&model, &exe, &suite_inputs(dir), &[], &[]) {
+            failures.push(format!("{}: {e}", dir.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A u8 camera frame [1,480,640,3] as a TensorProto file.
+fn frame_file(dir: &Path) -> String {
+    let data: Vec<u8> = (0..480 * 640 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let t = stowage_runtime::Tensor::from_slice(&[1, 480, 640, 3], &data).expect("frame");
+    let path = dir.join("frame.pb");
+    let proto = stowage_compiler::onnx::tensor::encode(&t, "frame").expect("encodes");
+    std::fs::write(&path, prost::Message::encode_to_vec(&proto)).expect("writes");
+    s(&path)
+}
+
+#[test]
+fn built_executables_make_the_planned_copies_on_opencl() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let frame = frame_file(tmp.path());
+    let layout = ["--input-layout", "frame=nhwc,row-pitch=2048"];
+    for target in ["cpu", "opencl", "opencl:discrete"] {
+        let exe = tmp.path().join(format!("camera-{}", target.replace(':', "-")));
+        build(&example("camera"), &exe, &[&["--target", target], &layout[..]].concat());
+        let flags = [&["--target", target], &layout[..]].concat();
+        compare(&example("camera"), &exe, std::slice::from_ref(&frame), &flags, &["--repeat", "2"])
+            .unwrap_or_else(|e| panic!("camera on {target}: {e}"));
+    }
+    // The f64 product on the CPU between OpenCL steps: the transfers around it, as `stowage run` makes them.
+    let input = s(&target_dir().join("planning-examples/mixed_input.pb"));
+    for target in ["opencl,cpu", "opencl:discrete,cpu"] {
+        let exe = tmp.path().join(format!("mixed-{}", target.replace([':', ','], "-")));
+        build(&example("mixed"), &exe, &["--target", target]);
+        compare(&example("mixed"), &exe, std::slice::from_ref(&input), &["--target", target], &["--repeat", "3"])
+            .unwrap_or_else(|e| panic!("mixed on {target}: {e}"));
+    }
+}
+
+/// The generated `main.rs` for `model` with `options`.
+fn source(model: &str, target: &str, layouts: &[(&str, &str)]) -> String {
+    let options = RunOptions {
+        target: target.into(),
+        planning: Planning {
+            input_layouts: layouts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            ..Planning::default()
+        },
+        ..RunOptions::default()
+    };
+    stowage_cli::build::generate(Path::new(model), &options).expect("generates").main_rs
+}
+
+#[test]
+fn generated_source_is_stable() {
+    insta::assert_snapshot!("mlp_cpu", source(&mlp(), "cpu", &[]));
+    let frame = [("frame", "nhwc,row-pitch=2048")];
+    insta::assert_snapshot!("camera_cpu", source(&example("camera"), "cpu", &frame));
+    insta::assert_snapshot!("camera_discrete", source(&example("camera"), "opencl:discrete", &frame));
+}
+
+#[test]
+fn every_copy_is_one_line_with_its_reason() {
+    let text = source(&example("mixed"), "opencl:discrete,cpu", &[]);
+    assert!(text.starts_with("// @generated by stowage"), "{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("\"upload '")).collect();
+    assert!(lines.len() >= 2, "{text}");
+    for l in &lines {
+        assert!(l.contains(" -> opencl:0, ") && l.contains(" bytes, ") && l.contains(": "), "{l}");
+    }
+    assert!(text.contains("\"download 'r64' opencl:0 -> host"), "{text}");
+}
+
+#[test]
+fn a_model_that_cannot_be_planned_fails_at_build_time_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let exe = tmp.path().join("mixed");
+    // OpenCL alone has no f64 product.
+    let err = fails(&["build", &example("mixed"), "--target", "opencl", "-o", &s(&exe)]);
+    assert!(err.contains("mixed.onnx") && err.contains("MatMul"), "{err}");
+    // A copy budget the plan exceeds: the planner's error, naming the copies.
+    let err =
+        fails(&["build", &example("mixed"), "--target", "opencl:discrete,cpu", "--max-copies", "1", "-o", &s(&exe)]);
+    assert!(err.contains("r64") && err.contains("p64"), "{err}");
+    let err = fails(&["build", &mlp(), "-o", &s(&tmp.path().join("no/such/folder/exe"))]);
+    assert!(err.contains("does not exist"), "{err}");
+    let err = fails(&["build", &mlp(), "-o", &s(tmp.path())]);
+    assert!(err.contains("is a directory"), "{err}");
+    let err = fails(&["build", &s(&tmp.path().join("absent.onnx")), "-o", &s(&exe)]);
+    assert!(err.contains("absent.onnx"), "{err}");
+    assert_eq!(std::fs::read_dir(tmp.path()).expect("lists").count(), 0, "nothing is left in {}", tmp.path().display());
+}
+
+#[test]
+fn a_build_that_fails_late_leaves_nothing_at_the_output_path() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let exe = tmp.path().join("mlp");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_stowage"))
+        .args(["build", &mlp(), "-o", &s(&exe)])
+        .env("STOWAGE_SOURCE", tmp.path().join("nowhere"))
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: ") && err.contains("STOWAGE_SOURCE") && err.lines().count() == 1, "{err}");
+    assert_eq!(std::fs::read_dir(tmp.path()).expect("lists").count(), 0, "nothing is left");
+}
+
+#[test]
+fn an_executable_given_a_wrong_input_exits_1_naming_it() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let exe = tmp.path().join("mlp");
+    build(&mlp(), &exe, &[]);
+    let write = |name: &str, t: stowage_runtime::Tensor<'static>| {
+        let path = tmp.path().join(name);
+        let proto = stowage_compiler::onnx::tensor::encode(&t, "x").expect("encodes");
+        std::fs::write(&path, prost::Message::encode_to_vec(&proto)).expect("writes");
+        s(&path)
+    };
+    let shape = write("shape.pb", stowage_runtime::Tensor::from_slice(&[1, 783], &vec![0f32; 783]).expect("t"));
+    let dtype = write("dtype.pb", stowage_runtime::Tensor::from_slice(&[1, 784], &vec![0i64; 784]).expect("t"));
+    let good = write("good.pb", stowage_runtime::Tensor::from_slice(&[1, 784], &vec![0.5f32; 784]).expect("t"));
+    let out_dir = tmp.path().join("out");
+    for (file, what) in [(&shape, "f32[1, 783]"), (&dtype, "i64[1, 784]")] {
+        let (code, out, err) = exec(&exe, &["--input", file, "--output-dir", &s(&out_dir)]);
+        assert_eq!(code, 1, "{out} {err}");
+        assert!(err.starts_with("error: input 'x'") && err.contains(what) && err.lines().count() == 1, "{err}");
+        assert!(!out_dir.exists(), "no outputs are written");
+    }
+    let (code, _, err) = exec(&exe, &[]);
+    assert!(code == 1 && err.contains("input 'x' is missing"), "{err}");
+    let (code, _, err) = exec(&exe, &["--input", &good, "--input", &good]);
+    assert!(code == 1 && err.contains("extra"), "{err}");
+    let (code, _, err) = exec(&exe, &["--threads", "0"]);
+    assert_eq!(code, 2, "a usage error: {err}");
+    let (code, out, err) = exec(&exe, &["--input", &good, "--threads", "2", "--repeat", "3"]);
+    assert!(code == 0 && out.contains("output 'logits': f32[1, 10]"), "{out} {err}");
+}
