@@ -18,7 +18,6 @@ use stowage_compiler::onnx::{self, proto::TensorProto, ImportConfig};
 
 use crate::session::{Planning, RunOptions};
 
-pub use stowage_cpu;
 pub use stowage_cpu::jit::Precompiled;
 
 /// What `stowage build` compiled into an executable.

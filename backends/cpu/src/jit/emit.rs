@@ -8,7 +8,7 @@
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::Endianness;
-use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, SigRef, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::chain::{self, Chain, Inst};
@@ -17,12 +17,17 @@ use super::{jit_err, math_name};
 use crate::error::Result;
 use crate::kernels::elementwise::{BinaryFn, UnaryFn};
 
-/// The functions a chain may call.
+/// The functions a chain may call, by address: the kernel reads them from its argument array, after the inputs'
+/// addresses, so that its code imports no symbol and links anywhere.
 pub(super) struct Callees {
-    /// One-argument math functions by name.
-    pub math: Vec<(&'static str, FuncRef)>,
-    /// `pow`.
-    pub pow: FuncRef,
+    /// One-argument math functions by name, and their addresses.
+    pub math: Vec<(&'static str, Value)>,
+    /// The address of `pow`.
+    pub pow: Value,
+    /// `fn(f32) -> f32`.
+    pub sig1: SigRef,
+    /// `fn(f32, f32) -> f32`.
+    pub sig2: SigRef,
 }
 
 fn flags() -> MemFlagsData {
@@ -376,7 +381,7 @@ fn emit(b: &mut FunctionBuilder<'_>, chain: &Chain, ty: Type, loads: &[Value], c
                         if ty != types::F32 {
                             return Err(jit_err("a math call in a vector loop"));
                         }
-                        let call = b.ins().call(f, &[x]);
+                        let call = b.ins().call_indirect(callees.sig1, f, &[x]);
                         b.inst_results(call)[0]
                     }
                 }
@@ -398,7 +403,7 @@ fn emit(b: &mut FunctionBuilder<'_>, chain: &Chain, ty: Type, loads: &[Value], c
                         b.ins().fadd(pos, scaled)
                     }
                     BinaryFn::Pow if ty == types::F32 => {
-                        let call = b.ins().call(callees.pow, &[x, y]);
+                        let call = b.ins().call_indirect(callees.sig2, callees.pow, &[x, y]);
                         b.inst_results(call)[0]
                     }
                     other => return Err(jit_err(format!("{other:?} cannot be fused here"))),

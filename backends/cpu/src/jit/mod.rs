@@ -97,60 +97,12 @@ pub(crate) fn jit_err(e: impl std::fmt::Display) -> CpuError {
     CpuError::NotImplemented(format!("Cranelift: {e}"))
 }
 
-/// The symbols of the functions kernels call, and their addresses in this process.
+/// The functions kernels call, and their addresses in this process, in the order a kernel reads them after its
+/// inputs' addresses.
 pub fn math_symbols() -> Vec<(&'static str, *const u8)> {
     let mut out: Vec<(&'static str, *const u8)> = MATH1.iter().map(|(n, f)| (*n, *f as *const u8)).collect();
     out.push(("stowage_pow", math_pow as extern "C" fn(f32, f32) -> f32 as *const u8));
     out
-}
-
-/// Defines the math functions a kernel object calls ([`compile_object`]), under the names it imports them by:
-/// `stowage_cpu::export_math!()` at the top level of a built executable's main file lets its kernels link.
-#[macro_export]
-macro_rules! export_math {
-    () => {
-        #[no_mangle]
-        extern "C" fn stowage_exp(x: f32) -> f32 {
-            $crate::jit::math(0, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_log(x: f32) -> f32 {
-            $crate::jit::math(1, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_tanh(x: f32) -> f32 {
-            $crate::jit::math(2, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_sin(x: f32) -> f32 {
-            $crate::jit::math(3, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_cos(x: f32) -> f32 {
-            $crate::jit::math(4, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_sigmoid(x: f32) -> f32 {
-            $crate::jit::math(5, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_softplus(x: f32) -> f32 {
-            $crate::jit::math(6, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_gelu_tanh(x: f32) -> f32 {
-            $crate::jit::math(7, x)
-        }
-        #[no_mangle]
-        extern "C" fn stowage_pow(x: f32, y: f32) -> f32 {
-            x.powf(y)
-        }
-    };
-}
-
-/// The `index`th one-argument math function kernels call (in `MATH1`'s order), for [`export_math!`].
-pub fn math(index: usize, x: f32) -> f32 {
-    MATH1.get(index).map_or(f32::NAN, |(_, f)| f(x))
 }
 
 /// A kernel compiled ahead of time into a built executable: the key of the [`Loops`] it was compiled from
@@ -182,31 +134,11 @@ fn host_isa(pic: bool) -> Result<cranelift_codegen::isa::OwnedTargetIsa> {
     cranelift_native::builder().map_err(jit_err)?.finish(settings::Flags::new(flags)).map_err(jit_err)
 }
 
-/// The math functions declared as imports of `module`.
-struct Imports {
-    math: Vec<(&'static str, FuncId)>,
-    pow: FuncId,
-}
-
-fn declare_imports<M: Module>(module: &mut M) -> Result<Imports> {
-    let mut sig1 = module.make_signature();
-    sig1.params.push(AbiParam::new(types::F32));
-    sig1.returns.push(AbiParam::new(types::F32));
-    let mut math = Vec::new();
-    for (name, _) in MATH1 {
-        math.push((*name, module.declare_function(name, Linkage::Import, &sig1).map_err(jit_err)?));
-    }
-    let mut sig2 = sig1.clone();
-    sig2.params.push(AbiParam::new(types::F32));
-    let pow = module.declare_function("stowage_pow", Linkage::Import, &sig2).map_err(jit_err)?;
-    Ok(Imports { math, pow })
-}
-
-/// Defines the kernel of `spec` (already banded) in `module` as `name`.
+/// Defines the kernel of `spec` (already banded) in `module` as `name`. Its math functions are called through the
+/// addresses that follow the inputs' in its first argument ([`math_symbols`]'s order).
 fn define<M: Module>(
     module: &mut M,
     fctx: &mut FunctionBuilderContext,
-    imports: &Imports,
     name: &str,
     linkage: Linkage,
     spec: &Loops,
@@ -215,10 +147,11 @@ fn define<M: Module>(
     let mut ctx = module.make_context();
     ctx.func.signature.params.extend([AbiParam::new(ptr); 4]);
     let id = module.declare_function(name, linkage, &ctx.func.signature).map_err(jit_err)?;
-    let callees = emit::Callees {
-        math: imports.math.iter().map(|(n, f)| (*n, module.declare_func_in_func(*f, &mut ctx.func))).collect(),
-        pow: module.declare_func_in_func(imports.pow, &mut ctx.func),
-    };
+    let mut sig1 = module.make_signature();
+    sig1.params.push(AbiParam::new(types::F32));
+    sig1.returns.push(AbiParam::new(types::F32));
+    let mut sig2 = sig1.clone();
+    sig2.params.push(AbiParam::new(types::F32));
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
         let entry = b.create_block();
@@ -226,6 +159,19 @@ fn define<M: Module>(
         b.switch_to_block(entry);
         let p = b.block_params(entry);
         let params = [p[0], p[1], p[2], p[3]];
+        let word = std::mem::size_of::<usize>();
+        let first = spec.inputs.len() * word;
+        let address = |b: &mut FunctionBuilder<'_>, k: usize| {
+            b.ins().load(
+                ptr,
+                cranelift_codegen::ir::MemFlagsData::new().with_notrap(),
+                params[0],
+                (first + k * word) as i32,
+            )
+        };
+        let math = MATH1.iter().enumerate().map(|(k, (n, _))| (*n, address(&mut b, k))).collect();
+        let pow = address(&mut b, MATH1.len());
+        let callees = emit::Callees { math, pow, sig1: b.import_signature(sig1), sig2: b.import_signature(sig2) };
         emit::body(&mut b, ptr, spec, params, &callees)?;
         b.ins().return_(&[]);
         b.seal_all_blocks();
@@ -254,21 +200,20 @@ pub struct Object {
     pub symbols: Vec<(String, u64)>,
 }
 
-/// Compiles `specs` into one object file, kernel `k` exported as `{prefix}{k}`. Its math calls are imports of the
-/// names [`export_math!`] defines.
+/// Compiles `specs` into one object file, kernel `k` exported as `{prefix}{k}`. It imports no symbol (math
+/// functions come by address at the call), so it links into any executable or library.
 pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
     use cranelift_object::{ObjectBuilder, ObjectModule};
     let builder = ObjectBuilder::new(host_isa(true)?, "stowage_kernels", cranelift_module::default_libcall_names())
         .map_err(jit_err)?;
     let mut module = ObjectModule::new(builder);
-    let imports = declare_imports(&mut module)?;
     let mut fctx = FunctionBuilderContext::new();
     let mut symbols = Vec::new();
     for (k, spec) in specs.iter().enumerate() {
         spec.check()?;
         let banded = spec.clone().banded();
         let name = format!("{prefix}{k}");
-        define(&mut module, &mut fctx, &imports, &name, Linkage::Export, &banded)?;
+        define(&mut module, &mut fctx, &name, Linkage::Export, &banded)?;
         symbols.push((name, spec.key()));
     }
     let bytes = module.finish().emit().map_err(jit_err)?;
@@ -279,7 +224,7 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
 #[allow(clippy::large_enum_variant)]
 enum Source {
     /// Compiled now.
-    Compile { module: JITModule, fctx: FunctionBuilderContext, imports: Imports, funcs: Vec<(FuncId, Extents)> },
+    Compile { module: JITModule, fctx: FunctionBuilderContext, funcs: Vec<(FuncId, Extents)> },
     /// Linked in ahead of time ([`use_precompiled`]).
     Linked { table: &'static [Precompiled], fns: Vec<(KernelFn, Extents)> },
 }
@@ -295,13 +240,9 @@ impl Jit {
         if let Some(table) = PRECOMPILED.get() {
             return Ok(Jit { source: Source::Linked { table, fns: Vec::new() } });
         }
-        let mut builder = JITBuilder::with_isa(host_isa(false)?, cranelift_module::default_libcall_names());
-        for (name, f) in math_symbols() {
-            builder.symbol(name, f);
-        }
-        let mut module = JITModule::new(builder);
-        let imports = declare_imports(&mut module)?;
-        Ok(Jit { source: Source::Compile { module, fctx: FunctionBuilderContext::new(), imports, funcs: Vec::new() } })
+        let builder = JITBuilder::with_isa(host_isa(false)?, cranelift_module::default_libcall_names());
+        let module = JITModule::new(builder);
+        Ok(Jit { source: Source::Compile { module, fctx: FunctionBuilderContext::new(), funcs: Vec::new() } })
     }
 
     /// Compiles a kernel; returns its index in the finished module.
@@ -311,9 +252,9 @@ impl Jit {
         let spec = spec.clone().banded();
         let extents = extents_of(&spec);
         match &mut self.source {
-            Source::Compile { module, fctx, imports, funcs } => {
+            Source::Compile { module, fctx, funcs } => {
                 let name = format!("kernel{}", funcs.len());
-                let id = define(module, fctx, imports, &name, Linkage::Local, &spec)?;
+                let id = define(module, fctx, &name, Linkage::Local, &spec)?;
                 funcs.push((id, extents));
                 Ok(funcs.len() - 1)
             }
@@ -402,7 +343,9 @@ impl JitCode {
         if out.len() < ext.output {
             return Err(jit_err(format!("an output of {} bytes where the kernel writes {}", out.len(), ext.output)));
         }
-        let ptrs: Vec<*const u8> = inputs.iter().map(|x| x.as_ptr()).collect();
+        // The inputs' addresses, then the math functions'.
+        let ptrs: Vec<*const u8> =
+            inputs.iter().map(|x| x.as_ptr()).chain(math_symbols().into_iter().map(|(_, f)| f)).collect();
         let (f, rows) = (*f, ext.rows);
         let bands = if threads > 1 && ext.elements >= PARALLEL_MIN_ELEMENTS { threads.min(rows) } else { 1 };
         if bands <= 1 {

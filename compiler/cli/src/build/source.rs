@@ -142,8 +142,6 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
             kernels: KERNELS,
         };
 
-        stowage_cli::exe::stowage_cpu::export_math!();
-
         fn main() -> std::process::ExitCode {
             stowage_cli::exe::main(&BUILT)
         }
