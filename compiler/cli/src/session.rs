@@ -330,109 +330,113 @@ enum Lowered {
     OpenCl(stowage_opencl::ClProgram),
 }
 
-/// [`run`] for a model already in memory; `model` names it in errors and locates external data.
-pub fn run_bytes(
-    bytes: &[u8],
-    model: &Path,
-    inputs: Vec<(String, Tensor<'static>)>,
-    options: &RunOptions,
-    start: Instant,
-) -> Result<Outcome, String> {
-    let progress = Progress::start(model);
-    let cx = compile(bytes, model, &inputs, options, &progress, true)?;
-    let graph = &cx.graph;
-    progress.phase("planning");
-    let opened = targets::open(&options.target, options.threads, graph)?;
-    let plan = make_plan(graph, &opened, &inputs, options).map_err(|e| format!("{}: {e}", model.display()))?;
-    if let Some(built) = &options.built_copies {
-        // Downloads made when the caller reads an output depend on whether this run writes its outputs; the rest
-        // of the plan must be the one built.
-        let lazy = format!(" bytes, {}: ", plan::When::WhenRead);
-        let built: Vec<&String> = built.iter().filter(|l| !l.contains(&lazy)).collect();
-        let now: Vec<String> =
-            plan.copies.iter().filter(|c| c.when != plan::When::WhenRead).map(|c| c.to_string()).collect();
-        if let Some((k, line)) = now.iter().enumerate().find(|(k, l)| built.get(*k) != Some(l)) {
-            return Err(format!(
-                "this executable was built for another plan: its copy {} would now be \"{line}\"",
-                k + 1
-            ));
-        }
-        if built.len() != now.len() {
-            return Err(format!(
-                "this executable was built for another plan: {} copies then, {} now",
-                built.len(),
-                now.len()
-            ));
-        }
-    }
-    progress.phase("generating kernels");
-    let setup = Ledger::recording();
-    let segments = plan::segments(graph, &plan);
-    let mut programs = Vec::with_capacity(segments.len());
-    for seg in &segments {
-        let lowered = match &opened[seg.target] {
-            Opened::Cpu(_) => Lowered::Cpu({
-                let lower = cpu_lower_options(graph, &plan, options.threads);
-                let mut p =
-                    stowage_cpu::lower_with(&seg.graph, &lower).map_err(|e| format!("{}: {e}", model.display()))?;
-                p.threads = options.threads.max(1);
-                p
-            }),
-            Opened::OpenCl(device, _) => Lowered::OpenCl(
-                stowage_opencl::lower(&seg.graph, device, &setup).map_err(|e| format!("{}: {e}", model.display()))?,
-            ),
-        };
-        programs.push(lowered);
-    }
-    let devices: Vec<&stowage_opencl::Target> =
-        opened.iter().filter_map(|o| if let Opened::OpenCl(t, _) = o { Some(t) } else { None }).collect();
-    for d in &devices {
-        d.finish().map_err(|e| e.to_string())?;
-    }
-    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-    progress.finish();
+/// A model compiled, planned and lowered for its targets, ready to run any number of times: what `stowage run`
+/// does once and a built model's typed module keeps.
+pub struct Session {
+    /// The optimised graph.
+    pub cx: Context,
+    /// Its plan.
+    pub plan: Plan,
+    segments: Vec<plan::Segment>,
+    programs: Vec<Lowered>,
+    opened: Vec<Opened>,
+    /// Transfers made when the programs were made (constants to a device).
+    pub setup: Ledger,
+    /// Milliseconds from `start` to runnable.
+    pub compile_ms: f64,
+}
 
-    // Graph inputs in the caller's memory; those the plan relays on the host are relaid once per run.
-    let ledger = Ledger::recording();
-    let mut given: HashMap<ValueId, Tensor<'static>> = HashMap::new();
-    for &v in graph.inputs() {
-        let name = &graph.value(v).name;
-        let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
-        given.insert(v, t.ok_or_else(|| format!("input '{name}' is missing"))?);
-    }
-    let state_pairs: Vec<(usize, ValueId)> = options
-        .planning
-        .states
-        .iter()
-        .filter_map(|(o, i)| {
-            let out = graph.outputs().iter().position(|g| g.name == *o)?;
-            let inp = graph.inputs().iter().copied().find(|&v| graph.value(v).name == *i)?;
-            Some((out, inp))
-        })
-        .collect();
-    let mut times = Vec::new();
-    let mut last: Option<Vec<Tensor<'static>>> = None;
-    let mut peaks: Vec<(String, usize)> = Vec::new();
-    for _ in 0..options.repeat.max(1) {
-        if let Some(prev) = &last {
-            for &(o, i) in &state_pairs {
-                given.insert(i, prev[o].clone());
-            }
+/// What one run of a [`Session`] produced.
+pub struct RunResult {
+    /// Outputs in graph output order.
+    pub outputs: Vec<Tensor<'static>>,
+    /// Measured peak bytes per memory space.
+    pub peaks: Vec<(String, usize)>,
+}
+
+impl Session {
+    /// Compiles `bytes` (the model `model` names), specialised on `inputs` as [`run`] is (with no inputs: inputs
+    /// page-aligned and packed, or in their declared layouts), plans it and lowers every segment.
+    pub fn new(
+        bytes: &[u8],
+        model: &Path,
+        inputs: &[(String, Tensor<'static>)],
+        options: &RunOptions,
+        start: Instant,
+    ) -> Result<Session, String> {
+        let progress = Progress::start(model);
+        let cx = compile(bytes, model, inputs, options, &progress, !inputs.is_empty())?;
+        let graph = &cx.graph;
+        progress.phase("planning");
+        let opened = targets::open(&options.target, options.threads, graph)?;
+        let plan = make_plan(graph, &opened, inputs, options).map_err(|e| format!("{}: {e}", model.display()))?;
+        if let Some(built) = &options.built_copies {
+            check_built(&plan, built)?;
         }
-        let t0 = Instant::now();
-        // Inputs as given; those the plan relays for the host, relaid once (the CPU segments read the copy, the
-        // devices read the caller's tensor, which their upload packs, as planned).
-        let mut values: HashMap<ValueId, Tensor<'static>> = given.clone();
-        let mut relaid: HashMap<ValueId, Tensor<'static>> = HashMap::new();
-        for (&v, t) in &given {
+        progress.phase("generating kernels");
+        let setup = Ledger::recording();
+        let segments = plan::segments(graph, &plan);
+        let mut programs = Vec::with_capacity(segments.len());
+        for seg in &segments {
+            let lowered = match &opened[seg.target] {
+                Opened::Cpu(_) => Lowered::Cpu({
+                    let lower = cpu_lower_options(graph, &plan, options.threads);
+                    let mut p =
+                        stowage_cpu::lower_with(&seg.graph, &lower).map_err(|e| format!("{}: {e}", model.display()))?;
+                    p.threads = options.threads.max(1);
+                    p
+                }),
+                Opened::OpenCl(device, _) => Lowered::OpenCl(
+                    stowage_opencl::lower(&seg.graph, device, &setup)
+                        .map_err(|e| format!("{}: {e}", model.display()))?,
+                ),
+            };
+            programs.push(lowered);
+        }
+        let session = Session { cx, plan, segments, programs, opened, setup, compile_ms: 0.0 };
+        session.finish_devices()?;
+        progress.finish();
+        Ok(Session { compile_ms: start.elapsed().as_secs_f64() * 1e3, ..session })
+    }
+
+    fn devices(&self) -> impl Iterator<Item = &stowage_opencl::Target> {
+        self.opened.iter().filter_map(|o| if let Opened::OpenCl(t, _) = o { Some(t) } else { None })
+    }
+
+    fn finish_devices(&self) -> Result<(), String> {
+        for d in self.devices() {
+            d.finish().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The graph inputs, by name, in order.
+    pub fn input_names(&self) -> Vec<String> {
+        self.cx.graph.inputs().iter().map(|&v| self.cx.graph.value(v).name.clone()).collect()
+    }
+
+    /// Runs once on `inputs` (every graph input by name), recording copies in `ledger`. Inputs the plan relays for
+    /// the host are relaid once (the CPU segments read the copy, the devices read the caller's tensor, which their
+    /// upload packs, as planned).
+    pub fn run(&self, inputs: &[(String, Tensor<'static>)], ledger: &Ledger) -> Result<RunResult, String> {
+        let graph = &self.cx.graph;
+        let mut values: HashMap<ValueId, Tensor<'static>> = HashMap::new();
+        for &v in graph.inputs() {
             let name = &graph.value(v).name;
-            if plan.inputs.iter().any(|i| i.name == *name && i.copied_for("host")) {
+            let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
+            values.insert(v, t.ok_or_else(|| format!("input '{name}' is missing"))?);
+        }
+        let mut relaid: HashMap<ValueId, Tensor<'static>> = HashMap::new();
+        for (&v, t) in &values {
+            let name = &graph.value(v).name;
+            if self.plan.inputs.iter().any(|i| i.name == *name && i.copied_for("host")) {
                 let need = LayoutNeed { alignment: stowage_runtime::HOST_ALIGNMENT, accepts: RuntimeAccepts::RowMajor };
-                let tag = LedgerTag::new(&ledger, name.as_str());
+                let tag = LedgerTag::new(ledger, name.as_str());
                 relaid.insert(v, t.conform(&need, &tag).map_err(|e| format!("input '{name}': {e}"))?);
             }
         }
-        for (seg, program) in segments.iter().zip(&programs) {
+        let mut peaks: Vec<(String, usize)> = Vec::new();
+        for (seg, program) in self.segments.iter().zip(&self.programs) {
             let on_host = matches!(program, Lowered::Cpu(_));
             let args: Vec<Tensor<'static>> = seg
                 .inputs
@@ -448,7 +452,7 @@ pub fn run_bytes(
                     (out.outputs, out.peak_bytes, "host".to_string())
                 }
                 Lowered::OpenCl(p) => {
-                    let out = p.run(args, &ledger).map_err(|e| e.to_string())?;
+                    let out = p.run(args, ledger).map_err(|e| e.to_string())?;
                     (out, p.peak_bytes(), p.target().space().name().to_string())
                 }
             };
@@ -460,11 +464,8 @@ pub fn run_bytes(
                 values.insert(*v, t);
             }
         }
-        for d in &devices {
-            d.finish().map_err(|e| e.to_string())?;
-        }
-        times.push(t0.elapsed().as_secs_f64() * 1e3);
-        let outs = graph
+        self.finish_devices()?;
+        let outputs = graph
             .outputs()
             .iter()
             .map(|o| {
@@ -475,12 +476,80 @@ pub fn run_bytes(
                     .ok_or_else(|| format!("output '{}' was not computed", o.name))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        last = Some(outs);
+        Ok(RunResult { outputs, peaks })
+    }
+}
+
+/// Refuses a plan whose copies differ from those an executable was built with. Downloads made when the caller
+/// reads an output depend on whether a run writes its outputs; the rest of the plan must be the one built.
+fn check_built(plan: &Plan, built: &[String]) -> Result<(), String> {
+    let lazy = format!(" bytes, {}: ", plan::When::WhenRead);
+    let built: Vec<&String> = built.iter().filter(|l| !l.contains(&lazy)).collect();
+    let now: Vec<String> =
+        plan.copies.iter().filter(|c| c.when != plan::When::WhenRead).map(|c| c.to_string()).collect();
+    if let Some((k, line)) = now.iter().enumerate().find(|(k, l)| built.get(*k) != Some(l)) {
+        return Err(format!("this executable was built for another plan: its copy {} would now be \"{line}\"", k + 1));
+    }
+    if built.len() != now.len() {
+        return Err(format!(
+            "this executable was built for another plan: {} copies then, {} now",
+            built.len(),
+            now.len()
+        ));
+    }
+    Ok(())
+}
+
+/// [`run`] for a model already in memory; `model` names it in errors and locates external data.
+pub fn run_bytes(
+    bytes: &[u8],
+    model: &Path,
+    inputs: Vec<(String, Tensor<'static>)>,
+    options: &RunOptions,
+    start: Instant,
+) -> Result<Outcome, String> {
+    let session = Session::new(bytes, model, &inputs, options, start)?;
+    let graph = &session.cx.graph;
+    let compile_ms = session.compile_ms;
+    let ledger = Ledger::recording();
+    // Inputs folded into the compilation (shape-setting ones) are not given at run time.
+    let mut given: Vec<(String, Tensor<'static>)> =
+        inputs.into_iter().filter(|(n, _)| graph.inputs().iter().any(|&v| graph.value(v).name == *n)).collect();
+    let state_pairs: Vec<(usize, String)> = options
+        .planning
+        .states
+        .iter()
+        .filter_map(|(o, i)| Some((graph.outputs().iter().position(|g| g.name == *o)?, i.clone())))
+        .collect();
+    let mut times = Vec::new();
+    let mut last: Option<Vec<Tensor<'static>>> = None;
+    let mut peaks: Vec<(String, usize)> = Vec::new();
+    for _ in 0..options.repeat.max(1) {
+        if let Some(prev) = &last {
+            for (o, i) in &state_pairs {
+                if let Some(entry) = given.iter_mut().find(|(n, _)| n == i) {
+                    entry.1 = prev[*o].clone();
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let result = session.run(&given, &ledger)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        for (space, peak) in result.peaks {
+            match peaks.iter_mut().find(|(s, _)| *s == space) {
+                Some(e) => e.1 = e.1.max(peak),
+                None => peaks.push((space, peak)),
+            }
+        }
+        last = Some(result.outputs);
     }
     let outs = last.ok_or("no run happened")?;
+    let Session { cx, plan, segments, programs, opened, setup, .. } = session;
+    let graph = &cx.graph;
     if std::env::var_os("STOWAGE_PROFILE").is_some() {
         if let [Lowered::Cpu(p)] = programs.as_slice() {
-            let args = segments[0].inputs.iter().map(|v| given[v].clone()).collect();
+            let by_name = |v: &ValueId| given.iter().find(|(n, _)| *n == graph.value(*v).name).map(|(_, t)| t.clone());
+            let args = segments[0].inputs.iter().filter_map(by_name).collect();
             print_profile(p, args)?;
         }
     }
