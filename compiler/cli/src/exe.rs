@@ -70,7 +70,7 @@ struct Args {
 
 impl Built {
     /// The run options this executable was built with, and `args`'s.
-    fn options(&self, threads: usize, repeat: usize, read_outputs: bool) -> Result<RunOptions, String> {
+    pub(crate) fn options(&self, threads: usize, repeat: usize, read_outputs: bool) -> Result<RunOptions, String> {
         let mut config = ImportConfig::new();
         for (name, shape) in self.input_shapes {
             config = config.input_shape(*name, shape.to_vec());

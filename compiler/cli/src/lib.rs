@@ -2,8 +2,11 @@
 
 pub mod build;
 pub mod exe;
+pub mod model;
 pub mod options;
 pub mod run;
 pub mod session;
 pub mod show;
 pub mod targets;
+
+pub use build::{compile_model, Build, BuildError};

@@ -229,3 +229,31 @@ fn an_executable_given_a_wrong_input_exits_1_naming_it() {
     let (code, out, err) = exec(&exe, &["--input", &good, "--threads", "2", "--repeat", "3"]);
     assert!(code == 0 && out.contains("output 'logits': f32[1, 10]"), "{out} {err}");
 }
+
+#[test]
+fn generated_modules_are_stable() {
+    let module =
+        |model: &str, target: &str| stowage_cli::Build::new().target(target).generate(model).expect("generates").source;
+    insta::assert_snapshot!("module_mlp_opencl", module(&mlp(), "opencl"));
+    insta::assert_snapshot!("module_camera_cpu", module(&example("camera"), "cpu"));
+}
+
+#[test]
+fn build_rs_errors_are_typed() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let err = stowage_cli::Build::new().target("opencl").out_dir(tmp.path()).compile(example("mixed")).unwrap_err();
+    assert!(matches!(err, stowage_cli::BuildError::Model(ref m) if m.contains("MatMul")), "{err}");
+    let err = stowage_cli::Build::new().out_dir(tmp.path()).compile(tmp.path().join("absent.onnx")).unwrap_err();
+    assert!(matches!(err, stowage_cli::BuildError::Model(ref m) if m.contains("absent.onnx")), "{err}");
+    // Written once; a second compile of an unchanged model rewrites nothing.
+    let module = stowage_cli::Build::new().out_dir(tmp.path()).compile(mlp()).expect("compiles");
+    let stamp = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("modified time");
+    let before: Vec<_> =
+        ["model.rs", "model.onnx", "libstowage_model.a"].iter().map(|f| stamp(&tmp.path().join(f))).collect();
+    assert_eq!(module, tmp.path().join("model.rs"));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    stowage_cli::Build::new().out_dir(tmp.path()).compile(mlp()).expect("compiles");
+    let after: Vec<_> =
+        ["model.rs", "model.onnx", "libstowage_model.a"].iter().map(|f| stamp(&tmp.path().join(f))).collect();
+    assert_eq!(before, after, "unchanged files are left alone");
+}

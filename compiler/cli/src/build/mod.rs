@@ -8,6 +8,8 @@
 //! their contents change. The executable is copied to the output path under a temporary name and renamed into
 //! place once complete: a failed build leaves nothing there.
 
+mod api;
+mod module;
 mod source;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,8 @@ use stowage_compiler::onnx;
 
 use crate::session::{self, Progress, RunOptions};
 
+pub use api::{compile_model, Build, BuildError, GeneratedModule};
+pub use module::module_rs;
 pub use source::{main_rs, Source};
 
 /// What a build made.
@@ -71,7 +75,7 @@ fn fnv(parts: &[&[u8]]) -> u64 {
 }
 
 /// Writes `bytes` to `path` unless it already holds them (so cargo sees no change).
-fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(crate) fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), String> {
     if std::fs::read(path).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
@@ -111,9 +115,41 @@ pub struct Generated {
     pub copies_per_run: usize,
 }
 
-/// Plans `model` for `options` and generates its crate's source and kernel object. A model that cannot be planned
-/// for the target fails here, with the planner's error.
-pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String> {
+/// A model planned, its kernels compiled: what both the executable and the typed module are written from.
+pub(crate) struct Compiled {
+    pub model_name: String,
+    pub bytes: Vec<u8>,
+    pub options: RunOptions,
+    pub prepared: session::Prepared,
+    pub object: Vec<u8>,
+    /// Node, key, symbol.
+    pub kernels: Vec<(String, u64, String)>,
+    /// Input name, file name, TensorProto bytes of each `--input-value`.
+    pub values: Vec<(String, String, Vec<u8>)>,
+}
+
+impl Compiled {
+    /// What the generated source says.
+    pub fn source<'a>(&'a self, in_out_dir: bool, values: &'a [(String, String)]) -> Source<'a> {
+        Source {
+            model_name: &self.model_name,
+            options: &self.options,
+            values,
+            plan: &self.prepared.plan,
+            kernels: &self.kernels,
+            in_out_dir,
+        }
+    }
+
+    /// `(input, file)` of each `--input-value`.
+    pub fn value_files(&self) -> Vec<(String, String)> {
+        self.values.iter().map(|(n, f, _)| (n.clone(), f.clone())).collect()
+    }
+}
+
+/// Plans `model` for `options` and compiles its CPU kernels, exported as `{prefix}{k}`. A model that cannot be
+/// planned for the target fails here, with the planner's error.
+pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Result<Compiled, String> {
     let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
     let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     if let Some(t) = proto.graph.iter().flat_map(|g| &g.initializer).find(|t| !t.external_data.is_empty()) {
@@ -124,12 +160,11 @@ pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String>
             t.name()
         ));
     }
-    // The plan is made as for a run that reads its outputs; the executable checks its own plan against it.
+    // The plan is made as for a run that reads its outputs; the built code checks its own plan against it.
     let options = RunOptions { read_outputs: true, ..options.clone() };
     let prepared = session::prepare_build(&bytes, model, &options)?;
     let specs: Vec<_> = prepared.kernels.iter().map(|(_, l)| l.clone()).collect();
-    let object =
-        stowage_cpu::jit::compile_object(&specs, "stowage_k").map_err(|e| format!("{}: {e}", model.display()))?;
+    let object = stowage_cpu::jit::compile_object(&specs, prefix).map_err(|e| format!("{}: {e}", model.display()))?;
     let kernels: Vec<(String, u64, String)> = prepared
         .kernels
         .iter()
@@ -138,27 +173,26 @@ pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String>
         .collect();
     let model_name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model.onnx".into());
     let mut values = Vec::new();
-    let mut files = Vec::new();
     for (k, (input, t)) in options.config.input_values.iter().enumerate() {
         let encoded = onnx::tensor::encode(t, input).map_err(|e| format!("--input-value {input}: {e}"))?;
-        files.push((input.clone(), format!("value_{k}.pb")));
-        values.push((format!("value_{k}.pb"), encoded.encode_to_vec()));
+        values.push((input.clone(), format!("value_{k}.pb"), encoded.encode_to_vec()));
     }
-    let main_rs = main_rs(&Source {
-        model_name: &model_name,
-        options: &options,
-        values: &files,
-        plan: &prepared.plan,
-        kernels: &kernels,
-    })?;
+    Ok(Compiled { model_name, bytes, options, prepared, object: object.bytes, kernels, values })
+}
+
+/// Plans `model` for `options` and generates its executable crate's source and kernel object.
+pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String> {
+    let c = compile(model, options, "stowage_k")?;
+    let files = c.value_files();
+    let main_rs = main_rs(&c.source(false, &files))?;
     Ok(Generated {
-        model_name,
-        model: bytes,
         main_rs,
-        object: object.bytes,
-        values,
-        kernels: kernels.len(),
-        copies_per_run: prepared.plan.run_copies().count(),
+        kernels: c.kernels.len(),
+        copies_per_run: c.prepared.plan.run_copies().count(),
+        values: c.values.into_iter().map(|(_, f, b)| (f, b)).collect(),
+        model_name: c.model_name,
+        model: c.bytes,
+        object: c.object,
     })
 }
 

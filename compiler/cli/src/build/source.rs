@@ -20,6 +20,8 @@ pub struct Source<'a> {
     pub plan: &'a Plan,
     /// Kernels linked in: node, [`stowage_cpu::jit::Loops::key`], symbol.
     pub kernels: &'a [(String, u64, String)],
+    /// The embedded files are in `OUT_DIR` (a build.rs module), not beside `src/` (an executable's crate).
+    pub in_out_dir: bool,
 }
 
 fn option(v: Option<usize>) -> TokenStream {
@@ -38,7 +40,7 @@ fn pairs(p: &[(String, String)]) -> TokenStream {
 }
 
 /// The plan in a few lines, for the module's documentation.
-fn summary(s: &Source<'_>) -> Vec<String> {
+pub(super) fn summary(s: &Source<'_>) -> Vec<String> {
     let plan = s.plan;
     let mut lines = vec![
         format!("`{}` compiled by stowage for `{}`.", s.model_name, s.options.target),
@@ -75,15 +77,8 @@ fn summary(s: &Source<'_>) -> Vec<String> {
     lines
 }
 
-/// The generated `main.rs`.
-pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
-    let docs = summary(s).into_iter().map(|l| {
-        let l = if l.is_empty() { l } else { format!(" {l}") };
-        quote!(#![doc = #l])
-    });
-    let options = s.options;
-    let model_name = s.model_name;
-    let target = &options.target;
+/// The kernels' declarations and the `KERNELS` table of them.
+pub(super) fn kernel_items(s: &Source<'_>) -> TokenStream {
     let decls = s.kernels.iter().map(|(node, _, symbol)| {
         let ident = format_ident!("{}", symbol);
         let doc = format!(" The generated kernel of node `{node}`.");
@@ -95,40 +90,42 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
     let table = s.kernels.iter().map(|(_, key, symbol)| {
         let ident = format_ident!("{}", symbol);
         let key = syn::LitInt::new(&format!("0x{key:016x}"), proc_macro2::Span::call_site());
-        quote!(Precompiled { key: #key, entry: #ident })
+        quote!(stowage_cli::exe::Precompiled { key: #key, entry: #ident })
     });
-    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    quote! {
+        extern "C" {
+            #(#decls)*
+        }
+
+        /// The CPU kernels of the object file built with this code, each with the key of the loop nest it was
+        /// compiled from.
+        static KERNELS: &[stowage_cli::exe::Precompiled] = &[#(#table),*];
+    }
+}
+
+/// `Built { … }` for what `s` describes, naming the statics `MODEL`, `COPIES` and `KERNELS`.
+pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
+    let options = s.options;
+    let model_name = s.model_name;
+    let target = &options.target;
     let shapes = options.config.input_shapes.iter().map(|(name, dims)| {
         let dims = dims.iter().map(|&d| Literal::usize_unsuffixed(d));
         quote!((#name, &[#(#dims),*]))
     });
     let values = s.values.iter().map(|(name, file)| {
-        let path = format!("../{file}");
-        quote!((#name, include_bytes!(#path)))
+        if s.in_out_dir {
+            let path = format!("/{file}");
+            quote!((#name, include_bytes!(concat!(env!("OUT_DIR"), #path))))
+        } else {
+            let path = format!("../{file}");
+            quote!((#name, include_bytes!(#path)))
+        }
     });
     let layouts = pairs(&options.planning.input_layouts);
     let states = pairs(&options.planning.states);
     let (max_copies, max_bytes) = (option(options.planning.max_copies), option(options.planning.max_copy_bytes));
-    let file = quote! {
-        #(#docs)*
-
-        use stowage_cli::exe::{Built, Precompiled};
-
-        /// The ONNX model as given to `stowage build`.
-        static MODEL: &[u8] = include_bytes!("../model.onnx");
-
-        extern "C" {
-            #(#decls)*
-        }
-
-        /// The CPU kernels of `kernels.o`, each with the key of the loop nest it was compiled from.
-        static KERNELS: &[Precompiled] = &[#(#table),*];
-
-        /// Every copy the plan makes, one line each: what moves, from where to where, how many bytes, when, and
-        /// why. The executable refuses to run a plan that differs.
-        static COPIES: &[&str] = &[#(#copies),*];
-
-        static BUILT: Built = Built {
+    quote! {
+        stowage_cli::exe::Built {
             model_name: #model_name,
             model: MODEL,
             target: #target,
@@ -140,7 +137,33 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
             max_copy_bytes: #max_bytes,
             copies: COPIES,
             kernels: KERNELS,
-        };
+        }
+    }
+}
+
+/// The generated `main.rs`.
+pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
+    let docs = summary(s).into_iter().map(|l| {
+        let l = if l.is_empty() { l } else { format!(" {l}") };
+        quote!(#![doc = #l])
+    });
+    let model_name = s.model_name;
+    let kernels = kernel_items(s);
+    let built = built_literal(s);
+    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    let file = quote! {
+        #(#docs)*
+
+        /// The ONNX model as given to `stowage build`.
+        static MODEL: &[u8] = include_bytes!("../model.onnx");
+
+        #kernels
+
+        /// Every copy the plan makes, one line each: what moves, from where to where, how many bytes, when, and
+        /// why. The executable refuses to run a plan that differs.
+        static COPIES: &[&str] = &[#(#copies),*];
+
+        static BUILT: stowage_cli::exe::Built = #built;
 
         fn main() -> std::process::ExitCode {
             stowage_cli::exe::main(&BUILT)

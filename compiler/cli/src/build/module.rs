@@ -1,0 +1,175 @@
+//! The typed module [`crate::Build`] generates for a model: a `Model` with one `run` argument per graph input,
+//! typed as a nested array of its datum type and static shape (checked when the caller's crate compiles), and an
+//! `Outputs` struct of lazy tensors. An input the plan uses in place only at an alignment is taken as
+//! `impl Into<Input<T>>`: an `&Aligned<T>` is used in place, a plain `&T` is copied once, and the copy is counted.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+use stowage_compiler::ir::Graph;
+use stowage_compiler::plan::{InputAccess, Plan};
+use stowage_runtime::DatumType;
+
+use super::source::{built_literal, kernel_items, summary, Source};
+
+/// A Rust identifier from a graph name: lowercase, `_` for anything else, never starting with a digit.
+pub fn field_name(name: &str) -> String {
+    let mut s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) || syn::parse_str::<syn::Ident>(&s).is_err() {
+        s.insert_str(0, "v_");
+    }
+    s
+}
+
+/// `data_0` → `Data0`.
+fn type_name(name: &str) -> String {
+    field_name(name)
+        .split('_')
+        .filter(|p| !p.is_empty())
+        .map(|p| p[..1].to_ascii_uppercase() + &p[1..])
+        .collect::<String>()
+}
+
+fn elem(dt: DatumType) -> Result<(TokenStream, TokenStream), String> {
+    let (ty, variant) = match dt {
+        DatumType::F32 => (quote!(f32), quote!(F32)),
+        DatumType::F64 => (quote!(f64), quote!(F64)),
+        DatumType::F16 => (quote!(stowage_cli::model::half::f16), quote!(F16)),
+        DatumType::I8 => (quote!(i8), quote!(I8)),
+        DatumType::I16 => (quote!(i16), quote!(I16)),
+        DatumType::I32 => (quote!(i32), quote!(I32)),
+        DatumType::I64 => (quote!(i64), quote!(I64)),
+        DatumType::U8 => (quote!(u8), quote!(U8)),
+        DatumType::U16 => (quote!(u16), quote!(U16)),
+        DatumType::U32 => (quote!(u32), quote!(U32)),
+        DatumType::U64 => (quote!(u64), quote!(U64)),
+        other => return Err(format!("inputs of type {other} have no typed form yet")),
+    };
+    Ok((ty, quote!(stowage_cli::model::DatumType::#variant)))
+}
+
+/// `[[f32; 224]; 3]` for `f32[3, 224]`.
+fn array(ty: TokenStream, shape: &[usize]) -> TokenStream {
+    shape.iter().rev().fold(ty, |inner, &d| {
+        let d = Literal::usize_unsuffixed(d);
+        quote!([#inner; #d])
+    })
+}
+
+/// The module's source, for `include!` inside a module of the caller's.
+pub fn module_rs(s: &Source<'_>, model_file: &str, graph: &Graph, plan: &Plan) -> Result<String, String> {
+    let docs: Vec<TokenStream> = summary(s)
+        .into_iter()
+        .map(|l| {
+            let l = if l.is_empty() { l } else { format!(" {l}") };
+            quote!(#[doc = #l])
+        })
+        .collect();
+    let mut types = Vec::new();
+    let mut params = Vec::new();
+    let mut raw = Vec::new();
+    for &v in graph.inputs() {
+        let name = graph.value(v).name.clone();
+        let ty = graph.ty(v);
+        let (elem_ty, dt) = elem(ty.dt).map_err(|e| format!("input '{name}': {e}"))?;
+        let alias = format_ident!("{}", type_name(&name));
+        let arg = format_ident!("{}", field_name(&name));
+        let array_ty = array(elem_ty, &ty.shape);
+        let dims = ty.shape.iter().map(|&d| Literal::usize_unsuffixed(d));
+        let aligned = plan
+            .inputs
+            .iter()
+            .find(|i| i.name == name)
+            .is_some_and(|i| i.access.iter().any(|(space, a)| space != "host" && *a == InputAccess::InPlace));
+        let shape_text = format!("{}{:?}", ty.dt, ty.shape);
+        let doc = if aligned {
+            format!(" Input `{name}`: {shape_text}. Used in place when given as an `Aligned` buffer.")
+        } else {
+            format!(" Input `{name}`: {shape_text}. Used in place, wherever it is.")
+        };
+        types.push(quote! {
+            #[doc = #doc]
+            pub type #alias = #array_ty;
+        });
+        if aligned {
+            params.push(quote!(#arg: impl Into<stowage_cli::model::Input<'a, #alias>>));
+            raw.push(quote!(stowage_cli::model::RawInput::from_input(#name, #dt, &[#(#dims),*], #arg.into())));
+        } else {
+            params.push(quote!(#arg: &#alias));
+            raw.push(quote!(stowage_cli::model::RawInput::in_place(#name, #dt, &[#(#dims),*], #arg)));
+        }
+    }
+    let generics = if params.iter().any(|p| p.to_string().contains("'a")) { quote!(<'a>) } else { quote!() };
+    let mut fields = Vec::new();
+    let mut inits = Vec::new();
+    for o in graph.outputs() {
+        let ty = graph.ty(o.value);
+        let field = format_ident!("{}", field_name(&o.name));
+        let doc = format!(" Output `{}`: {}{:?}.", o.name, ty.dt, ty.shape);
+        let missing = format!("output '{}' is missing", o.name);
+        fields.push(quote! {
+            #[doc = #doc]
+            pub #field: stowage_cli::model::Tensor<'static>
+        });
+        inits.push(quote!(#field: outputs.next().ok_or_else(|| stowage_cli::model::ModelError::Run(#missing.into()))?));
+    }
+    let built = built_literal(s);
+    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    let model_file = format!("/{model_file}");
+    let kernels = kernel_items(s);
+    let file = quote! {
+        /// The ONNX model, as compiled.
+        static MODEL: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), #model_file));
+
+        #kernels
+
+        /// Every copy the plan makes, one line each: what moves, from where to where, how many bytes, when, and
+        /// why. `Model::new` refuses a plan that differs.
+        pub static COPIES: &[&str] = &[#(#copies),*];
+
+        static BUILT: stowage_cli::exe::Built = #built;
+
+        #(#types)*
+
+        /// The outputs of a run, in graph order: lazy tensors, read (and, from a device, downloaded once) when
+        /// their bytes are asked for.
+        pub struct Outputs {
+            #(#fields),*
+        }
+
+        #(#docs)*
+        pub struct Model {
+            inner: stowage_cli::model::Model,
+        }
+
+        impl Model {
+            /// Imports, plans and lowers the model, on one kernel thread. Its CPU kernels are linked in.
+            pub fn new() -> Result<Model, stowage_cli::model::ModelError> {
+                Model::with_threads(1)
+            }
+
+            /// [`Model::new`] with `threads` kernel threads.
+            pub fn with_threads(threads: usize) -> Result<Model, stowage_cli::model::ModelError> {
+                Ok(Model { inner: stowage_cli::model::Model::new(&BUILT, threads)? })
+            }
+
+            /// Runs the model once.
+            pub fn run #generics (&self, #(#params),*) -> Result<Outputs, stowage_cli::model::ModelError> {
+                let mut outputs = self.inner.run(&[#(#raw),*])?.into_iter();
+                Ok(Outputs { #(#inits),* })
+            }
+
+            /// Every copy the runs have made (and every output read since).
+            pub fn ledger(&self) -> &stowage_cli::model::Ledger {
+                self.inner.ledger()
+            }
+        }
+    };
+    let parsed: syn::File = syn::parse2(file).map_err(|e| format!("generated module does not parse: {e}"))?;
+    let header = format!(
+        "// @generated by stowage {} (stowage_cli::Build) from {}. Do not edit: it is written again by build.rs.\n",
+        env!("CARGO_PKG_VERSION"),
+        s.model_name
+    );
+    Ok(header + &prettyplease::unparse(&parsed))
+}

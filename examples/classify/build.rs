@@ -1,0 +1,19 @@
+//! Compiles the model suite's SqueezeNet for the CPU, and its MLP for OpenCL, into typed modules.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let models = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../target/onnx-models");
+    let squeezenet = models.join("random/squeezenet/model.onnx");
+    let mlp = models.join("mlp/model.onnx");
+    for model in [&squeezenet, &mlp] {
+        if !model.exists() {
+            return Err(format!("{} is missing: run scripts/test (it writes the model suite)", model.display()).into());
+        }
+    }
+    stowage_cli::Build::new().target("cpu").module_name("squeezenet").compile(&squeezenet)?;
+    // On a unified device the MLP's input is imported in place when it is page-aligned: its `run` takes an
+    // `Aligned` buffer, or plain memory at the cost of one counted copy.
+    stowage_cli::Build::new().target("opencl").module_name("mlp_opencl").compile(&mlp)?;
+    Ok(())
+}
