@@ -35,6 +35,19 @@ for run in "mixed $TARGET,cpu" "camera $TARGET" "camera cpu"; do
   "$BIN" run "$ex/$1.onnx" --input "$ex/$1_input.pb" --target "$2" --input-layout "$( [ "$1" = camera ] && echo frame=nhwc,row-pitch=2048 || echo x=row-major)" --repeat 5 --report "$rep" | tail -1 | sed "s/^/$1 on $2: /"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  planned per run:', [(c['kind'], c['value'], c['bytes']) for c in r['planned_copies']]); print('  performed over 5 runs:', len(r['performed_copies']), 'copies,', r['bytes_moved'], 'bytes'); print('  placement:', sorted({(p['op'], p['target']) for p in r['placement']}))" "$rep"
 done
+echo "--- executables built on PoCL for opencl: the plan each picks on this device, and the output"
+built_check() {
+  local exe=$1 input=$2 ref=$3 out
+  out=$(mktemp -d)
+  if "$exe" --input "$input" --output-dir "$out" --report "$out/report.json" --repeat 3 > "$out/log" 2>&1; then
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  built path taken:', r['built_path']); print('  performed over 3 runs:', [(c['kind'], c['value'], c['bytes']) for c in r['performed_copies']])" "$out/report.json"
+    [ -n "$ref" ] && printf '  output: %s\n' "$(python3 scripts/device/pbcmp.py "$out/output_0.pb" "$ref")"
+  else
+    echo "  FAILED: $(tail -1 "$out/log")"; return 1
+  fi
+}
+echo "squeezenet:"; built_check "$STAGE/built/squeezenet" "$STAGE/models/random_squeezenet/test_data_set_0/input_0.pb" "$STAGE/models/random_squeezenet/test_data_set_0/output_0.pb" || status=1
+echo "camera:"; built_check "$STAGE/built/camera" "$ex/camera_input.pb" "" || status=1
 echo "--- batch-1 latency, stowage (median of 50 runs) against PyTorch eager CUDA (median of 50):"
 for m in squeezenet resnet50; do
   d=$STAGE/models/light_$m

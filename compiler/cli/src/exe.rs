@@ -16,7 +16,7 @@ use clap::Parser;
 use prost::Message;
 use stowage_compiler::onnx::{self, proto::TensorProto, ImportConfig};
 
-use crate::session::{Planning, RunOptions};
+use crate::session::{BuiltPlan, Planning, RunOptions};
 
 pub use stowage_cpu::jit::Precompiled;
 
@@ -41,8 +41,13 @@ pub struct Built {
     pub max_copies: Option<usize>,
     /// `--max-copy-bytes`.
     pub max_copy_bytes: Option<usize>,
+    /// The memory path of the plan built on the build machine's device, in words.
+    pub path: &'static str,
     /// The plan's copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`).
     pub copies: &'static [&'static str],
+    /// For an OpenCL target built on a unified device: the staging plan a discrete device takes, its path and
+    /// copies. At start-up the device opened picks the plan.
+    pub other: Option<(&'static str, &'static [&'static str])>,
     /// The CPU kernels linked in.
     pub kernels: &'static [Precompiled],
 }
@@ -94,7 +99,13 @@ impl Built {
                 max_copy_bytes: self.max_copy_bytes,
             },
             read_outputs,
-            built_copies: Some(self.copies.iter().map(|c| c.to_string()).collect()),
+            built_plans: std::iter::once((self.path, self.copies))
+                .chain(self.other)
+                .map(|(path, copies)| BuiltPlan {
+                    path: path.to_string(),
+                    copies: copies.iter().map(|c| c.to_string()).collect(),
+                })
+                .collect(),
         })
     }
 }

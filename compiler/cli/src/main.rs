@@ -122,7 +122,7 @@ fn main() -> ExitCode {
                     config,
                     planning: planning.planning()?,
                     read_outputs: output_dir.is_some(),
-                    built_copies: None,
+                    built_plans: Vec::new(),
                 };
                 run::run(&model, &inputs, output_dir.as_deref(), report.as_deref(), &options)
             });

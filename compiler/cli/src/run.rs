@@ -161,6 +161,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
         "target": target,
         "ran_on": outcome.ran_on,
         "path": outcome.path,
+        "built_path": outcome.built_path,
         "planned_copies": crate::show::copies_json(&outcome.plan),
         "performed_copies": moves(&performed),
         "setup_copies": moves(&outcome.setup_copies),

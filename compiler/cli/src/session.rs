@@ -33,9 +33,10 @@ pub struct RunOptions {
     pub planning: Planning,
     /// The caller reads the outputs' bytes (so outputs on discrete memory are planned to be downloaded once).
     pub read_outputs: bool,
-    /// In a built executable: the copies of the plan it was built with, one line each. A plan made at start-up
-    /// that differs (another device, another stowage) is an error rather than a silent change.
-    pub built_copies: Option<Vec<String>>,
+    /// In built code: the plans it was built with, by path (for OpenCL, the in-place-import plan of a unified
+    /// device and the staging plan of a discrete one), each as its copies, one line each. A plan made at start-up
+    /// that is none of them (another device, another stowage) is an error rather than a silent change.
+    pub built_plans: Vec<BuiltPlan>,
 }
 
 impl Default for RunOptions {
@@ -47,9 +48,18 @@ impl Default for RunOptions {
             config: ImportConfig::new(),
             planning: Planning::default(),
             read_outputs: true,
-            built_copies: None,
+            built_plans: Vec::new(),
         }
     }
+}
+
+/// A plan built into an executable or module: which path it is, and its copies.
+#[derive(Clone, Debug)]
+pub struct BuiltPlan {
+    /// The path, in words (`discrete memory: one upload per input through pinned staging`).
+    pub path: String,
+    /// Its copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`).
+    pub copies: Vec<String>,
 }
 
 /// The alignment `stowage run` reads input files into, and `stowage plan` assumes of inputs it is not told about:
@@ -133,6 +143,8 @@ pub struct Outcome {
     pub path: Option<String>,
     /// The plan that ran.
     pub plan: Plan,
+    /// In built code: which built plan ran (its path).
+    pub built_path: Option<String>,
 }
 
 /// Checks a target list: known names, none twice.
@@ -303,6 +315,34 @@ pub struct Prepared {
     pub plan: Plan,
     /// Generated kernels of every CPU segment, in segment order.
     pub kernels: Vec<(String, stowage_cpu::jit::Loops)>,
+    /// The memory path the plan takes, in words (see [`memory_path`]).
+    pub path: String,
+    /// An OpenCL device the plan uses has unified memory (so a staging plan, `opencl:discrete`, exists too).
+    pub unified: bool,
+}
+
+/// The memory path a plan over `opened` takes, in words: host only, or each OpenCL device's path.
+fn memory_path(opened: &[Opened], plan: &Plan) -> (String, bool) {
+    let mut words = Vec::new();
+    let mut unified = false;
+    for (i, o) in opened.iter().enumerate() {
+        if let (Opened::OpenCl(device, _), true) = (o, plan.uses(i)) {
+            let space = device.space().name().to_string();
+            match device.mode() {
+                stowage_opencl::Mode::Unified => {
+                    unified = true;
+                    words.push(format!("{space}: unified memory, inputs imported in place"));
+                }
+                stowage_opencl::Mode::Discrete => {
+                    words.push(format!("{space}: discrete memory, inputs uploaded through pinned staging"))
+                }
+            }
+        }
+    }
+    if words.is_empty() {
+        words.push("host memory only".to_string());
+    }
+    (words.join("; "), unified)
 }
 
 /// Imports, optimises and plans `model` as a built executable will at start-up (inputs page-aligned, in their
@@ -321,7 +361,8 @@ pub fn prepare_build(bytes: &[u8], model: &Path, options: &RunOptions) -> Result
         }
     }
     progress.finish();
-    Ok(Prepared { cx, plan, kernels })
+    let (path, unified) = memory_path(&opened, &plan);
+    Ok(Prepared { cx, plan, kernels, path, unified })
 }
 
 /// A program of one segment.
@@ -344,6 +385,8 @@ pub struct Session {
     pub setup: Ledger,
     /// Milliseconds from `start` to runnable.
     pub compile_ms: f64,
+    /// In built code: the path of the built plan this one is.
+    pub built_path: Option<String>,
 }
 
 /// What one run of a [`Session`] produced.
@@ -370,9 +413,10 @@ impl Session {
         progress.phase("planning");
         let opened = targets::open(&options.target, options.threads, graph)?;
         let plan = make_plan(graph, &opened, inputs, options).map_err(|e| format!("{}: {e}", model.display()))?;
-        if let Some(built) = &options.built_copies {
-            check_built(&plan, built)?;
-        }
+        let built_path = match options.built_plans.as_slice() {
+            [] => None,
+            plans => Some(check_built(&plan, plans)?),
+        };
         progress.phase("generating kernels");
         let setup = Ledger::recording();
         let segments = plan::segments(graph, &plan);
@@ -393,7 +437,7 @@ impl Session {
             };
             programs.push(lowered);
         }
-        let session = Session { cx, plan, segments, programs, opened, setup, compile_ms: 0.0 };
+        let session = Session { cx, plan, segments, programs, opened, setup, compile_ms: 0.0, built_path };
         session.finish_devices()?;
         progress.finish();
         Ok(Session { compile_ms: start.elapsed().as_secs_f64() * 1e3, ..session })
@@ -480,24 +524,26 @@ impl Session {
     }
 }
 
-/// Refuses a plan whose copies differ from those an executable was built with. Downloads made when the caller
-/// reads an output depend on whether a run writes its outputs; the rest of the plan must be the one built.
-fn check_built(plan: &Plan, built: &[String]) -> Result<(), String> {
+/// Finds which of the built plans `plan` is, by its copies; refuses a plan that is none of them. Downloads made when
+/// the caller reads an output depend on whether a run writes its outputs; the rest of the plan must be one built.
+fn check_built(plan: &Plan, built: &[BuiltPlan]) -> Result<String, String> {
     let lazy = format!(" bytes, {}: ", plan::When::WhenRead);
-    let built: Vec<&String> = built.iter().filter(|l| !l.contains(&lazy)).collect();
     let now: Vec<String> =
         plan.copies.iter().filter(|c| c.when != plan::When::WhenRead).map(|c| c.to_string()).collect();
-    if let Some((k, line)) = now.iter().enumerate().find(|(k, l)| built.get(*k) != Some(l)) {
-        return Err(format!("this executable was built for another plan: its copy {} would now be \"{line}\"", k + 1));
+    let mut first_difference = String::new();
+    for b in built {
+        let then: Vec<&String> = b.copies.iter().filter(|l| !l.contains(&lazy)).collect();
+        if then.len() == now.len() && then.iter().zip(&now).all(|(a, b)| *a == b) {
+            return Ok(b.path.clone());
+        }
+        if first_difference.is_empty() {
+            first_difference = match now.iter().enumerate().find(|(k, l)| then.get(*k) != Some(l)) {
+                Some((k, line)) => format!("its copy {} would now be \"{line}\"", k + 1),
+                None => format!("{} copies then, {} now", then.len(), now.len()),
+            };
+        }
     }
-    if built.len() != now.len() {
-        return Err(format!(
-            "this executable was built for another plan: {} copies then, {} now",
-            built.len(),
-            now.len()
-        ));
-    }
-    Ok(())
+    Err(format!("this code was built for another plan: {first_difference}"))
 }
 
 /// [`run`] for a model already in memory; `model` names it in errors and locates external data.
@@ -544,7 +590,7 @@ pub fn run_bytes(
         last = Some(result.outputs);
     }
     let outs = last.ok_or("no run happened")?;
-    let Session { cx, plan, segments, programs, opened, setup, .. } = session;
+    let Session { cx, plan, segments, programs, opened, setup, built_path, .. } = session;
     let graph = &cx.graph;
     if std::env::var_os("STOWAGE_PROFILE").is_some() {
         if let [Lowered::Cpu(p)] = programs.as_slice() {
@@ -604,6 +650,7 @@ pub fn run_bytes(
         setup_copies: setup.entries(),
         path,
         plan,
+        built_path,
     })
 }
 

@@ -120,6 +120,17 @@ fn built_executables_make_the_planned_copies_on_opencl() {
         let flags = [&["--target", target], &layout[..]].concat();
         compare(&example("camera"), &exe, std::slice::from_ref(&frame), &flags, &["--repeat", "2"])
             .unwrap_or_else(|e| panic!("camera on {target}: {e}"));
+        // Built on PoCL, the `opencl` executable also carries the staging plan, and says which one it took.
+        let report = tmp.path().join("report.json");
+        let (code, _, err) = exec(&exe, &["--input", &frame, "--report", &s(&report)]);
+        assert_eq!(code, 0, "{err}");
+        let path = read_json(&report)["built_path"].clone();
+        let want = match target {
+            "cpu" => "host memory only",
+            "opencl" => "opencl:0: unified memory, inputs imported in place",
+            _ => "opencl:0: discrete memory, inputs uploaded through pinned staging",
+        };
+        assert_eq!(path, want, "camera on {target}");
     }
     // The f64 product on the CPU between OpenCL steps: the transfers around it, as `stowage run` makes them.
     let input = s(&target_dir().join("planning-examples/mixed_input.pb"));
@@ -162,6 +173,11 @@ fn every_copy_is_one_line_with_its_reason() {
         assert!(l.contains(" -> opencl:0, ") && l.contains(" bytes, ") && l.contains(": "), "{l}");
     }
     assert!(text.contains("\"download 'r64' opencl:0 -> host"), "{text}");
+    // Built for `opencl` on a unified device: the staging plan a discrete GPU takes is carried too.
+    let text = source(&example("mixed"), "opencl,cpu", &[]);
+    let other = text.split("static OTHER_COPIES").nth(1).unwrap_or_else(|| panic!("no staging plan: {text}"));
+    assert!(other.contains("\"upload 'x' host -> opencl:0") && other.contains("discrete memory"), "{other}");
+    assert!(!source(&example("mixed"), "opencl:discrete,cpu", &[]).contains("static OTHER_COPIES"));
 }
 
 #[test]

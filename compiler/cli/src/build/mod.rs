@@ -126,6 +126,9 @@ pub(crate) struct Compiled {
     pub kernels: Vec<(String, u64, String)>,
     /// Input name, file name, TensorProto bytes of each `--input-value`.
     pub values: Vec<(String, String, Vec<u8>)>,
+    /// For an OpenCL target on a unified device: the staging plan's path and copies (planned for the target
+    /// forced discrete), which a discrete device takes at start-up.
+    pub other: Option<(String, Vec<String>)>,
 }
 
 impl Compiled {
@@ -138,6 +141,8 @@ impl Compiled {
             plan: &self.prepared.plan,
             kernels: &self.kernels,
             in_out_dir,
+            path: &self.prepared.path,
+            other: self.other.as_ref().map(|(p, c)| (p.as_str(), c.as_slice())),
         }
     }
 
@@ -145,6 +150,25 @@ impl Compiled {
     pub fn value_files(&self) -> Vec<(String, String)> {
         self.values.iter().map(|(n, f, _)| (n.clone(), f.clone())).collect()
     }
+}
+
+/// `target` with every OpenCL entry forced onto the discrete path (`opencl,cpu` → `opencl:discrete,cpu`), or
+/// `None` when no entry would change.
+fn discrete_target(target: &str) -> Option<String> {
+    let entries: Vec<String> =
+        target
+            .split(',')
+            .map(|t| t.trim())
+            .map(|t| {
+                if t.starts_with("opencl") && !t.ends_with(":discrete") {
+                    format!("{t}:discrete")
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect();
+    let forced = entries.join(",");
+    (forced != target).then_some(forced)
 }
 
 /// Plans `model` for `options` and compiles its CPU kernels, exported as `{prefix}{k}`. A model that cannot be
@@ -163,6 +187,14 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
     // The plan is made as for a run that reads its outputs; the built code checks its own plan against it.
     let options = RunOptions { read_outputs: true, ..options.clone() };
     let prepared = session::prepare_build(&bytes, model, &options)?;
+    // Both paths ahead of time: a plan made on a unified device also carries the staging plan a discrete one takes.
+    let other = match discrete_target(&options.target) {
+        Some(target) if prepared.unified => {
+            let staged = session::prepare_build(&bytes, model, &RunOptions { target, ..options.clone() })?;
+            Some((staged.path, staged.plan.copies.iter().map(|c| c.to_string()).collect()))
+        }
+        _ => None,
+    };
     let specs: Vec<_> = prepared.kernels.iter().map(|(_, l)| l.clone()).collect();
     let object = stowage_cpu::jit::compile_object(&specs, prefix).map_err(|e| format!("{}: {e}", model.display()))?;
     let kernels: Vec<(String, u64, String)> = prepared
@@ -177,7 +209,7 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
         let encoded = onnx::tensor::encode(t, input).map_err(|e| format!("--input-value {input}: {e}"))?;
         values.push((input.clone(), format!("value_{k}.pb"), encoded.encode_to_vec()));
     }
-    Ok(Compiled { model_name, bytes, options, prepared, object: object.bytes, kernels, values })
+    Ok(Compiled { model_name, bytes, options, prepared, object: object.bytes, kernels, values, other })
 }
 
 /// Plans `model` for `options` and generates its executable crate's source and kernel object.

@@ -9,7 +9,7 @@ use stowage_compiler::ir::Graph;
 use stowage_compiler::plan::{InputAccess, Plan};
 use stowage_runtime::DatumType;
 
-use super::source::{built_literal, kernel_items, summary, Source};
+use super::source::{built_literal, copies_items, kernel_items, summary, Source};
 
 /// A Rust identifier from a graph name: lowercase, `_` for anything else, never starting with a digit.
 pub fn field_name(name: &str) -> String {
@@ -114,7 +114,7 @@ pub fn module_rs(s: &Source<'_>, model_file: &str, graph: &Graph, plan: &Plan) -
         inits.push(quote!(#field: outputs.next().ok_or_else(|| stowage_cli::model::ModelError::Run(#missing.into()))?));
     }
     let built = built_literal(s);
-    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    let copies = copies_items(s, true);
     let model_file = format!("/{model_file}");
     let kernels = kernel_items(s);
     let file = quote! {
@@ -123,9 +123,7 @@ pub fn module_rs(s: &Source<'_>, model_file: &str, graph: &Graph, plan: &Plan) -
 
         #kernels
 
-        /// Every copy the plan makes, one line each: what moves, from where to where, how many bytes, when, and
-        /// why. `Model::new` refuses a plan that differs.
-        pub static COPIES: &[&str] = &[#(#copies),*];
+        #copies
 
         static BUILT: stowage_cli::exe::Built = #built;
 

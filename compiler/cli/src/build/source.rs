@@ -22,6 +22,10 @@ pub struct Source<'a> {
     pub kernels: &'a [(String, u64, String)],
     /// The embedded files are in `OUT_DIR` (a build.rs module), not beside `src/` (an executable's crate).
     pub in_out_dir: bool,
+    /// The plan's memory path, in words.
+    pub path: &'a str,
+    /// The other path's plan (OpenCL built on a unified device: the staging plan), and its copies.
+    pub other: Option<(&'a str, &'a [String])>,
 }
 
 fn option(v: Option<usize>) -> TokenStream {
@@ -56,6 +60,11 @@ pub(super) fn summary(s: &Source<'_>) -> Vec<String> {
     }
     let per_run: Vec<_> = plan.run_copies().collect();
     let bytes: usize = per_run.iter().map(|c| c.bytes).sum();
+    lines.push(String::new());
+    lines.push(format!("Memory path: {}.", s.path));
+    if let Some((path, _)) = s.other {
+        lines.push(format!("Also built: the plan for {path} (`OTHER_COPIES`), taken when the device opened is so."));
+    }
     lines.push(String::new());
     lines.push(format!("Copies per run: {}, {bytes} bytes; all of them are listed in `COPIES`.", per_run.len()));
     let setup = plan.copies.iter().filter(|c| c.when == When::Setup).count();
@@ -103,6 +112,29 @@ pub(super) fn kernel_items(s: &Source<'_>) -> TokenStream {
     }
 }
 
+/// `COPIES` (and `OTHER_COPIES`, the other path's plan): every copy, one line each with its reason.
+pub(super) fn copies_items(s: &Source<'_>, public: bool) -> TokenStream {
+    let vis = if public { quote!(pub) } else { quote!() };
+    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    let doc = format!(
+        " Every copy the plan makes ({}), one line each: what moves, from where to where, how many bytes, when, \
+         and why. A plan made at start-up that is neither this one nor `OTHER_COPIES` is refused.",
+        s.path
+    );
+    let mut items = quote! {
+        #[doc = #doc]
+        #vis static COPIES: &[&str] = &[#(#copies),*];
+    };
+    if let Some((path, other)) = s.other {
+        let doc = format!(" The plan a discrete device takes instead ({path}), one copy per line.");
+        items.extend(quote! {
+            #[doc = #doc]
+            #vis static OTHER_COPIES: &[&str] = &[#(#other),*];
+        });
+    }
+    items
+}
+
 /// `Built { … }` for what `s` describes, naming the statics `MODEL`, `COPIES` and `KERNELS`.
 pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     let options = s.options;
@@ -124,6 +156,11 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     let layouts = pairs(&options.planning.input_layouts);
     let states = pairs(&options.planning.states);
     let (max_copies, max_bytes) = (option(options.planning.max_copies), option(options.planning.max_copy_bytes));
+    let path = s.path;
+    let other = match s.other {
+        Some((p, _)) => quote!(Some((#p, OTHER_COPIES))),
+        None => quote!(None),
+    };
     quote! {
         stowage_cli::exe::Built {
             model_name: #model_name,
@@ -135,7 +172,9 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
             states: #states,
             max_copies: #max_copies,
             max_copy_bytes: #max_bytes,
+            path: #path,
             copies: COPIES,
+            other: #other,
             kernels: KERNELS,
         }
     }
@@ -150,7 +189,7 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
     let model_name = s.model_name;
     let kernels = kernel_items(s);
     let built = built_literal(s);
-    let copies = s.plan.copies.iter().map(|c| c.to_string());
+    let copies = copies_items(s, false);
     let file = quote! {
         #(#docs)*
 
@@ -159,9 +198,7 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
 
         #kernels
 
-        /// Every copy the plan makes, one line each: what moves, from where to where, how many bytes, when, and
-        /// why. The executable refuses to run a plan that differs.
-        static COPIES: &[&str] = &[#(#copies),*];
+        #copies
 
         static BUILT: stowage_cli::exe::Built = #built;
 
