@@ -99,6 +99,7 @@ impl Built {
                 max_copy_bytes: self.max_copy_bytes,
             },
             read_outputs,
+            model_image: Some(self.model),
             built_plans: std::iter::once((self.path, self.copies))
                 .chain(self.other)
                 .map(|(path, copies)| BuiltPlan {

@@ -123,6 +123,7 @@ fn main() -> ExitCode {
                     planning: planning.planning()?,
                     read_outputs: output_dir.is_some(),
                     built_plans: Vec::new(),
+                    model_image: None,
                 };
                 run::run(&model, &inputs, output_dir.as_deref(), report.as_deref(), &options)
             });

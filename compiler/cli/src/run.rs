@@ -214,11 +214,18 @@ pub fn run_model(
     options: &RunOptions,
     start: Instant,
 ) -> Result<String, String> {
-    let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
-    let g = proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
-    let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
-    let names: Vec<String> =
-        g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect();
+    // The model's input names; the decoded model is dropped at once (its weights are decoded again to compile).
+    let names: Vec<String> = {
+        let proto = match options.model_image {
+            Some(image) => onnx::decode_static(image),
+            None => onnx::decode(bytes),
+        }
+        .map_err(|e| format!("{}: {e}", model.display()))?;
+        let g =
+            proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
+        let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+        g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect()
+    };
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
     let mut inputs = resolve_inputs(&names, &fixed, inputs)?;
     // Inputs are read into page-aligned memory, which any device imports in place where it can import at all; an

@@ -33,6 +33,9 @@ pub struct RunOptions {
     pub planning: Planning,
     /// The caller reads the outputs' bytes (so outputs on discrete memory are planned to be downloaded once).
     pub read_outputs: bool,
+    /// The model's bytes as part of this executable's image (built code): decoded in place, and once imported their
+    /// pages are handed back to the kernel, so the bytes are not resident beside the graph made from them.
+    pub model_image: Option<&'static [u8]>,
     /// In built code: the plans it was built with, by path (for OpenCL, the in-place-import plan of a unified
     /// device and the staging plan of a discrete one), each as its copies, one line each. A plan made at start-up
     /// that is none of them (another device, another stowage) is an error rather than a silent change.
@@ -49,6 +52,7 @@ impl Default for RunOptions {
             planning: Planning::default(),
             read_outputs: true,
             built_plans: Vec::new(),
+            model_image: None,
         }
     }
 }
@@ -171,7 +175,11 @@ fn compile(
     running: bool,
 ) -> Result<Context, String> {
     check_target(&options.target)?;
-    let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    let proto = match options.model_image {
+        Some(image) => onnx::decode_static(image),
+        None => onnx::decode(bytes),
+    }
+    .map_err(|e| format!("{}: {e}", model.display()))?;
     let graph =
         proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
@@ -214,10 +222,35 @@ fn compile(
     progress.phase("importing");
     let graph = onnx::import(&proto, model.parent(), &config)
         .map_err(|e| stowage_compiler::ImportError { path: Some(model.to_path_buf()), kind: e.kind }.to_string())?;
+    // The graph holds its own copies of the initializers now.
+    drop(proto);
+    if let Some(image) = options.model_image {
+        page_out(image);
+    }
     let mut cx = Context::new(graph);
     progress.phase("folding constants and optimising");
     cx.optimize().map_err(|e| e.to_string())?;
     Ok(cx)
+}
+
+/// Asks the kernel to reclaim the pages of `bytes` now (`MADV_PAGEOUT`): a hint that never changes their contents.
+/// For an executable's read-only image the pages are dropped and read again from the file if touched; the peak
+/// resident memory of a start-up then holds the model once, as a graph, rather than twice.
+fn page_out(bytes: &[u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        let page = 4096;
+        let (begin, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
+        let (start, stop) = (begin.next_multiple_of(page), end / page * page);
+        if stop > start {
+            // SAFETY: `[start, stop)` lies within `bytes`, memory this process maps. MADV_PAGEOUT only asks the
+            // kernel to reclaim those pages; their contents are unchanged (file pages are read again, anonymous
+            // ones are swapped), so every reference to them stays valid. Its result is a hint's: ignored.
+            let _ = unsafe { libc::madvise(start as *mut libc::c_void, stop - start, libc::MADV_PAGEOUT) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
 }
 
 /// The plan for `graph` on `opened`, with the caller's planning options and the layouts of the given inputs.
@@ -436,6 +469,14 @@ impl Session {
                 ),
             };
             programs.push(lowered);
+        }
+        // The programs hold what they read (packed, uploaded or as is): the graphs' copies of the constants are
+        // released, so a packed weight is not held twice while the model runs.
+        let mut cx = cx;
+        let mut segments = segments;
+        cx.graph.release_constant_data();
+        for seg in &mut segments {
+            seg.graph.release_constant_data();
         }
         let session = Session { cx, plan, segments, programs, opened, setup, compile_ms: 0.0, built_path };
         session.finish_devices()?;

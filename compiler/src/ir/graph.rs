@@ -203,6 +203,23 @@ impl Graph {
         data.def = ValueDef::Const(tensor);
     }
 
+    /// Drops the data of every constant that is not a graph output, keeping its type, and returns the bytes
+    /// released: for a graph whose constants now live elsewhere (lowered into a backend's programs, packed or
+    /// uploaded). Those constants read as empty afterwards; nothing may fold or lower the graph again.
+    pub fn release_constant_data(&mut self) -> usize {
+        let outputs: std::collections::HashSet<ValueId> = self.outputs.iter().map(|o| o.value).collect();
+        let mut released = 0;
+        for (v, data) in self.values.iter_mut() {
+            if let (ValueDef::Const(t), false) = (&mut data.def, outputs.contains(&v)) {
+                if let Ok(empty) = Tensor::zeros(t.dt(), &[0]) {
+                    released += t.len() * t.dt().size_of();
+                    *t = empty;
+                }
+            }
+        }
+        released
+    }
+
     /// Makes every user of `old` (node inputs and graph outputs) use `new` instead.
     pub fn replace_uses(&mut self, old: ValueId, new: ValueId) {
         for &n in &self.order {
