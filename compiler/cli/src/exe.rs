@@ -8,7 +8,7 @@
 //! generated kernels from the object code linked in ([`stowage_cpu::jit::use_precompiled`]): nothing is
 //! compiled at start-up on the CPU.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -16,6 +16,7 @@ use clap::Parser;
 use prost::Message;
 use stowage_compiler::onnx::{self, proto::TensorProto, ImportConfig};
 
+use crate::options::RunFlags;
 use crate::session::{BuiltPlan, Planning, RunOptions};
 
 pub use stowage_cpu::jit::Precompiled;
@@ -56,21 +57,8 @@ pub struct Built {
 #[derive(Parser, Debug)]
 #[command(about = "A model compiled by stowage build. Takes the run-time flags of `stowage run`.")]
 struct Args {
-    /// An input as a TensorProto file: FILE.pb for the next graph input, or NAME=FILE.pb (repeatable).
-    #[arg(long = "input", value_name = "FILE.pb|NAME=FILE.pb")]
-    inputs: Vec<String>,
-    /// Write the outputs as output_0.pb, output_1.pb, … here.
-    #[arg(long)]
-    output_dir: Option<PathBuf>,
-    /// Write a JSON report (copies, peak memory, timings) here.
-    #[arg(long)]
-    report: Option<PathBuf>,
-    /// Run this many times (timings report the median).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    repeat: u32,
-    /// Kernel threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    threads: u32,
+    #[command(flatten)]
+    run: RunFlags,
 }
 
 impl Built {
@@ -115,30 +103,11 @@ impl Built {
 /// error.
 pub fn main(built: &'static Built) -> ExitCode {
     let start = Instant::now();
-    let args = Args::parse();
+    let Args { run } = Args::parse();
     stowage_cpu::jit::use_precompiled(built.kernels);
     let result = built
-        .options(args.threads as usize, args.repeat as usize, args.output_dir.is_some())
-        .and_then(|options| {
-            crate::run::run_model(
-                built.model,
-                Path::new(built.model_name),
-                &args.inputs,
-                args.output_dir.as_deref(),
-                args.report.as_deref(),
-                &options,
-                start,
-            )
-        })
+        .options(run.threads as usize, run.repeat as usize, run.output_dir.is_some())
+        .and_then(|options| crate::run::run_model(built.model, Path::new(built.model_name), &run, &options, start))
         .map_err(|e| crate::run::one_line(&e));
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::run::finish(result)
 }

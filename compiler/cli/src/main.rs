@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use stowage_cli::options::{PlanningFlags, ShapeOptions};
-use stowage_cli::run;
+use stowage_cli::options::{PlanningFlags, RunFlags, ShapeOptions};
+use stowage_cli::run::{self, finish};
 use stowage_cli::session::RunOptions;
 use stowage_cli::show::{self, PlanFormat};
 use stowage_compiler::Context;
@@ -28,21 +28,8 @@ enum Command {
         /// Target, or a comma-separated list in order of preference.
         #[arg(long, default_value = "cpu")]
         target: String,
-        /// An input as a TensorProto file: FILE.pb for the next graph input, or NAME=FILE.pb (repeatable).
-        #[arg(long = "input", value_name = "FILE.pb|NAME=FILE.pb")]
-        inputs: Vec<String>,
-        /// Write the outputs as output_0.pb, output_1.pb, … here.
-        #[arg(long)]
-        output_dir: Option<PathBuf>,
-        /// Write a JSON report (copies, peak memory, timings) here.
-        #[arg(long)]
-        report: Option<PathBuf>,
-        /// Run this many times (timings report the median).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        repeat: u32,
-        /// Kernel threads.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        threads: u32,
+        #[command(flatten)]
+        run: RunFlags,
         #[command(flatten)]
         shapes: ShapeOptions,
         #[command(flatten)]
@@ -113,19 +100,18 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Demo { threads } => finish(demo::run(threads as usize)),
         Command::Import { model, shapes, raw, timings } => finish(import(&model, &shapes, raw, timings)),
-        Command::Run { model, target, inputs, output_dir, report, repeat, threads, shapes, planning } => {
+        Command::Run { model, target, run, shapes, planning } => {
             let result = shapes.config().and_then(|config| {
                 let options = RunOptions {
                     target: target.clone(),
-                    threads: threads as usize,
-                    repeat: repeat as usize,
+                    threads: run.threads as usize,
+                    repeat: run.repeat as usize,
                     config,
                     planning: planning.planning()?,
-                    read_outputs: output_dir.is_some(),
-                    built_plans: Vec::new(),
-                    model_image: None,
+                    read_outputs: run.output_dir.is_some(),
+                    ..RunOptions::default()
                 };
-                run::run(&model, &inputs, output_dir.as_deref(), report.as_deref(), &options)
+                run::run(&model, &run, &options)
             });
             finish(result)
         }
@@ -169,19 +155,6 @@ fn main() -> ExitCode {
                 Err(e) => println!("opencl    none: {e}"),
             }
             ExitCode::SUCCESS
-        }
-    }
-}
-
-fn finish(result: Result<String, String>) -> ExitCode {
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
         }
     }
 }

@@ -1,7 +1,27 @@
-//! Parsing of the planning options shared by `run`, `plan`, `build` and `import`.
+//! Parsing of the options shared by `run`, `plan`, `build`, `import` and built executables.
 
 use clap::Args;
 use stowage_compiler::onnx::{self, ImportConfig};
+
+/// The run-time flags of `stowage run`, which a built executable takes too.
+#[derive(Args, Debug, Default)]
+pub struct RunFlags {
+    /// An input as a TensorProto file: FILE.pb for the next graph input, or NAME=FILE.pb (repeatable).
+    #[arg(long = "input", value_name = "FILE.pb|NAME=FILE.pb")]
+    pub inputs: Vec<String>,
+    /// Write the outputs as output_0.pb, output_1.pb, … here.
+    #[arg(long)]
+    pub output_dir: Option<std::path::PathBuf>,
+    /// Write a JSON report (copies, peak memory, timings) here.
+    #[arg(long)]
+    pub report: Option<std::path::PathBuf>,
+    /// Run this many times (timings report the median).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    /// Kernel threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+}
 
 /// `--input-shape` and `--input-value`.
 #[derive(Args, Debug, Default)]

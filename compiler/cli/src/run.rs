@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::options::RunFlags;
 use crate::session::{self, RunOptions};
 use prost::Message;
 use stowage_compiler::onnx;
@@ -182,20 +183,28 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
 }
 
 /// The whole command. Errors are one line.
-pub fn run(
-    model: &Path,
-    inputs: &[String],
-    output_dir: Option<&Path>,
-    report_path: Option<&Path>,
-    options: &RunOptions,
-) -> Result<String, String> {
+pub fn run(model: &Path, flags: &RunFlags, options: &RunOptions) -> Result<String, String> {
     let start = Instant::now();
     let run = || {
         session::check_target(&options.target)?;
         let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-        run_model(&bytes, model, inputs, output_dir, report_path, options, start)
+        run_model(&bytes, model, flags, options, start)
     };
     run().map_err(|e| one_line(&e))
+}
+
+/// A command's end: its text on stdout and exit 0, or one `error:` line on stderr and exit 1.
+pub fn finish(result: Result<String, String>) -> std::process::ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// An error's lines joined into one.
@@ -208,26 +217,21 @@ pub fn one_line(e: &str) -> String {
 pub fn run_model(
     bytes: &[u8],
     model: &Path,
-    inputs: &[String],
-    output_dir: Option<&Path>,
-    report_path: Option<&Path>,
+    flags: &RunFlags,
     options: &RunOptions,
     start: Instant,
 ) -> Result<String, String> {
+    let (output_dir, report_path) = (flags.output_dir.as_deref(), flags.report.as_deref());
     // The model's input names; the decoded model is dropped at once (its weights are decoded again to compile).
     let names: Vec<String> = {
-        let proto = match options.model_image {
-            Some(image) => onnx::decode_static(image),
-            None => onnx::decode(bytes),
-        }
-        .map_err(|e| format!("{}: {e}", model.display()))?;
+        let proto = session::decode_model(bytes, model, options)?;
         let g =
             proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
         let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
         g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect()
     };
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
-    let mut inputs = resolve_inputs(&names, &fixed, inputs)?;
+    let mut inputs = resolve_inputs(&names, &fixed, &flags.inputs)?;
     // Inputs are read into page-aligned memory, which any device imports in place where it can import at all; an
     // input with a declared layout is placed in memory of that layout, as a caller holding it so would pass it.
     for (_, t) in inputs.iter_mut() {

@@ -165,6 +165,15 @@ pub fn run(model: &Path, inputs: Vec<(String, Tensor<'static>)>, options: &RunOp
     run_bytes(&bytes, model, inputs, options, start)
 }
 
+/// Decodes the model: in place when it is part of the executable's image (`options.model_image`).
+pub fn decode_model(bytes: &[u8], model: &Path, options: &RunOptions) -> Result<onnx::proto::ModelProto, String> {
+    match options.model_image {
+        Some(image) => onnx::decode_static(image),
+        None => onnx::decode(bytes),
+    }
+    .map_err(|e| format!("{}: {e}", model.display()))
+}
+
 /// Imports `model` specialised on `inputs` (see [`run`]) and optimises it.
 fn compile(
     bytes: &[u8],
@@ -175,11 +184,7 @@ fn compile(
     running: bool,
 ) -> Result<Context, String> {
     check_target(&options.target)?;
-    let proto = match options.model_image {
-        Some(image) => onnx::decode_static(image),
-        None => onnx::decode(bytes),
-    }
-    .map_err(|e| format!("{}: {e}", model.display()))?;
+    let proto = decode_model(bytes, model, options)?;
     let graph =
         proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{example, exec, fails, mlp, s, stowage, target_dir};
+use common::{example, exec, fails, frame_file, mlp, s, stowage, target_dir};
 use stowage_cli::session::{Planning, RunOptions};
 
 /// Builds `model` into `exe` with `flags`, expecting success.
@@ -97,16 +97,6 @@ fn built_executables_match_stowage_run_over_the_model_suite() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// A u8 camera frame [1,480,640,3] as a TensorProto file.
-fn frame_file(dir: &Path) -> String {
-    let data: Vec<u8> = (0..480 * 640 * 3).map(|i| (i * 7 % 251) as u8).collect();
-    let t = stowage_runtime::Tensor::from_slice(&[1, 480, 640, 3], &data).expect("frame");
-    let path = dir.join("frame.pb");
-    let proto = stowage_compiler::onnx::tensor::encode(&t, "frame").expect("encodes");
-    std::fs::write(&path, prost::Message::encode_to_vec(&proto)).expect("writes");
-    s(&path)
 }
 
 #[test]

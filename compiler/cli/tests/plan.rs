@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{case, example, fails, mlp, model, s, stowage};
+use common::{case, example, fails, frame_file, mlp, model, s, stowage};
 
 fn plan(args: &[&str]) -> String {
     let (code, out, err) = stowage(&[&["plan"], args].concat());
@@ -95,16 +95,6 @@ fn a_caller_layout_is_read_in_place_where_the_kernel_takes_it_and_relaid_once_wh
     // A layout that changes nothing (column-major of a [1, N] row) is the packed one: no copy.
     let text = plan(&[&mlp(), "--input-layout", "x=column-major"]);
     assert!(text.contains("x: row-major") && text.contains("copies: 0 per run"), "{text}");
-}
-
-/// A u8 camera frame [1,480,640,3] as a TensorProto file.
-fn frame_file(dir: &std::path::Path) -> String {
-    let data: Vec<u8> = (0..480 * 640 * 3).map(|i| (i * 7 % 251) as u8).collect();
-    let t = stowage_runtime::Tensor::from_slice(&[1, 480, 640, 3], &data).expect("frame");
-    let path = dir.join("frame.pb");
-    let proto = stowage_compiler::onnx::tensor::encode(&t, "frame").expect("encodes");
-    std::fs::write(&path, prost::Message::encode_to_vec(&proto)).expect("writes");
-    s(&path)
 }
 
 #[test]

@@ -78,3 +78,13 @@ pub fn exec(program: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into(),
     )
 }
+
+/// A u8 camera frame [1,480,640,3] as a TensorProto file in `dir`.
+pub fn frame_file(dir: &Path) -> String {
+    let data: Vec<u8> = (0..480 * 640 * 3).map(|i| (i * 7 % 251) as u8).collect();
+    let t = stowage_runtime::Tensor::from_slice(&[1, 480, 640, 3], &data).expect("frame");
+    let path = dir.join("frame.pb");
+    let proto = stowage_compiler::onnx::tensor::encode(&t, "frame").expect("encodes");
+    std::fs::write(&path, prost::Message::encode_to_vec(&proto)).expect("writes");
+    s(&path)
+}
