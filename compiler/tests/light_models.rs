@@ -61,3 +61,30 @@ fn squeezenet_ir() {
 fn resnet50_ir() {
     snapshot("resnet50");
 }
+
+/// A compiled graph written out and read back (what a built executable starts from) prints the same IR, verifies,
+/// and holds the same constants; a truncated or corrupt one is an error.
+#[test]
+fn compiled_graphs_round_trip_through_their_serial_form() {
+    let root = common::generated("onnx-models/light", "light_models.py");
+    for name in ["squeezenet", "resnet50", "inception_v1"] {
+        let cx = compile(&root.join(name));
+        let encoded = stowage_compiler::ir::serial::encode(&cx.graph).expect("encodes");
+        let back = stowage_compiler::ir::serial::decode(&encoded.graph, &encoded.constants).expect("decodes");
+        assert_eq!(stowage_compiler::ir::print::print(&back), stowage_compiler::ir::print::print(&cx.graph), "{name}");
+        stowage_compiler::ir::verify::verify(&back).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for &n in back.order() {
+            for v in back.node(n).inputs.iter().flatten() {
+                if let Some(t) = back.const_value(*v) {
+                    let want = cx.graph.const_value(*v).expect("a constant there too");
+                    assert_eq!(t.as_bytes().ok(), want.as_bytes().ok(), "{name}: constant {}", back.value(*v).name);
+                }
+            }
+        }
+        let short = &encoded.graph[..encoded.graph.len() / 2];
+        assert!(stowage_compiler::ir::serial::decode(short, &encoded.constants).is_err(), "{name}: truncated");
+        let few = &encoded.constants[..encoded.constants.len() / 2];
+        let err = stowage_compiler::ir::serial::decode(&encoded.graph, few).map(|_| ()).unwrap_err();
+        assert!(err.contains("outside the constants"), "{name}: {err}");
+    }
+}

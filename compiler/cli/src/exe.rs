@@ -3,10 +3,11 @@
 //! [`main`], which takes `stowage run`'s run-time flags and runs through the very code `stowage run` does, so the
 //! two give the same outputs, report and ledger.
 //!
-//! At start-up the executable imports its embedded model and plans it again, as `stowage run` would for inputs
-//! read from files; a plan whose copies differ from those it was built with is refused. CPU lowering takes its
-//! generated kernels from the object code linked in ([`stowage_cpu::jit::use_precompiled`]): nothing is
-//! compiled at start-up on the CPU.
+//! At start-up the executable reads its compiled-in optimised graph (constants folded and laid out row-major at
+//! 64-byte boundaries, used in place from the executable's image) and plans it again, as `stowage run` would for
+//! inputs read from files; a plan whose copies differ from those it was built with is refused. CPU lowering takes
+//! its generated kernels from the object code linked in ([`stowage_cpu::jit::use_precompiled`]): nothing is
+//! imported, optimised or compiled at start-up.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ use prost::Message;
 use stowage_compiler::onnx::{self, proto::TensorProto, ImportConfig};
 
 use crate::options::RunFlags;
-use crate::session::{BuiltPlan, Planning, RunOptions};
+use crate::session::{BuiltGraph, BuiltPlan, Planning, RunOptions};
 
 pub use stowage_cpu::jit::Precompiled;
 
@@ -26,8 +27,12 @@ pub use stowage_cpu::jit::Precompiled;
 pub struct Built {
     /// The model's file name, for messages.
     pub model_name: &'static str,
-    /// The ONNX model.
-    pub model: &'static [u8],
+    /// The optimised graph's structure (`stowage_compiler::ir::serial`).
+    pub graph: &'static [u8],
+    /// Its constants: a page-aligned blob.
+    pub constants: fn() -> &'static [u8],
+    /// The model's declared inputs, those fixed by `--input-value` included.
+    pub inputs: &'static [&'static str],
     /// The target list it was planned for.
     pub target: &'static str,
     /// `--input-shape` given at build time.
@@ -87,7 +92,7 @@ impl Built {
                 max_copy_bytes: self.max_copy_bytes,
             },
             read_outputs,
-            model_image: Some(self.model),
+            built_graph: Some(BuiltGraph { graph: self.graph, constants: (self.constants)(), inputs: self.inputs }),
             built_plans: std::iter::once((self.path, self.copies))
                 .chain(self.other)
                 .map(|(path, copies)| BuiltPlan {
@@ -107,7 +112,7 @@ pub fn main(built: &'static Built) -> ExitCode {
     stowage_cpu::jit::use_precompiled(built.kernels);
     let result = built
         .options(run.threads as usize, run.repeat as usize, run.output_dir.is_some())
-        .and_then(|options| crate::run::run_model(built.model, Path::new(built.model_name), &run, &options, start))
+        .and_then(|options| crate::run::run_model(&[], Path::new(built.model_name), &run, &options, start))
         .map_err(|e| crate::run::one_line(&e));
     crate::run::finish(result)
 }

@@ -160,7 +160,7 @@ impl Model {
     pub fn new(built: &'static Built, threads: usize) -> Result<Model, ModelError> {
         stowage_cpu::jit::use_precompiled(built.kernels);
         let options = built.options(threads.max(1), 1, true).map_err(ModelError::Prepare)?;
-        let session = Session::new(built.model, Path::new(built.model_name), &[], &options, Instant::now())
+        let session = Session::new(&[], Path::new(built.model_name), &[], &options, Instant::now())
             .map_err(ModelError::Prepare)?;
         Ok(Model { session, ledger: Ledger::recording() })
     }

@@ -223,12 +223,17 @@ pub fn run_model(
 ) -> Result<String, String> {
     let (output_dir, report_path) = (flags.output_dir.as_deref(), flags.report.as_deref());
     // The model's input names; the decoded model is dropped at once (its weights are decoded again to compile).
-    let names: Vec<String> = {
-        let proto = session::decode_model(bytes, model, options)?;
-        let g =
-            proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
-        let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
-        g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect()
+    let names: Vec<String> = match &options.built_graph {
+        Some(built) => built.inputs.iter().map(|n| n.to_string()).collect(),
+        None => {
+            let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+            let g = proto
+                .graph
+                .as_ref()
+                .ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
+            let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+            g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect()
+        }
     };
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
     let mut inputs = resolve_inputs(&names, &fixed, &flags.inputs)?;

@@ -33,9 +33,9 @@ pub struct RunOptions {
     pub planning: Planning,
     /// The caller reads the outputs' bytes (so outputs on discrete memory are planned to be downloaded once).
     pub read_outputs: bool,
-    /// The model's bytes as part of this executable's image (built code): decoded in place, and once imported their
-    /// pages are handed back to the kernel, so the bytes are not resident beside the graph made from them.
-    pub model_image: Option<&'static [u8]>,
+    /// In built code: the optimised graph compiled in (`stowage_compiler::ir::serial`), used instead of importing
+    /// and optimising the model again; its constants are views of the executable's image.
+    pub built_graph: Option<BuiltGraph>,
     /// In built code: the plans it was built with, by path (for OpenCL, the in-place-import plan of a unified
     /// device and the staging plan of a discrete one), each as its copies, one line each. A plan made at start-up
     /// that is none of them (another device, another stowage) is an error rather than a silent change.
@@ -52,9 +52,20 @@ impl Default for RunOptions {
             planning: Planning::default(),
             read_outputs: true,
             built_plans: Vec::new(),
-            model_image: None,
+            built_graph: None,
         }
     }
+}
+
+/// An optimised graph compiled into an executable or module.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltGraph {
+    /// Its structure.
+    pub graph: &'static [u8],
+    /// Its constants, each at a 64-byte boundary of a page-aligned blob.
+    pub constants: &'static [u8],
+    /// The model's declared inputs, those fixed at build time included (what `--input` arguments are matched to).
+    pub inputs: &'static [&'static str],
 }
 
 /// A plan built into an executable or module: which path it is, and its copies.
@@ -165,15 +176,6 @@ pub fn run(model: &Path, inputs: Vec<(String, Tensor<'static>)>, options: &RunOp
     run_bytes(&bytes, model, inputs, options, start)
 }
 
-/// Decodes the model: in place when it is part of the executable's image (`options.model_image`).
-pub fn decode_model(bytes: &[u8], model: &Path, options: &RunOptions) -> Result<onnx::proto::ModelProto, String> {
-    match options.model_image {
-        Some(image) => onnx::decode_static(image),
-        None => onnx::decode(bytes),
-    }
-    .map_err(|e| format!("{}: {e}", model.display()))
-}
-
 /// Imports `model` specialised on `inputs` (see [`run`]) and optimises it.
 fn compile(
     bytes: &[u8],
@@ -184,7 +186,7 @@ fn compile(
     running: bool,
 ) -> Result<Context, String> {
     check_target(&options.target)?;
-    let proto = decode_model(bytes, model, options)?;
+    let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
     let graph =
         proto.graph.as_ref().ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
@@ -229,33 +231,32 @@ fn compile(
         .map_err(|e| stowage_compiler::ImportError { path: Some(model.to_path_buf()), kind: e.kind }.to_string())?;
     // The graph holds its own copies of the initializers now.
     drop(proto);
-    if let Some(image) = options.model_image {
-        page_out(image);
-    }
     let mut cx = Context::new(graph);
     progress.phase("folding constants and optimising");
     cx.optimize().map_err(|e| e.to_string())?;
     Ok(cx)
 }
 
-/// Asks the kernel to reclaim the pages of `bytes` now (`MADV_PAGEOUT`): a hint that never changes their contents.
-/// For an executable's read-only image the pages are dropped and read again from the file if touched; the peak
-/// resident memory of a start-up then holds the model once, as a graph, rather than twice.
-fn page_out(bytes: &[u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        let page = 4096;
-        let (begin, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
-        let (start, stop) = (begin.next_multiple_of(page), end / page * page);
-        if stop > start {
-            // SAFETY: `[start, stop)` lies within `bytes`, memory this process maps. MADV_PAGEOUT only asks the
-            // kernel to reclaim those pages; their contents are unchanged (file pages are read again, anonymous
-            // ones are swapped), so every reference to them stays valid. Its result is a hint's: ignored.
-            let _ = unsafe { libc::madvise(start as *mut libc::c_void, stop - start, libc::MADV_PAGEOUT) };
+/// The compiled-in graph of built code, after checking the given inputs against its inputs' types.
+fn built_graph(built: &BuiltGraph, inputs: &[(String, Tensor<'static>)]) -> Result<Context, String> {
+    let graph = stowage_compiler::ir::serial::decode_static(built.graph, built.constants)?;
+    for (name, t) in inputs {
+        let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == *name) else {
+            let names: Vec<&str> = graph.inputs().iter().map(|&v| graph.value(v).name.as_str()).collect();
+            return Err(format!("input '{name}': the model has no such input (its inputs: {})", names.join(", ")));
+        };
+        let ty = graph.ty(v);
+        if ty.dt != t.dt() || ty.shape != t.shape() {
+            return Err(format!(
+                "input '{name}': the model takes {}{:?}, the given tensor is {}{:?}",
+                ty.dt,
+                ty.shape,
+                t.dt(),
+                t.shape()
+            ));
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = bytes;
+    Ok(Context::new(graph))
 }
 
 /// The plan for `graph` on `opened`, with the caller's planning options and the layouts of the given inputs.
@@ -446,7 +447,10 @@ impl Session {
         start: Instant,
     ) -> Result<Session, String> {
         let progress = Progress::start(model);
-        let cx = compile(bytes, model, inputs, options, &progress, !inputs.is_empty())?;
+        let cx = match &options.built_graph {
+            Some(built) => built_graph(built, inputs)?,
+            None => compile(bytes, model, inputs, options, &progress, !inputs.is_empty())?,
+        };
         let graph = &cx.graph;
         progress.phase("planning");
         let opened = targets::open(&options.target, options.threads, graph)?;

@@ -77,6 +77,25 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// A graph from its parts, as [`super::serial`] reads it back.
+    pub(crate) fn from_parts(
+        name: String,
+        metadata: Metadata,
+        values: PrimaryMap<ValueId, ValueData>,
+        nodes: PrimaryMap<NodeId, NodeData>,
+        order: Vec<NodeId>,
+        inputs: Vec<ValueId>,
+        outputs: Vec<GraphOutput>,
+    ) -> Graph {
+        Graph { name, metadata, values, nodes, order, inputs, outputs }
+    }
+
+    /// Nodes, order, inputs and outputs, as [`super::serial`] writes them.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn parts(&self) -> (&PrimaryMap<NodeId, NodeData>, &[NodeId], &[ValueId], &[GraphOutput]) {
+        (&self.nodes, &self.order, &self.inputs, &self.outputs)
+    }
+
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Self {
         Graph { name: name.into(), ..Graph::default() }

@@ -9,6 +9,7 @@ mod entities;
 mod graph;
 mod op;
 pub mod print;
+pub mod serial;
 mod types;
 pub mod verify;
 

@@ -10,7 +10,7 @@ use std::fmt;
 use stowage_runtime::{DatumType, Tensor};
 
 /// Elementwise ops of one input.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Unary {
     /// `|x|`.
     Abs,
@@ -68,7 +68,7 @@ pub enum Unary {
 }
 
 /// Elementwise ops of two inputs with multidirectional broadcasting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Binary {
     /// `a+b`.
     Add,
@@ -102,7 +102,7 @@ impl Binary {
 }
 
 /// Elementwise ops of any number of inputs with multidirectional broadcasting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Variadic {
     /// Elementwise maximum.
     Max,
@@ -115,7 +115,7 @@ pub enum Variadic {
 }
 
 /// The window of a convolution or pooling op, with padding resolved to explicit numbers.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     /// Kernel size per spatial axis.
     pub kernel: Vec<usize>,
@@ -132,7 +132,7 @@ pub struct Window {
 }
 
 /// ONNX's `auto_pad`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AutoPad {
     /// Explicit `pads` (also what `auto_pad` becomes once resolved).
     NotSet,
@@ -145,7 +145,7 @@ pub enum AutoPad {
 }
 
 /// Convolution: inputs X, W, optional B.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Conv {
     /// Window; `kernel` is empty until inferred from W.
     pub window: Window,
@@ -154,7 +154,7 @@ pub struct Conv {
 }
 
 /// Which pooling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PoolKind {
     /// Maximum over the window.
     Max,
@@ -166,7 +166,7 @@ pub enum PoolKind {
 }
 
 /// Windowed pooling: input X; MaxPool may have a second output, the argmax indices.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pool {
     /// Max or average.
     pub kind: PoolKind,
@@ -177,7 +177,7 @@ pub struct Pool {
 }
 
 /// Gemm: `alpha * A' * B' + beta * C`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gemm {
     /// Scale of the product.
     pub alpha: f32,
@@ -190,7 +190,7 @@ pub struct Gemm {
 }
 
 /// Which reduction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reduce {
     /// Maximum.
     Max,
@@ -203,7 +203,7 @@ pub enum Reduce {
 }
 
 /// Softmax or its logarithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SoftmaxKind {
     /// `exp(x)/sum(exp(x))`.
     Softmax,
@@ -212,7 +212,7 @@ pub enum SoftmaxKind {
 }
 
 /// Pad modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PadMode {
     /// Fill with a constant.
     Constant,
@@ -225,7 +225,7 @@ pub enum PadMode {
 }
 
 /// Resize interpolation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ResizeMode {
     /// Nearest neighbour.
     Nearest,
@@ -236,7 +236,7 @@ pub enum ResizeMode {
 }
 
 /// How output coordinates map back to input coordinates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CoordinateTransform {
     /// `(x+0.5)/scale-0.5`.
     HalfPixel,
@@ -253,7 +253,7 @@ pub enum CoordinateTransform {
 }
 
 /// Rounding for nearest mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum NearestMode {
     /// Round half down.
     RoundPreferFloor,
@@ -266,7 +266,7 @@ pub enum NearestMode {
 }
 
 /// How `sizes` with `axes` keeps the aspect ratio.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AspectRatioPolicy {
     /// Sizes are taken as given.
     Stretch,
@@ -277,7 +277,7 @@ pub enum AspectRatioPolicy {
 }
 
 /// Resize: inputs X, roi?, scales?, sizes?.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Resize {
     /// Interpolation.
     pub mode: ResizeMode,
@@ -302,7 +302,7 @@ pub struct Resize {
 }
 
 /// An op with its attributes. Inputs are listed on each variant as the node holds them; `?` marks optional ones.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// One-input elementwise op: X.
     Unary(Unary),
@@ -317,6 +317,7 @@ pub enum Op {
     /// Datum type conversion: X.
     Cast {
         /// Target type.
+        #[serde(with = "super::serial::datum_type")]
         to: DatumType,
     },
     /// Convolution: X, W, B?.
@@ -352,6 +353,7 @@ pub enum Op {
         /// Added to the variance.
         epsilon: f32,
         /// Datum type of the statistics outputs.
+        #[serde(with = "super::serial::datum_type")]
         stash: DatumType,
     },
     /// `alpha * A' * B' + beta * C`: A, B, C?.
@@ -395,6 +397,7 @@ pub enum Op {
     /// A tensor of `value` with a given shape: shape.
     ConstantOfShape {
         /// One-element tensor giving value and datum type.
+        #[serde(with = "super::serial::tensor")]
         value: Tensor<'static>,
     },
     /// Reshape: data, shape.

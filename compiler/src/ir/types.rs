@@ -5,9 +5,10 @@ use std::fmt;
 use stowage_runtime::DatumType;
 
 /// Datum type and shape of a value. Every dimension is known after import.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ValueType {
     /// Element type.
+    #[serde(with = "super::serial::datum_type")]
     pub dt: DatumType,
     /// Dimensions, outermost first. Empty for a scalar.
     pub shape: Vec<usize>,

@@ -143,12 +143,6 @@ impl ImportConfig {
     }
 }
 
-/// Decodes a `ModelProto` held for the whole process (an executable's embedded model): initializers' `raw_data`
-/// are views of `bytes`, not copies.
-pub fn decode_static(bytes: &'static [u8]) -> Result<proto::ModelProto, ImportErrorKind> {
-    proto::ModelProto::decode(bytes::Bytes::from_static(bytes)).map_err(|e| ImportErrorKind::Decode(e.to_string()))
-}
-
 /// Decodes a `ModelProto`.
 pub fn decode(bytes: &[u8]) -> Result<proto::ModelProto, ImportErrorKind> {
     proto::ModelProto::decode(bytes).map_err(|e| ImportErrorKind::Decode(e.to_string()))

@@ -64,7 +64,7 @@ pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, St
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
         external(t, dir, count * dt.size_of())?.into()
     } else if let Some(raw) = &t.raw_data {
-        raw.as_ref().into()
+        raw.as_slice().into()
     } else {
         typed_fields(t, dt, count)?.into()
     };
@@ -136,7 +136,7 @@ pub fn encode(t: &Tensor<'_>, name: &str) -> Result<TensorProto, String> {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(onnx_type(t.dt()) as i32),
         name: Some(name.to_string()),
-        raw_data: Some(bytes.to_vec().into()),
+        raw_data: Some(bytes.to_vec()),
         ..TensorProto::default()
     })
 }

@@ -6,7 +6,7 @@
 //! becomes `x * s + t` with per-channel constants `s` and `t = beta - mean * s` of shape `[C, 1, …]`: two
 //! elementwise ops that a backend can fuse with what follows (a ReLU, usually).
 
-use stowage_runtime::Tensor;
+use stowage_runtime::{DatumType, Tensor};
 
 use crate::consts;
 use crate::ir::{Binary, Graph, Op};
@@ -87,6 +87,7 @@ fn fold_into_conv(g: &mut Graph) -> usize {
             None => None,
         };
         let Some((new_w, new_b)) = fold(w, bias, &params, f64::from(epsilon)) else { continue };
+        let old_w = cn.inputs[1].filter(|&v| uses[v] == 1);
         let name = cn.name.clone();
         let w_id = g.add_const(format!("{name}.weight_bn"), new_w);
         let b_id = g.add_const(format!("{name}.bias_bn"), new_b);
@@ -96,6 +97,12 @@ fn fold_into_conv(g: &mut Graph) -> usize {
         conv_node.inputs.push(Some(b_id));
         g.replace_uses(y, x);
         g.remove_node(bn);
+        // The unfolded weights had no other reader: their bytes go now, not when the graph does.
+        if let Some(v) = old_w {
+            if let Ok(empty) = Tensor::zeros(g.ty(v).dt, &[0]) {
+                g.make_const(v, empty);
+            }
+        }
         folded += 1;
     }
     folded
@@ -114,11 +121,22 @@ fn fold(
     }
     let per = w.len() / m.max(1);
     let s: Vec<f64> = (0..m).map(|c| scale[c] / (var[c] + eps).sqrt()).collect();
+    let b = bias.unwrap_or_else(|| vec![0.0; m]);
+    let bv: Vec<f64> = (0..m).map(|c| (b[c] - mean[c]) * s[c] + beta[c]).collect();
+    let new_b = consts::from_f64s(w.dt(), &[m], &bv).ok()?;
+    if let (DatumType::F32, Ok(src)) = (w.dt(), w.as_slice::<f32>()) {
+        // The common case, in one pass and without an f64 copy of the weights (the same rounding: the product
+        // in f64, then to f32).
+        let out: Vec<f32> = src
+            .chunks(per.max(1))
+            .zip(&s)
+            .flat_map(|(row, &k)| row.iter().map(move |&x| (f64::from(x) * k) as f32))
+            .collect();
+        return Some((Tensor::from_vec(w.shape(), out).ok()?, new_b));
+    }
     let mut wv = consts::to_f64s(w).ok()?;
     for (i, x) in wv.iter_mut().enumerate() {
         *x *= s[i / per];
     }
-    let b = bias.unwrap_or_else(|| vec![0.0; m]);
-    let bv: Vec<f64> = (0..m).map(|c| (b[c] - mean[c]) * s[c] + beta[c]).collect();
-    Some((consts::from_f64s(w.dt(), w.shape(), &wv).ok()?, consts::from_f64s(w.dt(), &[m], &bv).ok()?))
+    Some((consts::from_f64s(w.dt(), w.shape(), &wv).ok()?, new_b))
 }

@@ -94,7 +94,8 @@ pub struct GeneratedModule {
     pub name: String,
     /// The module's source.
     pub source: String,
-    /// Files the source embeds: the model (`{name}.onnx`) and fixed input values, by file name.
+    /// Files the source embeds: the optimised graph (`{name}_graph.bin`), its constants (`{name}_constants.bin`)
+    /// and fixed input values, by file name.
     pub embedded: Vec<(String, Vec<u8>)>,
     /// The CPU kernels' object file.
     pub object: Vec<u8>,
@@ -194,10 +195,12 @@ impl Build {
         let c = compile(model, &self.options(), &format!("stowage_{name}_k")).map_err(BuildError::Model)?;
         let files: Vec<(String, String)> =
             c.values.iter().map(|(input, file, _)| (input.clone(), format!("{name}_{file}"))).collect();
-        let onnx = format!("{name}.onnx");
-        let source = module_rs(&c.source(true, &files), &onnx, &c.prepared.cx.graph, &c.prepared.plan)
+        let source = module_rs(&c.source(true, &files), &name, &c.prepared.cx.graph, &c.prepared.plan)
             .map_err(|e| BuildError::Model(format!("{}: {e}", model.display())))?;
-        let mut embedded = vec![(onnx, c.bytes.clone())];
+        let mut embedded = vec![
+            (format!("{name}_graph.bin"), c.encoded.graph.clone()),
+            (format!("{name}_constants.bin"), c.encoded.constants.clone()),
+        ];
         embedded.extend(files.iter().zip(&c.values).map(|((_, file), (_, _, bytes))| (file.clone(), bytes.clone())));
         Ok(GeneratedModule { name, source, embedded, object: c.object })
     }

@@ -101,8 +101,10 @@ fn check_output(output: &Path) -> Result<(), String> {
 pub struct Generated {
     /// The model's file name.
     pub model_name: String,
-    /// The model's bytes.
-    pub model: Vec<u8>,
+    /// `graph.bin`: the optimised graph's structure.
+    pub graph: Vec<u8>,
+    /// `constants.bin`: its constants.
+    pub constants: Vec<u8>,
     /// `src/main.rs`.
     pub main_rs: String,
     /// `kernels.o`.
@@ -118,7 +120,6 @@ pub struct Generated {
 /// A model planned, its kernels compiled: what both the executable and the typed module are written from.
 pub(crate) struct Compiled {
     pub model_name: String,
-    pub bytes: Vec<u8>,
     pub options: RunOptions,
     pub prepared: session::Prepared,
     pub object: Vec<u8>,
@@ -129,6 +130,10 @@ pub(crate) struct Compiled {
     /// For an OpenCL target on a unified device: the staging plan's path and copies (planned for the target
     /// forced discrete), which a discrete device takes at start-up.
     pub other: Option<(String, Vec<String>)>,
+    /// The optimised graph written out: structure and constants.
+    pub encoded: stowage_compiler::ir::serial::Encoded,
+    /// The model's declared inputs (those fixed by `--input-value` included).
+    pub inputs: Vec<String>,
 }
 
 impl Compiled {
@@ -143,6 +148,9 @@ impl Compiled {
             in_out_dir,
             path: &self.prepared.path,
             other: self.other.as_ref().map(|(p, c)| (p.as_str(), c.as_slice())),
+            inputs: &self.inputs,
+            constants_len: self.encoded.constants.len(),
+            constants_hash: fnv(&[&self.encoded.constants]),
         }
     }
 
@@ -209,7 +217,17 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
         let encoded = onnx::tensor::encode(t, input).map_err(|e| format!("--input-value {input}: {e}"))?;
         values.push((input.clone(), format!("value_{k}.pb"), encoded.encode_to_vec()));
     }
-    Ok(Compiled { model_name, bytes, options, prepared, object: object.bytes, kernels, values, other })
+    let encoded =
+        stowage_compiler::ir::serial::encode(&prepared.cx.graph).map_err(|e| format!("{}: {e}", model.display()))?;
+    let inputs = proto
+        .graph
+        .iter()
+        .flat_map(|g| {
+            let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+            g.input.iter().map(|i| i.name().to_string()).filter(move |n| !initializers.contains(&n.as_str()))
+        })
+        .collect();
+    Ok(Compiled { model_name, options, prepared, object: object.bytes, kernels, values, other, encoded, inputs })
 }
 
 /// Plans `model` for `options` and generates its executable crate's source and kernel object.
@@ -223,7 +241,8 @@ pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String>
         copies_per_run: c.prepared.plan.run_copies().count(),
         values: c.values.into_iter().map(|(_, f, b)| (f, b)).collect(),
         model_name: c.model_name,
-        model: c.bytes,
+        graph: c.encoded.graph,
+        constants: c.encoded.constants,
         object: c.object,
     })
 }
@@ -249,7 +268,9 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
         write_if_changed(&dir.join(file), bytes)?;
     }
     write_if_changed(&dir.join("src/main.rs"), generated.main_rs.as_bytes())?;
-    write_if_changed(&dir.join("model.onnx"), &generated.model)?;
+    write_if_changed(&dir.join("graph.bin"), &generated.graph)?;
+    write_if_changed(&dir.join("constants.bin"), &generated.constants)?;
+    let _ = std::fs::remove_file(dir.join("model.onnx"));
     write_if_changed(&dir.join("kernels.o"), &generated.object)?;
     write_if_changed(&dir.join("Cargo.toml"), manifest(&name, &source).as_bytes())?;
     write_if_changed(&dir.join("build.rs"), BUILD_RS.as_bytes())?;
@@ -264,6 +285,19 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
     let built = cargo_build(&dir, &root.join("target"), &name)?;
     progress.finish();
     let size = install(&built, output)?;
+    // The executable now lives at `-o`: cargo's copies of it and the crate's copies of the model's bytes (each as
+    // large as the model) go; the crate's sources stay, to be read.
+    for file in ["graph.bin", "constants.bin"] {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    if let Ok(entries) = std::fs::read_dir(root.join("target/release/deps")) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&format!("{name}-")) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&built);
     Ok(Built {
         crate_dir: dir,
         executable: output.to_path_buf(),

@@ -26,6 +26,12 @@ pub struct Source<'a> {
     pub path: &'a str,
     /// The other path's plan (OpenCL built on a unified device: the staging plan), and its copies.
     pub other: Option<(&'a str, &'a [String])>,
+    /// The model's declared inputs.
+    pub inputs: &'a [String],
+    /// Bytes of `constants.bin`.
+    pub constants_len: usize,
+    /// A digest of `constants.bin`.
+    pub constants_hash: u64,
 }
 
 fn option(v: Option<usize>) -> TokenStream {
@@ -135,7 +141,50 @@ pub(super) fn copies_items(s: &Source<'_>, public: bool) -> TokenStream {
     items
 }
 
-/// `Built { … }` for what `s` describes, naming the statics `MODEL`, `COPIES` and `KERNELS`.
+/// `GRAPH` and `constants()`: the optimised graph, and its constants embedded page-aligned by the assembler
+/// (`.incbin`, so a blob of hundreds of megabytes costs the compiler nothing), from `graph_file` and
+/// `constants_file` (absolute paths as macros build them). `symbol` names the blob.
+pub(super) fn graph_items(
+    s: &Source<'_>,
+    graph_file: TokenStream,
+    constants_file: TokenStream,
+    symbol: &str,
+) -> TokenStream {
+    let len = Literal::usize_unsuffixed(s.constants_len);
+    let ident = format_ident!("{}", symbol);
+    let globl = format!(".globl {symbol}");
+    let label = format!("{symbol}:");
+    let hash = Literal::u64_unsuffixed(s.constants_hash);
+    quote! {
+        /// The optimised graph (`stowage_compiler::ir::serial`): weights folded, every op's attributes resolved.
+        static GRAPH: &[u8] = include_bytes!(#graph_file);
+
+        std::arch::global_asm!(
+            ".pushsection .rodata.stowage_constants,\"a\",@progbits",
+            ".balign 4096",
+            #globl,
+            #label,
+            concat!(".incbin \"", #constants_file, "\""),
+            ".popsection",
+        );
+
+        extern "C" {
+            /// The graph's constants, packed row-major, each at a 64-byte boundary of this page-aligned blob.
+            static #ident: [u8; #len];
+        }
+
+        /// A digest of the constants, so that this file changes (and is compiled again) when they do.
+        const CONSTANTS_DIGEST: u64 = #hash;
+
+        /// The constants blob.
+        fn constants() -> &'static [u8] {
+            let _ = CONSTANTS_DIGEST;
+            unsafe { &#ident }
+        }
+    }
+}
+
+/// `Built { … }` for what `s` describes, naming the statics `GRAPH`, `CONSTANTS`, `COPIES` and `KERNELS`.
 pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     let options = s.options;
     let model_name = s.model_name;
@@ -157,6 +206,7 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     let states = pairs(&options.planning.states);
     let (max_copies, max_bytes) = (option(options.planning.max_copies), option(options.planning.max_copy_bytes));
     let path = s.path;
+    let inputs = s.inputs.iter();
     let other = match s.other {
         Some((p, _)) => quote!(Some((#p, OTHER_COPIES))),
         None => quote!(None),
@@ -164,7 +214,9 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     quote! {
         stowage_cli::exe::Built {
             model_name: #model_name,
-            model: MODEL,
+            graph: GRAPH,
+            constants,
+            inputs: &[#(#inputs),*],
             target: #target,
             input_shapes: &[#(#shapes),*],
             input_values: &[#(#values),*],
@@ -180,6 +232,17 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     }
 }
 
+/// Formats generated code with prettyplease. Comments do not survive a token stream, so the one `unsafe` block
+/// of generated code gets its `// SAFETY:` line here.
+pub(super) fn unparse(file: TokenStream, what: &str) -> Result<String, String> {
+    let parsed: syn::File = syn::parse2(file).map_err(|e| format!("generated {what} does not parse: {e}"))?;
+    let text = prettyplease::unparse(&parsed);
+    Ok(text.replace(
+        "    unsafe { &stowage_",
+        "    // SAFETY: the symbol is defined by the `global_asm!` above: that many bytes of read-only data.\n    unsafe { &stowage_",
+    ))
+}
+
 /// The generated `main.rs`.
 pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
     let docs = summary(s).into_iter().map(|l| {
@@ -190,11 +253,16 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
     let kernels = kernel_items(s);
     let built = built_literal(s);
     let copies = copies_items(s, false);
+    let graph = graph_items(
+        s,
+        quote!("../graph.bin"),
+        quote!(concat!(env!("CARGO_MANIFEST_DIR"), "/constants.bin")),
+        "stowage_constants",
+    );
     let file = quote! {
         #(#docs)*
 
-        /// The ONNX model as given to `stowage build`.
-        static MODEL: &[u8] = include_bytes!("../model.onnx");
+        #graph
 
         #kernels
 
@@ -206,10 +274,9 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
             stowage_cli::exe::main(&BUILT)
         }
     };
-    let parsed: syn::File = syn::parse2(file).map_err(|e| format!("generated source does not parse: {e}"))?;
     let header = format!(
         "// @generated by stowage {} (`stowage build`) from {model_name}. Do not edit: build again instead.\n",
         env!("CARGO_PKG_VERSION")
     );
-    Ok(header + &prettyplease::unparse(&parsed))
+    Ok(header + &unparse(file, "source")?)
 }
