@@ -1,7 +1,8 @@
-//! The implicit convolution (im2col computed inside the product, what GPUs take) checked on the CI's OpenCL device,
-//! which would otherwise take the two-launch form: every ONNX Conv node test and the random-weight SqueezeNet,
-//! ResNet-50 and Inception v1 on `opencl` against their references. Its own test binary, because it sets the
-//! environment.
+//! Convolutions as a large GPU runs them, checked on the CI's OpenCL device, which would otherwise take the
+//! two-launch form on undivided products: the im2col unfolding computed inside the product, and products divided
+//! for the 264 work-groups an H200 asks for (split along K where the output alone is too few tiles). Every ONNX
+//! Conv node test and the random-weight SqueezeNet, ResNet-50 and Inception v1 on `opencl` against their
+//! references. Its own test binary, because it sets the environment.
 
 use std::path::Path;
 
@@ -29,7 +30,10 @@ fn run(dir: &Path, target: &str, rtol: f64, atol: f64) -> Result<(), String> {
 #[test]
 fn convolutions_computed_inside_the_product_match() {
     // SAFETY: this test binary has this one test, so nothing else reads the environment while it is set.
-    unsafe { std::env::set_var("STOWAGE_OPENCL_IMPLICIT_CONV", "1") };
+    unsafe {
+        std::env::set_var("STOWAGE_OPENCL_IMPLICIT_CONV", "1");
+        std::env::set_var("STOWAGE_OPENCL_GEMM_GROUPS", "264");
+    }
     let cases = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py");
     let mut names: Vec<String> = std::fs::read_dir(&cases)
         .expect("node tests")

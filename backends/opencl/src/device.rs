@@ -166,6 +166,8 @@ pub(crate) struct TargetInner {
     pub(crate) queue: CommandQueue,
     /// The pinned staging buffer of the discrete path, kept and grown across runs.
     pub(crate) staging: Mutex<Option<crate::buffer::Staging>>,
+    /// Kernels are timed on the device (`STOWAGE_OPENCL_PROFILE`; see `ClProgram::profile`).
+    pub(crate) profiling: bool,
     /// Device buffers alive (for leak checks).
     pub(crate) live: AtomicUsize,
     /// Programs built on this target, by source hash.
@@ -210,8 +212,10 @@ impl Target {
         let kind = if mode == Mode::Unified { MemoryKind::Unified } else { MemoryKind::Device };
         let space = MemorySpace::named(format!("opencl:{index}"), kind);
         let context = Context::from_device(&device).map_err(call_err(space.name(), "clCreateContext"))?;
+        let profiling = std::env::var_os("STOWAGE_OPENCL_PROFILE").is_some_and(|v| !v.is_empty() && v != "0");
+        let properties = if profiling { opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE } else { 0 };
         // SAFETY: the device is the one the context was made for.
-        let queue = unsafe { CommandQueue::create_with_properties(&context, device.id(), 0, 0) }
+        let queue = unsafe { CommandQueue::create_with_properties(&context, device.id(), properties, 0) }
             .map_err(call_err(space.name(), "clCreateCommandQueue"))?;
         let driver = device.driver_version().unwrap_or_default();
         let inner = TargetInner {
@@ -226,6 +230,7 @@ impl Target {
             context,
             queue,
             staging: Mutex::new(None),
+            profiling,
             live: AtomicUsize::new(0),
             programs: Mutex::default(),
         };

@@ -88,6 +88,23 @@ pub struct ClProgram {
     /// Device buffers of values and scratch that died, by byte length, for later steps and runs to reuse instead
     /// of allocating: a run allocates only the first time a size is needed (and the outputs it hands out).
     pub(crate) pool: Mutex<std::collections::HashMap<usize, Vec<ClBuffer>>>,
+    /// Device time of each step's kernels summed over the runs so far, and the runs (when the target profiles).
+    pub(crate) times: Mutex<(Vec<u64>, usize)>,
+    /// Per kernel, what it computes (a product's dimensions), for the profile.
+    pub(crate) notes: Vec<String>,
+}
+
+/// One step's kernels timed on the device ([`ClProgram::profile`]).
+#[derive(Clone, Debug)]
+pub struct StepTime {
+    /// The node's name.
+    pub name: String,
+    /// The op.
+    pub op: &'static str,
+    /// Each launch: its global size, and what its kernel computes where that is noted (a product's dimensions).
+    pub launches: Vec<String>,
+    /// Mean device time per run, in microseconds.
+    pub micros: f64,
 }
 
 /// Bytes of the distinct device buffers in `slots` other than constants and inputs (aliases share a buffer).
@@ -102,6 +119,16 @@ fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[usize]) -> usize {
         .filter(|b| seen.insert(b.mem().get() as usize))
         .map(ClBuffer::byte_len)
         .sum()
+}
+
+impl Step {
+    /// Kernel launches it makes per run (0 for an alias; 2 for a product split along K).
+    pub fn launches(&self) -> usize {
+        match &self.kind {
+            StepKind::Alias { .. } => 0,
+            StepKind::Launches { launches, .. } => launches.len(),
+        }
+    }
 }
 
 impl ClProgram {
@@ -184,8 +211,12 @@ impl ClProgram {
         }
         let fixed: Vec<usize> = self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().map(|b| b.slot)).collect();
         let mut peak = 0;
+        let mut events = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
-            self.run_step(step, &mut slots)?;
+            let timed = self.run_step(step, &mut slots)?;
+            if self.target.inner.profiling {
+                events.extend(timed.into_iter().map(|e| (i, e)));
+            }
             peak = peak.max(live_bytes(&slots, &fixed));
             for (s, slot) in slots.iter_mut().enumerate() {
                 if self.last_use[s] == i {
@@ -196,6 +227,18 @@ impl ClProgram {
             }
         }
         self.peak.fetch_max(peak, std::sync::atomic::Ordering::Relaxed);
+        if self.target.inner.profiling {
+            self.target.finish()?;
+            let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+            times.0.resize(self.steps.len(), 0);
+            times.1 += 1;
+            for (i, e) in events {
+                let (start, end) = (e.profiling_command_start(), e.profiling_command_end());
+                if let (Ok(start), Ok(end)) = (start, end) {
+                    times.0[i] += end.saturating_sub(start);
+                }
+            }
+        }
         self.outputs
             .iter()
             .map(|b| {
@@ -211,7 +254,32 @@ impl ClProgram {
             .collect()
     }
 
-    fn run_step(&self, step: &Step, slots: &mut [Option<ClBuffer>]) -> Result<()> {
+    /// Device time per step, in step order, when the target was opened with `STOWAGE_OPENCL_PROFILE=1` (empty
+    /// otherwise): what a kernel's tiling is tuned against.
+    pub fn profile(&self) -> Vec<StepTime> {
+        let times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        let runs = times.1.max(1) as f64;
+        self.steps
+            .iter()
+            .zip(&times.0)
+            .map(|(step, &ns)| StepTime {
+                name: step.name.clone(),
+                op: step.op,
+                launches: match &step.kind {
+                    StepKind::Launches { launches, .. } => launches
+                        .iter()
+                        .map(|l| format!("{:?} {}", l.global, self.notes.get(l.kernel).map_or("", String::as_str)))
+                        .collect(),
+                    StepKind::Alias { .. } => Vec::new(),
+                },
+                micros: ns as f64 / runs / 1e3,
+            })
+            .collect()
+    }
+
+    /// Runs one step; returns its launches' events.
+    fn run_step(&self, step: &Step, slots: &mut [Option<ClBuffer>]) -> Result<Vec<Arc<opencl3::event::Event>>> {
+        let mut events = Vec::new();
         let missing = |s: usize| ClError::Step {
             node: step.name.clone(),
             op: step.op,
@@ -247,16 +315,18 @@ impl ClProgram {
                     let args: Vec<Arg<'_>> = bufs.iter().map(|b| Arg::Buf(b)).collect();
                     let writes: Vec<&ClBuffer> = l.writes.iter().map(get).collect::<Result<_>>()?;
                     let kernel = self.kernels[l.kernel].lock().unwrap_or_else(|p| p.into_inner());
-                    self.target
+                    let event = self
+                        .target
                         .launch(&kernel, &args, &l.global, l.local.as_deref(), &writes)
                         .map_err(|e| ClError::Step { node: step.name.clone(), op: step.op, message: e.to_string() })?;
+                    events.extend(event);
                 }
                 for b in scratch {
                     self.recycle(b);
                 }
             }
         }
-        Ok(())
+        Ok(events)
     }
 
     /// A buffer for a `dt` value of `shape`: a dead one of the same byte length where there is one, else a new
@@ -276,5 +346,33 @@ impl ClProgram {
         if b.is_unique() && !b.is_imported() {
             self.pool.lock().unwrap_or_else(|p| p.into_inner()).entry(b.byte_len()).or_default().push(b);
         }
+    }
+}
+
+/// With `STOWAGE_OPENCL_PROFILE=1`, a program prints its steps' device times to stderr when it is dropped, the
+/// slowest first: a measuring aid, not part of any output.
+impl Drop for ClProgram {
+    fn drop(&mut self) {
+        if !self.target.inner.profiling || self.times.get_mut().map_or(true, |t| t.1 == 0) {
+            return;
+        }
+        let mut steps = self.profile();
+        let total: f64 = steps.iter().map(|s| s.micros).sum();
+        steps.sort_by(|a, b| b.micros.total_cmp(&a.micros));
+        let mut table =
+            format!("device time per run on {}: {total:.1} µs in {} steps\n", self.target.space(), steps.len());
+        for s in steps.iter().filter(|s| s.micros > 0.0) {
+            use std::fmt::Write as _;
+            let _ = writeln!(
+                table,
+                "{:>9.1} µs {:>5.1}%  {:<10} {:<40} {}",
+                s.micros,
+                100.0 * s.micros / total,
+                s.op,
+                s.name,
+                s.launches.join("; ")
+            );
+        }
+        eprint!("{table}");
     }
 }

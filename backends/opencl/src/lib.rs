@@ -24,7 +24,7 @@ mod program;
 pub use buffer::{ClBuffer, Staging};
 pub use device::{describe_devices, descriptor_for, devices, parse_target, DeviceInfo, Mode, Target};
 pub use error::{ClError, Result};
-pub use exec::{Binding, ClProgram, Step};
+pub use exec::{Binding, ClProgram, Step, StepTime};
 pub use lower::{lower, unsupported_nodes};
 pub use plan::PlanTarget;
 pub use program::{cache_dir, Arg, BuildStats};

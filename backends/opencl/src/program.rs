@@ -120,7 +120,7 @@ impl Target {
         global: &[usize],
         local: Option<&[usize]>,
         writes: &[&ClBuffer],
-    ) -> Result<()> {
+    ) -> Result<Option<Arc<opencl3::event::Event>>> {
         let space = self.inner.space.to_string();
         let err = |call: &'static str| {
             let space = space.clone();
@@ -145,7 +145,7 @@ impl Target {
             .map_err(err("clSetKernelArg"))?;
         }
         if global.contains(&0) {
-            return Ok(());
+            return Ok(None);
         }
         // A device lost (see `Target::lose_device_after`): the launch fails as a driver reports it.
         let left = &self.inner.lose_after;
@@ -182,7 +182,7 @@ impl Target {
         for w in writes {
             w.written_by_shared(Arc::clone(&event));
         }
-        Ok(())
+        Ok(Some(event))
     }
 }
 

@@ -33,6 +33,9 @@ pub struct Gemm {
     /// B is the im2col unfolding of a convolution's input `X` (window, channels, groups), computed as it is loaded
     /// (an implicit product: no im2col buffer, no second launch); the batch axes are then (batch item, group).
     pub im2col: Option<(super::Window, usize, usize)>,
+    /// How A, B, C and the added term are stored ([`super::dt_storage`]: `float`, `half` or `bf16`); products are
+    /// summed in float whatever it is. Implicit convolutions are `float` only.
+    pub elem: &'static str,
     /// Work-groups the device needs to be busy (twice its compute units); larger tiles are used only while the
     /// product still makes this many.
     pub min_groups: usize,
@@ -49,72 +52,163 @@ fn batch_offset(s: &mut String, var: &str, batch: &[usize], strides: &[usize]) {
     s.push_str(" }\n");
 }
 
-/// Outputs per work item along each axis of [`gemm`]'s tile: 4 × 4 or 2 × 2 when the product still makes at least
-/// `g.min_groups` work-groups that way (enough to fill the device: a batch-1 layer of ResNet's third stage is only
-/// 16 groups of 64 × 64), else 1 (a work-group of 16 × 16 items covers `16·R` × `16·R` outputs).
-///
-/// `STOWAGE_OPENCL_GEMM_BLOCK` (1, 2 or 4) forces one size, for measuring.
-pub fn gemm_block(g: &Gemm) -> usize {
-    if let Some(r) = std::env::var("STOWAGE_OPENCL_GEMM_BLOCK").ok().and_then(|v| v.parse::<usize>().ok()) {
-        if matches!(r, 1 | 2 | 4) {
-            return r;
-        }
-    }
-    let batch: usize = g.batch.iter().product();
-    let groups = |r: usize| g.m.div_ceil(TILE * r) * g.n.div_ceil(TILE * r) * batch.max(1);
-    [4, 2].into_iter().find(|&r| g.k >= TILE && groups(r) >= g.min_groups.max(1)).unwrap_or(1)
+/// How a product is divided among work-groups: each item computes `block` × `block` outputs of a tile of
+/// `16·block` × `16·block`, and the inner dimension is cut into `splits` ranges of `chunk` (a multiple of 16), each
+/// summed by its own work-groups into a partial product that [`gemm_reduce`] adds up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Division {
+    /// Outputs per work item along each axis: 1, 2 or 4.
+    pub block: usize,
+    /// Ranges of the inner dimension summed apart (1: the product is written directly).
+    pub splits: usize,
+    /// Length of each range.
+    pub chunk: usize,
 }
 
-/// Kernel `name(A, B, C[, bias])` for `g`: work-groups of 16 × 16 items, each item computing `R` × `R` outputs
-/// ([`gemm_block`]) from tiles of A and B staged in local memory 16 columns of K at a time; global size
-/// `[ceil(n / 16R) · 16, ceil(m / 16R) · 16, Π batch]`, local `[16, 16, 1]`.
+impl Division {
+    /// The global size of the product's launch (its local size is `[16, 16, 1]`).
+    pub fn global(&self, g: &Gemm) -> Vec<usize> {
+        let batch: usize = g.batch.iter().product();
+        let edge = |v: usize| v.div_ceil(TILE * self.block).max(1) * TILE;
+        vec![edge(g.n), edge(g.m), batch.max(1) * self.splits]
+    }
+
+    /// Bytes of the partial products (0 when the product is not split).
+    pub fn scratch_bytes(&self, g: &Gemm) -> usize {
+        let batch: usize = g.batch.iter().product();
+        if self.splits > 1 {
+            self.splits * batch.max(1) * g.m * g.n * 4
+        } else {
+            0
+        }
+    }
+}
+
+/// The shortest range of the inner dimension a split product gives one work-group: below it the partial
+/// products' traffic and the second launch cost more than the parallelism gains.
+const MIN_CHUNK: usize = 128;
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok())
+}
+
+/// Divides `g` so that it makes at least `g.min_groups` work-groups (twice the device's compute units: a
+/// batch-1 layer of ResNet's last stage is only 128 groups of 16 × 16 outputs, on a GPU of 132 compute units):
+/// the largest block that reaches that count, cutting the inner dimension into ranges of at least 128 where the
+/// output alone does not (a block of 4 or 2 only where the output is at least that tile along its rows). With
+/// neither, the block of 1 with as many splits as it can take.
+///
+/// For measuring: `STOWAGE_OPENCL_GEMM_BLOCK` (1, 2 or 4) forces the block, `STOWAGE_OPENCL_GEMM_SPLITS` the
+/// number of ranges, and `STOWAGE_OPENCL_GEMM_GROUPS` the count of work-groups sought.
+pub fn division(g: &Gemm) -> Division {
+    let batch: usize = g.batch.iter().product::<usize>().max(1);
+    let target = env_usize("STOWAGE_OPENCL_GEMM_GROUPS").unwrap_or(g.min_groups).max(1);
+    let groups = |r: usize| g.m.div_ceil(TILE * r) * g.n.div_ceil(TILE * r) * batch;
+    let most_splits = (g.k / MIN_CHUNK).max(1);
+    let make = |block: usize, splits: usize| {
+        let chunk = g.k.div_ceil(splits.max(1)).next_multiple_of(TILE).max(TILE);
+        Division { block, splits: g.k.div_ceil(chunk).max(1), chunk }
+    };
+    let forced_block = env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4));
+    let splits_for = |r: usize| match env_usize("STOWAGE_OPENCL_GEMM_SPLITS") {
+        Some(s) => s.clamp(1, g.k.div_ceil(TILE).max(1)),
+        None => target.div_ceil(groups(r)).min(most_splits),
+    };
+    if let Some(r) = forced_block {
+        return make(r, splits_for(r));
+    }
+    for r in [4, 2] {
+        if g.k < TILE || g.m < TILE * r || 2 * g.n < TILE * r {
+            continue;
+        }
+        if groups(r) * splits_for(r) >= target {
+            return make(r, splits_for(r));
+        }
+    }
+    make(1, splits_for(1))
+}
+
+/// `g`'s dimensions and division in a few words, for a profile.
+pub fn describe(g: &Gemm) -> String {
+    let implicit = if g.im2col.is_some() { " implicit conv" } else { "" };
+    let d = division(g);
+    let split = if d.splits > 1 { format!(" split{}x{}", d.splits, d.chunk) } else { String::new() };
+    format!("gemm m{} n{} k{} batch{:?} block{}{split}{implicit}", g.m, g.n, g.k, g.batch, d.block)
+}
+
+/// The epilogue of an output `v` at (`row`, `col`) of batch item `bi`: the scale, the added term, ReLU, stored
+/// to C.
+fn epilogue(s: &mut String, g: &Gemm) {
+    let _ = writeln!(s, "    v = {} * v;", lit(g.alpha));
+    if let Some(((bs, brs, bcs), beta)) = &g.bias {
+        batch_offset(s, "dof", &g.batch, bs);
+        let d = super::load(g.elem, "D", &format!("dof + (size_t)row * {brs} + (size_t)col * {bcs}"));
+        let _ = writeln!(s, "    v += {} * {d};", lit(*beta));
+    }
+    if g.relu {
+        let _ = writeln!(s, "    v = v < 0.0f ? 0.0f : v;");
+    }
+    let at = format!("co + (size_t)row * {} + (size_t)col * {}", g.c.1, g.c.2);
+    let _ = writeln!(s, "    {}", super::store(g.elem, "C", &at, "v"));
+}
+
+/// Kernel `name(A, B, C[, bias])` for `g` divided as [`division`] says: work-groups of 16 × 16 items, each item
+/// computing `R` × `R` outputs from tiles of A and B staged in local memory 16 columns of K at a time; global size
+/// [`Division::global`], local `[16, 16, 1]`. A split product is `name(A, B, P)` instead: each range of K writes
+/// its partial product to `P` (`[splits][batch][m][n]`), and [`gemm_reduce`] finishes it.
 pub fn gemm(name: &str, g: &Gemm) -> String {
-    let r = gemm_block(g);
+    let d = division(g);
+    let r = d.block;
     let (bm, bn) = (TILE * r, TILE * r);
     let mut s = String::new();
-    let bias = if g.bias.is_some() { ", __global const float* restrict D" } else { "" };
+    let out = if d.splits > 1 {
+        "__global float* restrict P".to_string()
+    } else {
+        let t = super::param_type(g.elem);
+        let bias = if g.bias.is_some() { format!(", __global const {t}* restrict D") } else { String::new() };
+        format!("__global {t}* restrict C{bias}")
+    };
     let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let _ = writeln!(
         s,
-        "__kernel void {name}(__global const float* restrict A, __global const float* restrict {b_name}, __global float* restrict C{bias}) {{"
+        "__kernel void {name}(__global const {t}* restrict A, __global const {t}* restrict {b_name}, {out}) {{",
+        t = super::param_type(g.elem)
     );
+    let batch: usize = g.batch.iter().product::<usize>().max(1);
     let _ = writeln!(s, "  const int lc = get_local_id(0), lr = get_local_id(1), tid = lr * {TILE} + lc;");
     let _ = writeln!(
         s,
-        "  const int row0 = get_group_id(1) * {bm}, col0 = get_group_id(0) * {bn}; const size_t bi = get_global_id(2);"
+        "  const int row0 = get_group_id(1) * {bm}, col0 = get_group_id(0) * {bn}; const size_t z = get_global_id(2), bi = z % {batch};"
     );
+    let _ = writeln!(s, "  const int k0 = (int)(z / {batch}) * {}, kend = min(k0 + {}, {});", d.chunk, d.chunk, g.k);
     let _ = writeln!(s, "  __local float As[{bm}][{}]; __local float Bs[{TILE}][{}];", TILE + 1, bn + 1);
     batch_offset(&mut s, "ao", &g.batch, &g.a.0);
     batch_offset(&mut s, "bo", &g.batch, &g.b.0);
     batch_offset(&mut s, "co", &g.batch, &g.c.0);
     let _ = writeln!(s, "  float acc[{r}][{r}];");
     let _ = writeln!(s, "  for (int i = 0; i < {r}; ++i) for (int j = 0; j < {r}; ++j) acc[i][j] = 0.0f;");
-    let _ = writeln!(s, "  for (int t = 0; t < {}; t += {TILE}) {{", g.k);
+    let _ = writeln!(s, "  for (int t = k0; t < kend; t += {TILE}) {{");
     let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bm * TILE, TILE * TILE);
     let _ = writeln!(
         s,
-        "      const int rr = e / {TILE}, kk = e % {TILE}, gr = row0 + rr, gk = t + kk;\n      As[rr][kk] = (gr < {m} && gk < {k}) ? A[ao + (size_t)gr * {ars} + (size_t)gk * {acs}] : 0.0f;\n    }}",
+        "      const int rr = e / {TILE}, kk = e % {TILE}, gr = row0 + rr, gk = t + kk;\n      As[rr][kk] = (gr < {m} && gk < kend) ? {a} : 0.0f;\n    }}",
         m = g.m,
-        k = g.k,
-        ars = g.a.1,
-        acs = g.a.2
+        a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2)),
     );
     let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bn * TILE, TILE * TILE);
     match &g.im2col {
         None => {
             let _ = writeln!(
                 s,
-                "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;\n      Bs[kk][cc] = (gk < {k} && gc < {n}) ? B[bo + (size_t)gk * {brs} + (size_t)gc * {bcs}] : 0.0f;\n    }}",
-                k = g.k,
+                "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;\n      Bs[kk][cc] = (gk < kend && gc < {n}) ? {b} : 0.0f;\n    }}",
                 n = g.n,
-                brs = g.b.1,
-                bcs = g.b.2
+                b = super::load(g.elem, "B", &format!("bo + (size_t)gk * {} + (size_t)gc * {}", g.b.1, g.b.2)),
             );
         }
         Some((w, channels, groups)) => {
             let _ = writeln!(s, "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;");
             let _ = writeln!(s, "      float v = 0.0f;");
-            let _ = writeln!(s, "      if (gk < {} && gc < {}) {{", g.k, g.n);
+            let _ = writeln!(s, "      if (gk < kend && gc < {}) {{", g.n);
             s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
             let _ = writeln!(s, "      }}\n      Bs[kk][cc] = v;\n    }}");
         }
@@ -133,15 +227,36 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
     let _ = writeln!(s, "  for (int i = 0; i < {r}; ++i) for (int q = 0; q < {r}; ++q) {{");
     let _ = writeln!(s, "    const int row = row0 + lr + i * {TILE}, col = col0 + lc + q * {TILE};");
     let _ = writeln!(s, "    if (row >= {} || col >= {}) continue;", g.m, g.n);
-    let _ = writeln!(s, "    float v = {} * acc[i][q];", lit(g.alpha));
-    if let Some(((bs, brs, bcs), beta)) = &g.bias {
-        batch_offset(&mut s, "dof", &g.batch, bs);
-        let _ = writeln!(s, "    v += {} * D[dof + (size_t)row * {brs} + (size_t)col * {bcs}];", lit(*beta));
+    if d.splits > 1 {
+        let _ = writeln!(s, "    P[(z * {} + row) * {} + col] = acc[i][q];", g.m, g.n);
+    } else {
+        let _ = writeln!(s, "    float v = acc[i][q];");
+        epilogue(&mut s, g);
     }
-    if g.relu {
-        let _ = writeln!(s, "    v = v < 0.0f ? 0.0f : v;");
-    }
-    let _ = writeln!(s, "    C[co + (size_t)row * {} + (size_t)col * {}] = v;", g.c.1, g.c.2);
+    let _ = writeln!(s, "  }}");
+    s.push_str("}\n");
+    s
+}
+
+/// Kernel `name(P, C[, bias])` finishing a split product of `g`: each item adds up the `splits` partial products of
+/// one output and applies the epilogue; global size `[n, m, Π batch]`.
+pub fn gemm_reduce(name: &str, g: &Gemm) -> String {
+    let d = division(g);
+    let batch: usize = g.batch.iter().product::<usize>().max(1);
+    let t = super::param_type(g.elem);
+    let bias = if g.bias.is_some() { format!(", __global const {t}* restrict D") } else { String::new() };
+    let mut s = String::new();
+    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict P, __global {t}* restrict C{bias}) {{");
+    let _ = writeln!(s, "  const size_t col = get_global_id(0), row = get_global_id(1), bi = get_global_id(2);");
+    batch_offset(&mut s, "co", &g.batch, &g.c.0);
+    let _ = writeln!(s, "  {{");
+    let _ = writeln!(s, "    float v = 0.0f;");
+    let _ = writeln!(
+        s,
+        "    for (int sp = 0; sp < {}; ++sp) v += P[((sp * {batch} + bi) * {} + row) * {} + col];",
+        d.splits, g.m, g.n
+    );
+    epilogue(&mut s, g);
     let _ = writeln!(s, "  }}");
     s.push_str("}\n");
     s

@@ -21,10 +21,10 @@ use std::fmt::Write as _;
 use stowage_cpu::jit::{Body, Chain, Elem, Inst, Loops};
 use stowage_cpu::kernels::elementwise::{BinaryFn, UnaryFn};
 
-pub use gemm::{gemm, gemm_block, Gemm, Strides, TILE};
+pub use gemm::{describe, division, gemm, gemm_reduce, Division, Gemm, Strides, TILE};
 pub use index::{index_map, IndexMap};
 pub use resize::resize_axis;
-pub use rows::{batch_norm, layer_norm, lrn, reduce, softmax};
+pub use rows::{batch_norm, layer_norm, lrn, reduce, softmax, softmax_grouped, ROW_GROUP};
 pub use window::{average_pool, global_pool, im2col, max_pool, Window};
 
 /// The OpenCL C type of an element.
@@ -157,6 +157,36 @@ pub fn dt_storage(dt: stowage_runtime::DatumType) -> Option<&'static str> {
     }
 }
 
+/// The C type a buffer of storage `t` ([`dt_storage`]) is declared with.
+pub fn param_type(t: &str) -> &str {
+    if t == "bf16" {
+        "ushort"
+    } else {
+        t
+    }
+}
+
+/// An expression reading element `idx` of buffer `ptr` of storage `t`: `half` and `bf16` read as float.
+pub fn load(t: &str, ptr: &str, idx: &str) -> String {
+    match t {
+        "half" => format!("vload_half({idx}, {ptr})"),
+        "bf16" => format!("as_float(((uint){ptr}[{idx}]) << 16)"),
+        _ => format!("{ptr}[{idx}]"),
+    }
+}
+
+/// A statement storing `v` (a float for `half` and `bf16`) to element `idx` of buffer `ptr` of storage `t`.
+pub fn store(t: &str, ptr: &str, idx: &str, v: &str) -> String {
+    match t {
+        "half" => format!("vstore_half_rte((float)({v}), {idx}, {ptr});"),
+        // Round to nearest even; NaN stays a (quiet) NaN.
+        "bf16" => format!(
+            "{{ const float v_ = (float)({v}); const uint u_ = as_uint(v_);\n    {ptr}[{idx}] = isnan(v_) ? (ushort)0x7FC0 : (ushort)((u_ + 0x7FFFu + ((u_ >> 16) & 1u)) >> 16); }}"
+        ),
+        _ => format!("{ptr}[{idx}] = ({t})({v});"),
+    }
+}
+
 /// An elementwise kernel over any datum types: input `k` (C type `inputs[k].0`) is read at element strides
 /// `inputs[k].1` over `dims` (0 on broadcast axes) into `a{k}`, and `expr` (over `a0`, `a1`…) is stored, cast to
 /// `out`. One work item per output element.
@@ -165,8 +195,8 @@ pub fn typed(name: &str, dims: &[usize], inputs: &[(&str, Vec<usize>)], out: &st
     let params: Vec<String> = inputs
         .iter()
         .enumerate()
-        .map(|(k, (t, _))| format!("__global const {}* restrict in{k}", if *t == "bf16" { "ushort" } else { t }))
-        .chain([format!("__global {}* restrict out", if out == "bf16" { "ushort" } else { out })])
+        .map(|(k, (t, _))| format!("__global const {}* restrict in{k}", param_type(t)))
+        .chain([format!("__global {}* restrict out", param_type(out))])
         .collect();
     let _ = writeln!(s, "__kernel void {name}({}) {{", params.join(", "));
     let _ = writeln!(s, "  const size_t g = get_global_id(0); size_t r = g;");
@@ -180,21 +210,10 @@ pub fn typed(name: &str, dims: &[usize], inputs: &[(&str, Vec<usize>)], out: &st
         }
     }
     for (k, ((t, _), off)) in inputs.iter().zip(&offsets).enumerate() {
-        let _ = match *t {
-            "half" => writeln!(s, "  const float a{k} = vload_half({off}, in{k});"),
-            "bf16" => writeln!(s, "  const float a{k} = as_float(((uint)in{k}[{off}]) << 16);"),
-            _ => writeln!(s, "  const {t} a{k} = in{k}[{off}];"),
-        };
+        let value = if matches!(*t, "half" | "bf16") { "float" } else { t };
+        let _ = writeln!(s, "  const {value} a{k} = {};", load(t, &format!("in{k}"), off));
     }
-    let _ = match out {
-        "half" => writeln!(s, "  vstore_half_rte((float)({expr}), g, out);"),
-        // Round to nearest even; NaN stays a (quiet) NaN.
-        "bf16" => writeln!(
-            s,
-            "  {{ const float v = (float)({expr}); const uint u = as_uint(v);\n    out[g] = isnan(v) ? (ushort)0x7FC0 : (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); }}"
-        ),
-        _ => writeln!(s, "  out[g] = ({out})({expr});"),
-    };
+    let _ = writeln!(s, "  {}", store(out, "out", "g", expr));
     s.push_str("}\n");
     s
 }

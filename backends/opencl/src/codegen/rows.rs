@@ -4,12 +4,42 @@ use std::fmt::Write as _;
 
 use super::lit;
 
-/// Softmax (or LogSoftmax) over `len` elements `inner` apart, for `outer · inner` rows: kernel `name(X, Y)`, global
-/// size `outer · inner`.
-pub fn softmax(name: &str, len: usize, inner: usize, log: bool) -> String {
-    let out = if log { "X[at] - m - log(sum)" } else { "exp(X[at] - m) / sum" };
+/// Work items sharing one row of [`softmax`] when the row is long enough to be worth it.
+pub const ROW_GROUP: usize = 64;
+
+/// Whether [`softmax`] gives rows of `len` a work-group of [`ROW_GROUP`] items each (else one item per row).
+pub fn softmax_grouped(len: usize) -> bool {
+    len >= ROW_GROUP
+}
+
+/// Softmax (or LogSoftmax) over `len` elements `inner` apart, for `outer · inner` rows of storage `t` (`float`,
+/// `half` or `bf16`, computed in float): kernel `name(X, Y)`. Long rows ([`softmax_grouped`]) take a work-group
+/// of [`ROW_GROUP`] items each, sharing the maximum and the sum through local memory (global size `rows · 64`,
+/// local 64): a classifier's one row of 1,000 is otherwise one item's serial work. Short rows take one item each
+/// (global size `rows`).
+pub fn softmax(name: &str, t: &str, len: usize, inner: usize, log: bool) -> String {
+    let x = |at: &str| super::load(t, "X", at);
+    let value = if log { format!("{} - m - log(sum)", x("at")) } else { format!("exp({} - m) / sum", x("at")) };
+    let out = super::store(t, "Y", "at", &value);
+    let p = super::param_type(t);
+    let head = format!("__kernel void {name}(__global const {p}* restrict X, __global {p}* restrict Y) {{\n");
+    let xj = x(&format!("base + j * {inner}"));
+    if !softmax_grouped(len) {
+        return format!(
+            "{head}  const size_t g = get_global_id(0), o = g / {inner}, i = g % {inner};\n  const size_t base = o * {len} * {inner} + i;\n  float m = -INFINITY;\n  for (size_t j = 0; j < {len}; ++j) m = fmax(m, {xj});\n  float sum = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) sum += exp({xj} - m);\n  for (size_t j = 0; j < {len}; ++j) {{ const size_t at = base + j * {inner}; {out} }}\n}}\n"
+        );
+    }
+    let w = ROW_GROUP;
+    let tree = |op: &str| {
+        format!(
+            "  red[t] = v; barrier(CLK_LOCAL_MEM_FENCE);\n  for (int s = {half}; s > 0; s >>= 1) {{ if (t < s) red[t] = {op}; barrier(CLK_LOCAL_MEM_FENCE); }}\n",
+            half = w / 2
+        )
+    };
     format!(
-        "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0), o = g / {inner}, i = g % {inner};\n  const size_t base = o * {len} * {inner} + i;\n  float m = -INFINITY;\n  for (size_t j = 0; j < {len}; ++j) m = fmax(m, X[base + j * {inner}]);\n  float sum = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) sum += exp(X[base + j * {inner}] - m);\n  for (size_t j = 0; j < {len}; ++j) {{ const size_t at = base + j * {inner}; Y[at] = {out}; }}\n}}\n"
+        "{head}  const size_t g = get_group_id(0), o = g / {inner}, i = g % {inner}; const int t = get_local_id(0);\n  const size_t base = o * {len} * {inner} + i;\n  __local float red[{w}];\n  float v = -INFINITY;\n  for (size_t j = t; j < {len}; j += {w}) v = fmax(v, {xj});\n{max}  const float m = red[0]; barrier(CLK_LOCAL_MEM_FENCE);\n  v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) v += exp({xj} - m);\n{add}  const float sum = red[0];\n  for (size_t j = t; j < {len}; j += {w}) {{ const size_t at = base + j * {inner}; {out} }}\n}}\n",
+        max = tree("fmax(red[t], red[t + s])"),
+        add = tree("red[t] + red[t + s]"),
     )
 }
 

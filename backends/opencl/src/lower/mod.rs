@@ -20,7 +20,7 @@ use products::{conv, gemm_of, matmul_of, window};
 use typed::typed_expr;
 
 use crate::buffer::ClBuffer;
-use crate::codegen::{self, Gemm, TILE};
+use crate::codegen::{self, Gemm};
 use crate::device::{DeviceInfo, Target};
 use crate::error::{ClError, Result};
 use crate::exec::{ArgRef, Binding, ClProgram, Launch, Step, StepKind};
@@ -30,6 +30,8 @@ struct Builder<'g> {
     source: String,
     fp64: bool,
     kernels: Vec<String>,
+    /// Per kernel, what it computes where that helps reading a profile (a product's dimensions and blocking).
+    notes: Vec<String>,
     /// Work-groups that keep the device busy (twice its compute units).
     min_groups: usize,
     /// Convolutions compute their im2col unfolding inside the product (on GPUs; a CPU device does better with
@@ -58,7 +60,15 @@ impl Builder<'_> {
         self.source.push_str(&make(&name));
         self.source.push('\n');
         self.kernels.push(name);
+        self.notes.push(String::new());
         self.kernels.len() - 1
+    }
+
+    /// Adds the product kernel of `g`.
+    fn gemm_kernel(&mut self, g: &Gemm) -> usize {
+        let k = self.kernel(|name| codegen::gemm(name, g));
+        self.notes[k] = codegen::describe(g);
+        k
     }
 }
 
@@ -70,11 +80,6 @@ fn launch(
     writes: Vec<ArgRef>,
 ) -> Launch {
     Launch { kernel, args, global, local, writes }
-}
-
-/// Global size along one axis of a product: one work-group of `TILE` items per `TILE · r` outputs.
-fn groups(v: usize, r: usize) -> usize {
-    v.div_ceil(TILE * r).max(1) * TILE
 }
 
 /// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache) and uploads the
@@ -118,6 +123,7 @@ fn translate<'g>(
         source: String::new(),
         fp64: false,
         kernels: Vec::new(),
+        notes: Vec::new(),
         min_groups: 2 * info.compute_units as usize,
         implicit_conv: match std::env::var("STOWAGE_OPENCL_IMPLICIT_CONV").as_deref() {
             Ok("1") => true,
@@ -223,6 +229,11 @@ fn translate<'g>(
                     Err(unsupported(format!("{dt} data (f32 only here)")))
                 }
             };
+            // Products and softmax read f16 and bf16 as float and sum in float; f64 would need its own kernels.
+            let float_storage = |dt: DatumType| match dt {
+                DatumType::F32 | DatumType::F16 | DatumType::BF16 => Ok(codegen::dt_storage(dt).unwrap_or("float")),
+                _ => Err(unsupported(format!("{dt} data (f32, f16 and bf16 only here)"))),
+            };
             let (op, kind) = if let Some(p) = planned.get(&n) {
                 b.fp64 |= codegen::needs_fp64(&p.loops);
                 let k = b.kernel(|name| codegen::loops(name, &p.loops, 0, &[]));
@@ -317,7 +328,7 @@ fn translate<'g>(
                         ("Concat", StepKind::Launches { outs: vec![out], scratch: vec![], launches })
                     }
                     Op::MatMul | Op::Gemm(_) => {
-                        f32_only(out_ty.dt)?;
+                        let elem = float_storage(out_ty.dt)?;
                         let (a, bt) =
                             (in_ty(0).unwrap_or_else(|| out_ty.clone()), in_ty(1).unwrap_or_else(|| out_ty.clone()));
                         let g = match &node.op {
@@ -325,17 +336,11 @@ fn translate<'g>(
                             _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
                         }
                         .ok_or_else(|| unsupported("operand shapes this kernel does not take".into()))?;
-                        let g = Gemm { min_groups: b.min_groups, ..g };
-                        let k = b.kernel(|name| codegen::gemm(name, &g));
-                        let mut args = vec![arg(0)?, arg(1)?, ArgRef::Slot(out)];
-                        if g.bias.is_some() {
-                            args.push(arg(2)?);
-                        }
-                        let batch: usize = g.batch.iter().product();
-                        let r = codegen::gemm_block(&g);
-                        let global = vec![groups(g.n, r), groups(g.m, r), batch.max(1)];
-                        let l = launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]);
-                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
+                        let g = Gemm { min_groups: b.min_groups, elem, ..g };
+                        let bias = if g.bias.is_some() { Some(arg(2)?) } else { None };
+                        let mut scratch = Vec::new();
+                        let launches = products::product(&mut b, &g, arg(0)?, arg(1)?, out, bias, &mut scratch);
+                        (node.op.name(), StepKind::Launches { outs: vec![out], scratch, launches })
                     }
                     Op::Conv(c) => {
                         f32_only(out_ty.dt)?;
@@ -417,7 +422,7 @@ fn translate<'g>(
                         (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                     }
                     Op::Softmax { kind, axis, flatten } => {
-                        f32_only(out_ty.dt)?;
+                        let elem = float_storage(out_ty.dt)?;
                         let sh = &out_ty.shape;
                         let axis = (*axis as usize).min(sh.len().saturating_sub(1));
                         let outer: usize = sh[..axis].iter().product();
@@ -426,14 +431,14 @@ fn translate<'g>(
                         } else {
                             (sh[axis], sh[axis + 1..].iter().product())
                         };
-                        let k = b.kernel(|name| codegen::softmax(name, len, inner, *kind == SoftmaxKind::LogSoftmax));
-                        let l = launch(
-                            k,
-                            vec![arg(0)?, ArgRef::Slot(out)],
-                            vec![outer * inner],
-                            None,
-                            vec![ArgRef::Slot(out)],
-                        );
+                        let k =
+                            b.kernel(|name| codegen::softmax(name, elem, len, inner, *kind == SoftmaxKind::LogSoftmax));
+                        let (global, local) = if codegen::softmax_grouped(len) {
+                            (vec![outer * inner * codegen::ROW_GROUP], Some(vec![codegen::ROW_GROUP]))
+                        } else {
+                            (vec![outer * inner], None)
+                        };
+                        let l = launch(k, vec![arg(0)?, ArgRef::Slot(out)], global, local, vec![ArgRef::Slot(out)]);
                         (node.op.name(), StepKind::Launches { outs: vec![out], scratch: vec![], launches: vec![l] })
                     }
                     Op::LayerNorm { axis, epsilon, .. } => {
@@ -858,5 +863,7 @@ fn build(graph: &Graph, target: &Target, ledger: &Ledger, t: Translation<'_>) ->
         const_bytes,
         peak: Default::default(),
         pool: Default::default(),
+        times: Default::default(),
+        notes: b.notes,
     })
 }

@@ -2,7 +2,7 @@
 
 use stowage_compiler::ir;
 
-use super::{groups, launch, Builder};
+use super::{launch, Builder};
 use crate::codegen::{self, Gemm, Window, TILE};
 use crate::exec::{ArgRef, Launch};
 
@@ -64,6 +64,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         relu: false,
         min_groups: 1,
         im2col: None,
+        elem: "float",
     })
 }
 
@@ -102,6 +103,7 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         relu: false,
         min_groups: 1,
         im2col: None,
+        elem: "float",
     })
 }
 
@@ -140,6 +142,7 @@ pub(super) fn conv(
         bias: bias.map(|_| ((vec![0, mg], 1, 0), 1.0)),
         relu,
         min_groups: b.min_groups,
+        elem: "float",
         // On a GPU the unfolding is computed as the product loads it: one launch, no scratch buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
     };
@@ -159,13 +162,36 @@ pub(super) fn conv(
         ));
         ArgRef::Scratch(0)
     };
-    let k = b.kernel(|name| codegen::gemm(name, &gemm));
-    let mut args = vec![ArgRef::Slot(ins[1]?), src, ArgRef::Slot(out)];
-    if let Some(bs) = bias {
-        args.push(ArgRef::Slot(bs));
-    }
-    let r = codegen::gemm_block(&gemm);
-    let global = vec![groups(p, r), groups(mg, r), nb * g];
-    launches.push(launch(k, args, global, Some(vec![TILE, TILE, 1]), vec![ArgRef::Slot(out)]));
+    launches.extend(product(b, &gemm, ArgRef::Slot(ins[1]?), src, out, bias.map(ArgRef::Slot), &mut scratch));
     Some((launches, scratch))
+}
+
+/// The launches of product `g` of `a` and `src` into slot `out` (with the added term `bias`): one, or two for a
+/// product split along K ([`codegen::division`]), whose partial products take a scratch buffer appended to
+/// `scratch`.
+pub(super) fn product(
+    b: &mut Builder<'_>,
+    g: &Gemm,
+    a: ArgRef,
+    src: ArgRef,
+    out: usize,
+    bias: Option<ArgRef>,
+    scratch: &mut Vec<usize>,
+) -> Vec<Launch> {
+    let d = codegen::division(g);
+    let k = b.gemm_kernel(g);
+    let local = Some(vec![TILE, TILE, 1]);
+    if d.splits == 1 {
+        let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias).collect();
+        return vec![launch(k, args, d.global(g), local, vec![ArgRef::Slot(out)])];
+    }
+    let partial = ArgRef::Scratch(scratch.len());
+    scratch.push(d.scratch_bytes(g));
+    let reduce = b.kernel(|name| codegen::gemm_reduce(name, g));
+    let batch: usize = g.batch.iter().product();
+    let args = [partial, ArgRef::Slot(out)].into_iter().chain(bias).collect();
+    vec![
+        launch(k, vec![a, src, partial], d.global(g), local, vec![partial]),
+        launch(reduce, args, vec![g.n, g.m, batch.max(1)], None, vec![ArgRef::Slot(out)]),
+    ]
 }

@@ -1,0 +1,141 @@
+//! Products and softmax (f32 and f16) as a large GPU divides them, checked on the CI's OpenCL device against the CPU backend.
+//!
+//! PoCL has two compute units here, so its products are never split. This binary asks for the 264 work-groups an
+//! H200 asks for (`STOWAGE_OPENCL_GEMM_GROUPS`), and for convolutions computed inside the product, so that split
+//! products (partial sums over ranges of K, added up by a second launch with the epilogue) and 4 × 4 and 2 × 2
+//! blocks run here, on odd sizes that leave partial tiles and a last range shorter than the others. Its own test
+//! binary, because it sets the environment.
+
+use stowage_compiler::ir::{self, Graph, Op, SoftmaxKind, Unary, ValueType};
+use stowage_opencl::Target;
+use stowage_runtime::{DatumType, Ledger, Tensor};
+
+fn f32s(shape: &[usize], seed: u64) -> Tensor<'static> {
+    let n: usize = shape.iter().product();
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect();
+    Tensor::from_slice(shape, &data).expect("tensor")
+}
+
+fn ty(shape: &[usize]) -> ValueType {
+    ValueType::new(DatumType::F32, shape)
+}
+
+/// Adds `op` over `inputs` with one output of `shape`; returns the output.
+fn node(g: &mut Graph, name: &str, op: Op, inputs: Vec<ir::ValueId>, shape: &[usize]) -> ir::ValueId {
+    let n =
+        g.add_node(name, op, inputs.into_iter().map(Some).collect(), vec![Some((format!("{name}_out"), ty(shape)))]);
+    g.node(n).outputs[0].expect("output")
+}
+
+/// One graph of products of every form lowering makes, each split on the GPU division; returns it with its input.
+fn products() -> (Graph, Tensor<'static>) {
+    let mut g = Graph::new("split products");
+    let x = g.add_input("x", ty(&[1, 2048]));
+    let mut outs = Vec::new();
+    // A classifier's Gemm (m = 1: the block of 1, split), transposed B, a bias vector, alpha and beta.
+    let w = g.add_const("w", f32s(&[1000, 2048], 1));
+    let c = g.add_const("c", f32s(&[1000], 2));
+    let gemm = ir::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true };
+    outs.push(node(&mut g, "fc", Op::Gemm(gemm), vec![x, w, c], &[1, 1000]));
+    // A MatMul of odd sizes (partial tiles everywhere, a shorter last range) batched over a broadcast operand.
+    let a = g.add_const("a", f32s(&[3, 37, 1000], 3));
+    let b = g.add_const("b", f32s(&[1000, 50], 4));
+    outs.push(node(&mut g, "batched", Op::MatMul, vec![a, b], &[3, 37, 50]));
+    // ResNet's last 3 × 3 convolution, with its bias and ReLU in the epilogue (m 512, n 49, k 4608), and a grouped
+    // one: both computed inside the product.
+    let xc = g.add_const("xc", f32s(&[1, 512, 7, 7], 5));
+    let wc = g.add_const("wc", f32s(&[512, 512, 3, 3], 6));
+    let bc = g.add_const("bc", f32s(&[512], 7));
+    let window = |kernel: usize, pad: usize| ir::Window {
+        kernel: vec![kernel; 2],
+        strides: vec![1; 2],
+        dilations: vec![1; 2],
+        pads: vec![pad; 4],
+        auto_pad: ir::AutoPad::NotSet,
+        ceil_mode: false,
+    };
+    let conv = ir::Conv { window: window(3, 1), group: 1 };
+    let y = node(&mut g, "conv", Op::Conv(conv), vec![xc, wc, bc], &[1, 512, 7, 7]);
+    outs.push(node(&mut g, "relu", Op::Unary(Unary::Relu), vec![y], &[1, 512, 7, 7]));
+    let wg = g.add_const("wg", f32s(&[96, 256, 3, 3], 8));
+    let grouped = ir::Conv { window: window(3, 0), group: 2 };
+    outs.push(node(&mut g, "grouped", Op::Conv(grouped), vec![xc, wg], &[1, 96, 5, 5]));
+    // Softmax over a long row (a work-group per row) and LogSoftmax over a long axis that is not the last.
+    let softmax = |kind, axis| Op::Softmax { kind, axis, flatten: false };
+    outs.push(node(&mut g, "softmax", softmax(SoftmaxKind::Softmax, 1), vec![outs[0]], &[1, 1000]));
+    outs.push(node(&mut g, "logsoftmax", softmax(SoftmaxKind::LogSoftmax, 1), vec![outs[1]], &[3, 37, 50]));
+    // The same in half precision (read as float, summed in float, rounded once): a product and a long softmax.
+    let half = |g: &mut Graph, name: &str, v: ir::ValueId, to: DatumType, shape: &[usize]| {
+        let n = g.add_node(
+            name,
+            Op::Cast { to },
+            vec![Some(v)],
+            vec![Some((format!("{name}_out"), ValueType::new(to, shape)))],
+        );
+        g.node(n).outputs[0].expect("cast")
+    };
+    let (a16, b16) = (g.add_const("a16", f32s(&[40, 600], 10)), g.add_const("b16", f32s(&[600, 70], 11)));
+    let a16 = half(&mut g, "a_to_f16", a16, DatumType::F16, &[40, 600]);
+    let b16 = half(&mut g, "b_to_f16", b16, DatumType::F16, &[600, 70]);
+    let p16 = g.add_node(
+        "product_f16",
+        Op::MatMul,
+        vec![Some(a16), Some(b16)],
+        vec![Some(("p16".into(), ValueType::new(DatumType::F16, [40, 70])))],
+    );
+    let p16 = g.node(p16).outputs[0].expect("p16");
+    let s16 = g.add_node(
+        "softmax_f16",
+        softmax(SoftmaxKind::Softmax, 1),
+        vec![Some(p16)],
+        vec![Some(("s16".into(), ValueType::new(DatumType::F16, [40, 70])))],
+    );
+    let s16 = g.node(s16).outputs[0].expect("s16");
+    outs.push(half(&mut g, "p_to_f32", p16, DatumType::F32, &[40, 70]));
+    outs.push(half(&mut g, "s_to_f32", s16, DatumType::F32, &[40, 70]));
+    for (k, v) in outs.into_iter().enumerate() {
+        g.add_output(format!("y{k}"), v);
+    }
+    (g, f32s(&[1, 2048], 9))
+}
+
+#[test]
+fn products_split_along_k_and_long_softmax_rows_match_the_cpu() {
+    // SAFETY: this test binary has this one test, so nothing else reads the environment while it is set.
+    unsafe {
+        std::env::set_var("STOWAGE_OPENCL_GEMM_GROUPS", "264");
+        std::env::set_var("STOWAGE_OPENCL_IMPLICIT_CONV", "1");
+    }
+    let (g, x) = products();
+    let want = stowage_cpu::lower(&g, 1).expect("CPU lowers").run(vec![x.clone()]).expect("CPU runs").outputs;
+    for name in ["opencl", "opencl:discrete"] {
+        let target = Target::open(name).unwrap_or_else(|e| panic!("{e}"));
+        let program = stowage_opencl::lower(&g, &target, &Ledger::off()).expect("lowers");
+        // Every product was split: its step has the product's launch and the launch adding up its ranges.
+        let products = program.steps().iter().filter(|s| matches!(s.op, "Gemm" | "MatMul" | "Conv" | "Conv+Relu"));
+        assert_eq!(products.clone().count(), 5, "{name}: products");
+        for step in products {
+            assert_eq!(step.launches(), 2, "{name}: {} ({}) was not split", step.name, step.op);
+        }
+        let got = program.run(vec![x.clone()], &Ledger::off()).expect("runs");
+        let want_count = want.len();
+        for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+            let (got, want) = (got.to_vec::<f32>().expect("reads"), want.to_vec::<f32>().expect("reads"));
+            assert_eq!(got.len(), want.len());
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            // The last two outputs went through f16: a rounding of their own apart (2⁻¹⁰ relative), which the
+            // softmax's exponential scales by the size of its input.
+            let half = k + 2 >= want_count;
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                let bound = if half { 1e-2 * b.abs().max(1e-2 * scale) } else { 1e-4 * scale.max(1.0) };
+                assert!((a - b).abs() <= bound, "{name}: output y{k}[{i}]: {a} against the CPU's {b}");
+            }
+        }
+    }
+}
