@@ -41,7 +41,7 @@ built_check() {
   out=$(mktemp -d)
   if "$exe" --input "$input" --output-dir "$out" --report "$out/report.json" --repeat 3 > "$out/log" 2>&1; then
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  built path taken:', r['built_path']); print('  performed over 3 runs:', [(c['kind'], c['value'], c['bytes']) for c in r['performed_copies']])" "$out/report.json"
-    [ -n "$ref" ] && printf '  output: %s\n' "$(python3 scripts/device/pbcmp.py "$out/output_0.pb" "$ref")"
+    if [ -n "$ref" ]; then printf '  output: %s\n' "$(python3 scripts/device/pbcmp.py "$out/output_0.pb" "$ref")"; fi
   else
     echo "  FAILED: $(tail -1 "$out/log")"; return 1
   fi
@@ -54,4 +54,8 @@ for m in squeezenet resnet50; do
   "$BIN" run "$d/model.onnx" --input "$d/test_data_set_0/input_0.pb" --target "$TARGET" --repeat 50 | tail -1 | sed "s/^/stowage $m: /"
 done
 python3 scripts/device/torch_bench.py 50 || echo "torch bench failed"
+echo "--- where ResNet-50's device time goes (STOWAGE_OPENCL_PROFILE=1, mean of 20 runs, the slowest steps first):"
+d=$STAGE/models/light_resnet50
+STOWAGE_OPENCL_PROFILE=1 "$BIN" run "$d/model.onnx" --input "$d/test_data_set_0/input_0.pb" --target "$TARGET" --repeat 20 2>&1 \
+  | grep -A15 "^device time"
 exit $status

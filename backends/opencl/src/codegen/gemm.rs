@@ -92,11 +92,11 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok())
 }
 
-/// Divides `g` so that it makes at least `g.min_groups` work-groups (twice the device's compute units: a
-/// batch-1 layer of ResNet's last stage is only 128 groups of 16 × 16 outputs, on a GPU of 132 compute units):
-/// the largest block that reaches that count, cutting the inner dimension into ranges of at least 128 where the
-/// output alone does not (a block of 4 or 2 only where the output is at least that tile along its rows). With
-/// neither, the block of 1 with as many splits as it can take.
+/// Divides `g`: the largest block its shape fills (4 or 2 where the output has at least `16·R` rows and half as
+/// many columns, and K at least 16), and the inner dimension cut into ranges of at least 128 until the product makes
+/// `g.min_groups` work-groups (twice the device's compute units: a batch-1 layer of ResNet's last stage is 8 tiles of
+/// 64 × 64 on a GPU of 132 compute units). On the H200, blocks of 4 split along K took ResNet-50 from 2.1 ms (the
+/// largest block that filled the device without splitting) to 1.7 ms, before loads were overlapped with arithmetic.
 ///
 /// For measuring: `STOWAGE_OPENCL_GEMM_BLOCK` (1, 2 or 4) forces the block, `STOWAGE_OPENCL_GEMM_SPLITS` the
 /// number of ranges, and `STOWAGE_OPENCL_GEMM_GROUPS` the count of work-groups sought.
@@ -109,23 +109,15 @@ pub fn division(g: &Gemm) -> Division {
         let chunk = g.k.div_ceil(splits.max(1)).next_multiple_of(TILE).max(TILE);
         Division { block, splits: g.k.div_ceil(chunk).max(1), chunk }
     };
-    let forced_block = env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4));
-    let splits_for = |r: usize| match env_usize("STOWAGE_OPENCL_GEMM_SPLITS") {
+    let fills = |r: usize| g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r;
+    let r = env_usize("STOWAGE_OPENCL_GEMM_BLOCK")
+        .filter(|r| matches!(r, 1 | 2 | 4))
+        .unwrap_or_else(|| [4, 2].into_iter().find(|&r| fills(r)).unwrap_or(1));
+    let splits = match env_usize("STOWAGE_OPENCL_GEMM_SPLITS") {
         Some(s) => s.clamp(1, g.k.div_ceil(TILE).max(1)),
         None => target.div_ceil(groups(r)).min(most_splits),
     };
-    if let Some(r) = forced_block {
-        return make(r, splits_for(r));
-    }
-    for r in [4, 2] {
-        if g.k < TILE || g.m < TILE * r || 2 * g.n < TILE * r {
-            continue;
-        }
-        if groups(r) * splits_for(r) >= target {
-            return make(r, splits_for(r));
-        }
-    }
-    make(1, splits_for(1))
+    make(r, splits)
 }
 
 /// `g`'s dimensions and division in a few words, for a profile.
@@ -156,10 +148,17 @@ fn epilogue(s: &mut String, g: &Gemm) {
 /// computing `R` × `R` outputs from tiles of A and B staged in local memory 16 columns of K at a time; global size
 /// [`Division::global`], local `[16, 16, 1]`. A split product is `name(A, B, P)` instead: each range of K writes
 /// its partial product to `P` (`[splits][batch][m][n]`), and [`gemm_reduce`] finishes it.
+///
+/// Each item loads `R` elements of A's tile and `R` of B's (the tiles are `16R` × 16 and 16 × `16R`, the group 256
+/// items), and loads the next tiles into registers while it computes on the current ones, so that a batch-1 layer,
+/// which has few work-groups per compute unit to hide memory latency with, still overlaps loads and arithmetic.
+/// Blocks of 2 and 4 read their operands from local memory as vectors: A is staged K-major (`As[k][row]`), and each
+/// item's outputs are a contiguous `R` × `R` block. A block of 1 reads scalars from `As[row][k]`.
 pub fn gemm(name: &str, g: &Gemm) -> String {
     let d = division(g);
     let r = d.block;
     let (bm, bn) = (TILE * r, TILE * r);
+    let items = TILE * TILE;
     let mut s = String::new();
     let out = if d.splits > 1 {
         "__global float* restrict P".to_string()
@@ -181,51 +180,86 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
         "  const int row0 = get_group_id(1) * {bm}, col0 = get_group_id(0) * {bn}; const size_t z = get_global_id(2), bi = z % {batch};"
     );
     let _ = writeln!(s, "  const int k0 = (int)(z / {batch}) * {}, kend = min(k0 + {}, {});", d.chunk, d.chunk, g.k);
-    let _ = writeln!(s, "  __local float As[{bm}][{}]; __local float Bs[{TILE}][{}];", TILE + 1, bn + 1);
+    let vector = r > 1;
+    if vector {
+        let _ = writeln!(
+            s,
+            "  __local float As[{TILE}][{}] __attribute__((aligned(16))); __local float Bs[{TILE}][{}] __attribute__((aligned(16)));",
+            bm + 4,
+            bn + 4
+        );
+    } else {
+        let _ = writeln!(s, "  __local float As[{bm}][{}]; __local float Bs[{TILE}][{}];", TILE + 1, bn + 1);
+    }
     batch_offset(&mut s, "ao", &g.batch, &g.a.0);
     batch_offset(&mut s, "bo", &g.batch, &g.b.0);
     batch_offset(&mut s, "co", &g.batch, &g.c.0);
-    let _ = writeln!(s, "  float acc[{r}][{r}];");
+    let _ = writeln!(s, "  float acc[{r}][{r}], pa[{r}], pb[{r}];");
     let _ = writeln!(s, "  for (int i = 0; i < {r}; ++i) for (int j = 0; j < {r}; ++j) acc[i][j] = 0.0f;");
-    let _ = writeln!(s, "  for (int t = k0; t < kend; t += {TILE}) {{");
-    let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bm * TILE, TILE * TILE);
-    let _ = writeln!(
-        s,
-        "      const int rr = e / {TILE}, kk = e % {TILE}, gr = row0 + rr, gk = t + kk;\n      As[rr][kk] = (gr < {m} && gk < kend) ? {a} : 0.0f;\n    }}",
-        m = g.m,
-        a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2)),
-    );
-    let _ = writeln!(s, "    for (int e = tid; e < {}; e += {}) {{", bn * TILE, TILE * TILE);
-    match &g.im2col {
-        None => {
+    // Element u of this item's share of the tiles at K offset `t`: A's (rr, kk) and B's (kk, cc).
+    let a_at = |u: usize| format!("const int e = tid + {}, rr = e / {TILE}, kk = e % {TILE}", u * items);
+    let b_at = |u: usize| format!("const int e = tid + {}, kk = e / {bn}, cc = e % {bn}", u * items);
+    let load = |s: &mut String, t: &str| {
+        for u in 0..r {
+            let a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2));
             let _ = writeln!(
                 s,
-                "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;\n      Bs[kk][cc] = (gk < kend && gc < {n}) ? {b} : 0.0f;\n    }}",
-                n = g.n,
-                b = super::load(g.elem, "B", &format!("bo + (size_t)gk * {} + (size_t)gc * {}", g.b.1, g.b.2)),
+                "      {{ {}, gr = row0 + rr, gk = {t} + kk; pa[{u}] = (gr < {} && gk < kend) ? {a} : 0.0f; }}",
+                a_at(u),
+                g.m
             );
         }
-        Some((w, channels, groups)) => {
-            let _ = writeln!(s, "      const int kk = e / {bn}, cc = e % {bn}, gk = t + kk, gc = col0 + cc;");
-            let _ = writeln!(s, "      float v = 0.0f;");
-            let _ = writeln!(s, "      if (gk < kend && gc < {}) {{", g.n);
-            s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
-            let _ = writeln!(s, "      }}\n      Bs[kk][cc] = v;\n    }}");
+        for u in 0..r {
+            let _ = writeln!(s, "      {{ {}, gk = {t} + kk, gc = col0 + cc;", b_at(u));
+            match &g.im2col {
+                None => {
+                    let b = super::load(g.elem, "B", &format!("bo + (size_t)gk * {} + (size_t)gc * {}", g.b.1, g.b.2));
+                    let _ = writeln!(s, "        pb[{u}] = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
+                }
+                Some((w, channels, groups)) => {
+                    let _ = writeln!(s, "        float v = 0.0f;\n        if (gk < kend && gc < {}) {{", g.n);
+                    s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
+                    let _ = writeln!(s, "        }}\n        pb[{u}] = v; }}");
+                }
+            }
         }
+    };
+    load(&mut s, "k0");
+    let _ = writeln!(s, "  for (int t = k0; t < kend; t += {TILE}) {{");
+    for u in 0..r {
+        let at = if vector { "kk][rr" } else { "rr][kk" };
+        let _ = writeln!(s, "    {{ {}; As[{at}] = pa[{u}]; }}", a_at(u));
+        let _ = writeln!(s, "    {{ {}; Bs[kk][cc] = pb[{u}]; }}", b_at(u));
     }
     let _ = writeln!(s, "    barrier(CLK_LOCAL_MEM_FENCE);");
+    let _ = writeln!(s, "    if (t + {TILE} < kend) {{");
+    load(&mut s, &format!("(t + {TILE})"));
+    let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "    for (int j = 0; j < {TILE}; ++j) {{");
-    let _ = writeln!(s, "      float a[{r}], b[{r}];");
-    let _ = writeln!(
-        s,
-        "      for (int i = 0; i < {r}; ++i) {{ a[i] = As[lr + i * {TILE}][j]; b[i] = Bs[j][lc + i * {TILE}]; }}"
-    );
+    if vector {
+        let parts = |v: &str| (0..r).map(|i| format!("{v}.s{i}")).collect::<Vec<_>>().join(", ");
+        let _ = writeln!(
+            s,
+            "      const float{r} av = *(__local const float{r}*)&As[j][lr * {r}], bv = *(__local const float{r}*)&Bs[j][lc * {r}];"
+        );
+        let _ = writeln!(s, "      const float a[{r}] = {{{}}}, b[{r}] = {{{}}};", parts("av"), parts("bv"));
+    } else {
+        let _ = writeln!(s, "      float a[{r}], b[{r}];");
+        let _ = writeln!(
+            s,
+            "      for (int i = 0; i < {r}; ++i) {{ a[i] = As[lr + i * {TILE}][j]; b[i] = Bs[j][lc + i * {TILE}]; }}"
+        );
+    }
     let _ = writeln!(s, "      for (int i = 0; i < {r}; ++i) for (int q = 0; q < {r}; ++q) acc[i][q] += a[i] * b[q];");
     let _ = writeln!(s, "    }}");
     let _ = writeln!(s, "    barrier(CLK_LOCAL_MEM_FENCE);");
     let _ = writeln!(s, "  }}");
     let _ = writeln!(s, "  for (int i = 0; i < {r}; ++i) for (int q = 0; q < {r}; ++q) {{");
-    let _ = writeln!(s, "    const int row = row0 + lr + i * {TILE}, col = col0 + lc + q * {TILE};");
+    if vector {
+        let _ = writeln!(s, "    const int row = row0 + lr * {r} + i, col = col0 + lc * {r} + q;");
+    } else {
+        let _ = writeln!(s, "    const int row = row0 + lr + i * {TILE}, col = col0 + lc + q * {TILE};");
+    }
     let _ = writeln!(s, "    if (row >= {} || col >= {}) continue;", g.m, g.n);
     if d.splits > 1 {
         let _ = writeln!(s, "    P[(z * {} + row) * {} + col] = acc[i][q];", g.m, g.n);
