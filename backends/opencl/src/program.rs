@@ -12,7 +12,6 @@ use std::sync::Arc;
 use opencl3::kernel::Kernel;
 use opencl3::memory::ClMem as _;
 use opencl3::program::Program;
-use opencl3::types::cl_event;
 
 use crate::buffer::ClBuffer;
 use crate::device::Target;
@@ -121,21 +120,20 @@ impl Target {
         local: Option<&[usize]>,
         writes: &[&ClBuffer],
     ) -> Result<Option<Arc<opencl3::event::Event>>> {
-        let space = self.inner.space.to_string();
+        let space = &self.inner.space;
         let err = |call: &'static str| {
-            let space = space.clone();
-            move |e: opencl3::error_codes::ClError| ClError::Call { space, call, code: code_name(e.0) }
+            move |e: opencl3::error_codes::ClError| ClError::Call {
+                space: space.to_string(),
+                call,
+                code: code_name(e.0),
+            }
         };
-        let mut waits: Vec<cl_event> = Vec::new();
         for (i, a) in args.iter().enumerate() {
             // SAFETY: each argument is of the type the generated kernel declares at that index (the generators
             // emit the signature and the argument list together), and buffers are live memory objects.
             unsafe {
                 match a {
-                    Arg::Buf(b) => {
-                        waits.extend(b.write_event());
-                        kernel.set_arg(i as u32, &b.mem().get())
-                    }
+                    Arg::Buf(b) => kernel.set_arg(i as u32, &b.mem().get()),
                     Arg::I32(v) => kernel.set_arg(i as u32, v),
                     Arg::U32(v) => kernel.set_arg(i as u32, v),
                     Arg::F32(v) => kernel.set_arg(i as u32, v),
@@ -155,12 +153,14 @@ impl Target {
                 .is_ok_and(|n| n == 0)
         {
             return Err(ClError::Call {
-                space,
+                space: space.to_string(),
                 call: "clEnqueueNDRangeKernel",
                 code: code_name(opencl3::error_codes::CL_DEVICE_NOT_AVAILABLE),
             });
         }
         let local_ptr = local.map_or(std::ptr::null(), <[usize]>::as_ptr);
+        // No wait list: every command of a target goes to its one in-order queue, so a launch starts after the
+        // commands that wrote its arguments. Events are kept for host reads, which wait on exactly their writer.
         // SAFETY: `global` (and `local`, when given) hold `global.len()` sizes; every argument is set above.
         let event = unsafe {
             self.inner.queue.enqueue_nd_range_kernel(
@@ -169,7 +169,7 @@ impl Target {
                 std::ptr::null(),
                 global.as_ptr(),
                 local_ptr,
-                &waits,
+                &[],
             )
         }
         .map_err(err("clEnqueueNDRangeKernel"))?;

@@ -295,3 +295,43 @@ pub fn gemm_reduce(name: &str, g: &Gemm) -> String {
     s.push_str("}\n");
     s
 }
+
+/// Work items sharing one output of [`gemv`].
+pub const GEMV_GROUP: usize = 64;
+
+/// Kernel `name(A, B, C[, bias])` for a product of one row (`g.m == 1`, no implicit convolution): a work-group of
+/// [`GEMV_GROUP`] items per output, each summing every 64th term of K, added up through local memory; global size
+/// `[n · 64, 1, Π batch]`, local `[64, 1, 1]`. A classifier's last layer at batch 1 is this product, where the
+/// tiled kernel computes 16 rows to keep one.
+pub fn gemv(name: &str, g: &Gemm) -> String {
+    let w = GEMV_GROUP;
+    let t = super::param_type(g.elem);
+    let bias = if g.bias.is_some() { format!(", __global const {t}* restrict D") } else { String::new() };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "__kernel void {name}(__global const {t}* restrict A, __global const {t}* restrict B, __global {t}* restrict C{bias}) {{"
+    );
+    let _ = writeln!(
+        s,
+        "  const int tid = get_local_id(0); const size_t col = get_group_id(0), bi = get_global_id(2), row = 0;"
+    );
+    batch_offset(&mut s, "ao", &g.batch, &g.a.0);
+    batch_offset(&mut s, "bo", &g.batch, &g.b.0);
+    batch_offset(&mut s, "co", &g.batch, &g.c.0);
+    let a = super::load(g.elem, "A", &format!("ao + (size_t)k * {}", g.a.2));
+    let b = super::load(g.elem, "B", &format!("bo + (size_t)k * {} + col * {}", g.b.1, g.b.2));
+    let _ = writeln!(s, "  __local float red[{w}];\n  float v = 0.0f;");
+    let _ = writeln!(s, "  for (int k = tid; k < {}; k += {w}) v += {a} * {b};", g.k);
+    let _ = writeln!(s, "  red[tid] = v; barrier(CLK_LOCAL_MEM_FENCE);");
+    let _ = writeln!(
+        s,
+        "  for (int h = {}; h > 0; h >>= 1) {{ if (tid < h) red[tid] += red[tid + h]; barrier(CLK_LOCAL_MEM_FENCE); }}",
+        w / 2
+    );
+    let _ = writeln!(s, "  if (tid == 0) {{\n    v = red[0];");
+    epilogue(&mut s, g);
+    let _ = writeln!(s, "  }}");
+    s.push_str("}\n");
+    s
+}

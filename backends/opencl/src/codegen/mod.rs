@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use stowage_cpu::jit::{Body, Chain, Elem, Inst, Loops};
 use stowage_cpu::kernels::elementwise::{BinaryFn, UnaryFn};
 
-pub use gemm::{describe, division, gemm, gemm_reduce, Division, Gemm, Strides, TILE};
+pub use gemm::{describe, division, gemm, gemm_reduce, gemv, Division, Gemm, Strides, GEMV_GROUP, TILE};
 pub use index::{index_map, IndexMap};
 pub use resize::resize_axis;
 pub use rows::{batch_norm, layer_norm, lrn, reduce, softmax, softmax_grouped, ROW_GROUP};

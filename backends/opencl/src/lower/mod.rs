@@ -37,6 +37,9 @@ struct Builder<'g> {
     /// Convolutions compute their im2col unfolding inside the product (on GPUs; a CPU device does better with
     /// the unfolding written once). `STOWAGE_OPENCL_IMPLICIT_CONV=1` or `0` overrides, for tests and measuring.
     implicit_conv: bool,
+    /// Products of one row take a work-group per output (`codegen::gemv`), on GPUs; a CPU device does better with
+    /// the tiled kernel. `STOWAGE_OPENCL_GEMV=1` or `0` overrides, for tests and measuring.
+    gemv: bool,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
     /// Bytes of program-scope `__constant` tables so far (Resize's).
@@ -126,6 +129,11 @@ fn translate<'g>(
         notes: Vec::new(),
         min_groups: 2 * info.compute_units as usize,
         implicit_conv: match std::env::var("STOWAGE_OPENCL_IMPLICIT_CONV").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => info.gpu,
+        },
+        gemv: match std::env::var("STOWAGE_OPENCL_GEMV").as_deref() {
             Ok("1") => true,
             Ok("0") => false,
             _ => info.gpu,

@@ -3,7 +3,7 @@
 use stowage_compiler::ir;
 
 use super::{launch, Builder};
-use crate::codegen::{self, Gemm, Window, TILE};
+use crate::codegen::{self, Gemm, Window, GEMV_GROUP, TILE};
 use crate::exec::{ArgRef, Launch};
 
 pub(super) fn window(w: &ir::Window, x: &[usize], y: &[usize]) -> Window {
@@ -178,6 +178,14 @@ pub(super) fn product(
     bias: Option<ArgRef>,
     scratch: &mut Vec<usize>,
 ) -> Vec<Launch> {
+    let batch: usize = g.batch.iter().product();
+    if g.m == 1 && g.im2col.is_none() && b.gemv {
+        let k = b.kernel(|name| codegen::gemv(name, g));
+        b.notes[k] = format!("gemv n{} k{} batch{:?}", g.n, g.k, g.batch);
+        let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias).collect();
+        let (global, local) = (vec![g.n * GEMV_GROUP, 1, batch.max(1)], Some(vec![GEMV_GROUP, 1, 1]));
+        return vec![launch(k, args, global, local, vec![ArgRef::Slot(out)])];
+    }
     let d = codegen::division(g);
     let k = b.gemm_kernel(g);
     let local = Some(vec![TILE, TILE, 1]);
@@ -188,7 +196,6 @@ pub(super) fn product(
     let partial = ArgRef::Scratch(scratch.len());
     scratch.push(d.scratch_bytes(g));
     let reduce = b.kernel(|name| codegen::gemm_reduce(name, g));
-    let batch: usize = g.batch.iter().product();
     let args = [partial, ArgRef::Slot(out)].into_iter().chain(bias).collect();
     vec![
         launch(k, vec![a, src, partial], d.global(g), local, vec![partial]),
