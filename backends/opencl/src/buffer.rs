@@ -10,8 +10,9 @@
 //! - **discrete**: device memory; uploads go through one pinned staging buffer (`CL_MEM_ALLOC_HOST_PTR`), kept
 //!   and grown across runs; reads are one download.
 //!
-//! Every buffer records the event of the last command that writes it, so `wait` and a mapping wait for exactly that
-//! work, not for the whole queue.
+//! Every buffer records the event of the last command that writes it: `wait` waits for exactly that work, not for
+//! the whole queue, and a mapping names it as the event it waits for (on the target's one in-order queue, a map also
+//! follows every command enqueued before it).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -137,11 +138,6 @@ impl ClBuffer {
     /// Records `event` as a command reading this buffer.
     pub fn read_by(&self, event: &Arc<Event>) {
         self.raw.accessed(event);
-    }
-
-    /// The event to wait on before reading this buffer, if a command still writes it.
-    pub fn write_event(&self) -> Option<cl_event> {
-        self.raw.0.last_write.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|e| e.get())
     }
 
     /// Bytes.

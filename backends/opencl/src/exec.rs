@@ -122,7 +122,8 @@ fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[usize]) -> usize {
 }
 
 impl Step {
-    /// Kernel launches it makes per run (0 for an alias; 2 for a product split along K).
+    /// Kernel launches it makes per run (0 for an alias; one more for a product split along K, and one more for a
+    /// convolution's im2col on a CPU device).
     pub fn launches(&self) -> usize {
         match &self.kind {
             StepKind::Alias { .. } => 0,

@@ -160,7 +160,7 @@ impl Target {
         }
         let local_ptr = local.map_or(std::ptr::null(), <[usize]>::as_ptr);
         // No wait list: every command of a target goes to its one in-order queue, so a launch starts after the
-        // commands that wrote its arguments. Events are kept for host reads, which wait on exactly their writer.
+        // commands that wrote its arguments. The event is kept on the buffers for `ClBuffer::wait` and maps.
         // SAFETY: `global` (and `local`, when given) hold `global.len()` sizes; every argument is set above.
         let event = unsafe {
             self.inner.queue.enqueue_nd_range_kernel(

@@ -39,7 +39,7 @@ fn products() -> (Graph, Tensor<'static>) {
     let mut g = Graph::new("split products");
     let x = g.add_input("x", ty(&[1, 2048]));
     let mut outs = Vec::new();
-    // A classifier's Gemm (m = 1: the block of 1, split), transposed B, a bias vector, alpha and beta.
+    // A classifier's Gemm (m = 1: a work-group per output), transposed B, a bias vector, alpha and beta.
     let w = g.add_const("w", f32s(&[1000, 2048], 1));
     let c = g.add_const("c", f32s(&[1000], 2));
     let gemm = ir::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true };
@@ -47,6 +47,9 @@ fn products() -> (Graph, Tensor<'static>) {
     // Rows times matrices, batched on both sides: one row each, a work-group per output.
     let (ra, rb) = (g.add_const("ra", f32s(&[3, 1, 300], 12)), g.add_const("rb", f32s(&[3, 300, 70], 13)));
     outs.push(node(&mut g, "rows", Op::MatMul, vec![ra, rb], &[3, 1, 70]));
+    // A thin product: blocks of 1, split.
+    let (ta, tb) = (g.add_const("ta", f32s(&[10, 1000], 14)), g.add_const("tb", f32s(&[1000, 20], 15)));
+    outs.push(node(&mut g, "thin", Op::MatMul, vec![ta, tb], &[10, 20]));
     // A MatMul of odd sizes (partial tiles everywhere, a shorter last range) batched over a broadcast operand.
     let a = g.add_const("a", f32s(&[3, 37, 1000], 3));
     let b = g.add_const("b", f32s(&[1000, 50], 4));
@@ -73,7 +76,7 @@ fn products() -> (Graph, Tensor<'static>) {
     // Softmax over a long row (a work-group per row) and LogSoftmax over a long axis that is not the last.
     let softmax = |kind, axis| Op::Softmax { kind, axis, flatten: false };
     outs.push(node(&mut g, "softmax", softmax(SoftmaxKind::Softmax, 1), vec![outs[0]], &[1, 1000]));
-    outs.push(node(&mut g, "logsoftmax", softmax(SoftmaxKind::LogSoftmax, 1), vec![outs[2]], &[3, 37, 50]));
+    outs.push(node(&mut g, "logsoftmax", softmax(SoftmaxKind::LogSoftmax, 1), vec![outs[3]], &[3, 37, 50]));
     // The same in half precision (read as float, summed in float, rounded once): a product and a long softmax.
     let half = |g: &mut Graph, name: &str, v: ir::ValueId, to: DatumType, shape: &[usize]| {
         let n = g.add_node(
@@ -125,7 +128,7 @@ fn products_split_along_k_and_long_softmax_rows_match_the_cpu() {
         // Every product of more than one row was split: its step has the product's launch and the launch adding up
         // its ranges. Products of one row are one launch.
         let products = program.steps().iter().filter(|s| matches!(s.op, "Gemm" | "MatMul" | "Conv" | "Conv+Relu"));
-        assert_eq!(products.clone().count(), 6, "{name}: products");
+        assert_eq!(products.clone().count(), 7, "{name}: products");
         for step in products {
             let launches = if matches!(step.name.as_str(), "fc" | "rows") { 1 } else { 2 };
             assert_eq!(step.launches(), launches, "{name}: {} ({})", step.name, step.op);

@@ -31,13 +31,13 @@ pub struct Gemm {
     /// ReLU on the result.
     pub relu: bool,
     /// B is the im2col unfolding of a convolution's input `X` (window, channels, groups), computed as it is loaded
-    /// (an implicit product: no im2col buffer, no second launch); the batch axes are then (batch item, group).
+    /// (an implicit product: no im2col buffer or launch); the batch axes are then (batch item, group).
     pub im2col: Option<(super::Window, usize, usize)>,
     /// How A, B, C and the added term are stored ([`super::dt_storage`]: `float`, `half` or `bf16`); products are
     /// summed in float whatever it is. Implicit convolutions are `float` only.
     pub elem: &'static str,
-    /// Work-groups the device needs to be busy (twice its compute units); larger tiles are used only while the
-    /// product still makes this many.
+    /// Work-groups the device needs to be busy (twice its compute units): [`division`] splits K until the product
+    /// makes this many, and takes a smaller block where a larger one would leave it far short.
     pub min_groups: usize,
 }
 
@@ -67,10 +67,11 @@ pub struct Division {
 
 impl Division {
     /// The global size of the product's launch (its local size is `[16, 16, 1]`).
+    /// A batch of none gives a global size of 0, which is not launched.
     pub fn global(&self, g: &Gemm) -> Vec<usize> {
         let batch: usize = g.batch.iter().product();
         let edge = |v: usize| v.div_ceil(TILE * self.block).max(1) * TILE;
-        vec![edge(g.n), edge(g.m), batch.max(1) * self.splits]
+        vec![edge(g.n), edge(g.m), batch * self.splits]
     }
 
     /// Bytes of the partial products (0 when the product is not split).
@@ -92,11 +93,15 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok())
 }
 
-/// Divides `g`: the largest block its shape fills (4 or 2 where the output has at least `16·R` rows and half as
-/// many columns, and K at least 16), and the inner dimension cut into ranges of at least 128 until the product makes
-/// `g.min_groups` work-groups (twice the device's compute units: a batch-1 layer of ResNet's last stage is 8 tiles of
-/// 64 × 64 on a GPU of 132 compute units). On the H200, blocks of 4 split along K took ResNet-50 from 2.1 ms (the
-/// largest block that filled the device without splitting) to 1.7 ms, before loads were overlapped with arithmetic.
+/// Divides `g`: a block (4 × 4, 2 × 2 or 1 × 1 outputs per work item) and the inner dimension cut into ranges of
+/// at least 128 until the product makes `g.min_groups` work-groups (twice the device's compute units: a batch-1
+/// layer of ResNet's last stage is 8 tiles of 64 × 64 on a GPU of 132 compute units, split 32 ways).
+///
+/// The block is the largest that the output fills (at least `16·R` rows and half as many columns, and K at least
+/// 16) and that, split, still makes a quarter of the work-groups sought; where none does (a small product with a
+/// short K, which cannot be split), the one that makes the most. On the H200, blocks of 4 split along K took
+/// ResNet-50 from 2.1 ms (split, but with the largest block that filled the device unsplit, mostly 2 × 2 and
+/// 1 × 1) to 1.7 ms, before loads were overlapped with arithmetic.
 ///
 /// For measuring: `STOWAGE_OPENCL_GEMM_BLOCK` (1, 2 or 4) forces the block, `STOWAGE_OPENCL_GEMM_SPLITS` the
 /// number of ranges, and `STOWAGE_OPENCL_GEMM_GROUPS` the count of work-groups sought.
@@ -109,15 +114,15 @@ pub fn division(g: &Gemm) -> Division {
         let chunk = g.k.div_ceil(splits.max(1)).next_multiple_of(TILE).max(TILE);
         Division { block, splits: g.k.div_ceil(chunk).max(1), chunk }
     };
-    let fills = |r: usize| g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r;
-    let r = env_usize("STOWAGE_OPENCL_GEMM_BLOCK")
-        .filter(|r| matches!(r, 1 | 2 | 4))
-        .unwrap_or_else(|| [4, 2].into_iter().find(|&r| fills(r)).unwrap_or(1));
-    let splits = match env_usize("STOWAGE_OPENCL_GEMM_SPLITS") {
-        Some(s) => s.clamp(1, g.k.div_ceil(TILE).max(1)),
-        None => target.div_ceil(groups(r)).min(most_splits),
-    };
-    make(r, splits)
+    let forced_splits = env_usize("STOWAGE_OPENCL_GEMM_SPLITS").map(|s| s.clamp(1, g.k.div_ceil(TILE).max(1)));
+    let splits = |r: usize| forced_splits.unwrap_or_else(|| target.div_ceil(groups(r)).min(most_splits));
+    let fills = |r: usize| r == 1 || (g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r);
+    let r = env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4)).unwrap_or_else(|| {
+        let candidates = [4, 2, 1].into_iter().filter(|&r| fills(r));
+        let enough = candidates.clone().find(|&r| 4 * groups(r) * splits(r) >= target);
+        enough.unwrap_or_else(|| candidates.max_by_key(|&r| (groups(r) * splits(r), r)).unwrap_or(1))
+    });
+    make(r, splits(r))
 }
 
 /// `g`'s dimensions and division in a few words, for a profile.

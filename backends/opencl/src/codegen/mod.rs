@@ -3,11 +3,12 @@
 //!
 //! - [`loops`]: a `stowage_cpu::jit::Loops` (the CPU backend's description of a fused elementwise chain with its
 //!   broadcasting and casts, or of a relayout copy) as one work item per output element;
-//! - [`gemm`]: a batched matrix product tiled for local memory (16 × 16 tiles), operands through strides (so
-//!   transposed and column-major operands are read in place), with an epilogue (a bias through strides, `alpha`,
-//!   `beta`, ReLU);
-//! - [`im2col`], [`pool`], [`global_pool`] (`window.rs`), [`softmax`], [`lrn`], [`layer_norm`], [`reduce`]
-//!   (`rows.rs`): one work item per output element or row;
+//! - [`gemm`]: a batched matrix product tiled for local memory (work-groups of 16 × 16 items, each computing a
+//!   block of outputs), operands through strides (so transposed and column-major operands are read in place), with
+//!   an epilogue (a bias through strides, `alpha`, `beta`, ReLU); [`division`] picks the block and how K is split,
+//!   [`gemm_reduce`] adds up a split product's ranges, [`gemv`] takes products of one row on GPUs;
+//! - [`im2col`], [`pool`], [`global_pool`] (`window.rs`), [`lrn`], [`layer_norm`], [`reduce`] (`rows.rs`): one work
+//!   item per output element or row; [`softmax`]: a work-group per long row;
 //! - [`typed`]: elementwise nodes of any datum type; [`index_map`] (`index.rs`): Slice, Tile, Pad, Gather.
 
 mod gemm;

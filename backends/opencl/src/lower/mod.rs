@@ -1,5 +1,6 @@
-//! Lowering of the optimised IR to a [`ClProgram`]: one generated kernel (or two, for a convolution) per node, all
-//! in one OpenCL program; reshape-like nodes become aliases of their input's buffer.
+//! Lowering of the optimised IR to a [`ClProgram`]: one generated kernel per node, or more (a convolution's im2col
+//! on a CPU device, the launch adding up a product split along K), all in one OpenCL program; reshape-like nodes
+//! become aliases of their input's buffer.
 //!
 //! Elementwise chains are fused exactly as on the CPU (`stowage_cpu::lower::fuse`: the same `Loops`, generated here
 //! as OpenCL C), a ReLU that is a convolution's only reader runs in its product's epilogue, and Transpose and Concat

@@ -143,7 +143,7 @@ pub(super) fn conv(
         relu,
         min_groups: b.min_groups,
         elem: "float",
-        // On a GPU the unfolding is computed as the product loads it: one launch, no scratch buffer.
+        // On a GPU the unfolding is computed as the product loads it: no im2col launch or buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
     };
     let mut launches = Vec::new();
@@ -183,7 +183,7 @@ pub(super) fn product(
         let k = b.kernel(|name| codegen::gemv(name, g));
         b.notes[k] = format!("gemv n{} k{} batch{:?}", g.n, g.k, g.batch);
         let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias).collect();
-        let (global, local) = (vec![g.n * GEMV_GROUP, 1, batch.max(1)], Some(vec![GEMV_GROUP, 1, 1]));
+        let (global, local) = (vec![g.n * GEMV_GROUP, 1, batch], Some(vec![GEMV_GROUP, 1, 1]));
         return vec![launch(k, args, global, local, vec![ArgRef::Slot(out)])];
     }
     let d = codegen::division(g);
@@ -199,6 +199,6 @@ pub(super) fn product(
     let args = [partial, ArgRef::Slot(out)].into_iter().chain(bias).collect();
     vec![
         launch(k, vec![a, src, partial], d.global(g), local, vec![partial]),
-        launch(reduce, args, vec![g.n, g.m, batch.max(1)], None, vec![ArgRef::Slot(out)]),
+        launch(reduce, args, vec![g.n, g.m, batch], None, vec![ArgRef::Slot(out)]),
     ]
 }
