@@ -11,9 +11,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("{} is missing: run scripts/test (it writes the model suite)", model.display()).into());
         }
     }
-    stowage_cli::Build::new().target("cpu").module_name("squeezenet").compile(&squeezenet)?;
+    let mut build = stowage_driver::build::Build::new();
+    build.backends(&[&stowage_cpu::KIND, &stowage_opencl::KIND]);
+    build.clone().target("cpu").module_name("squeezenet").compile(&squeezenet)?;
     // On a unified device the MLP's input is imported in place when it is page-aligned: its `run` takes an
     // `Aligned` buffer, or plain memory at the cost of one counted copy.
-    stowage_cli::Build::new().target("opencl").module_name("mlp_opencl").compile(&mlp)?;
+    build.target("opencl").module_name("mlp_opencl").compile(&mlp)?;
     Ok(())
 }

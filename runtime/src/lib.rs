@@ -37,6 +37,8 @@ mod layout;
 pub mod lazy;
 mod ledger;
 pub mod map;
+#[cfg(feature = "rules")]
+pub mod rules;
 mod space;
 mod storage;
 mod tensor;

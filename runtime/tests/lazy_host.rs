@@ -1,11 +1,10 @@
-//! The nine rules of `LazyHost` (`rules/`, shared with every backend's suite), on the runtime's test device in both
+//! The nine rules of `LazyHost` (the rule kit, `stowage_runtime::rules`, shared with every backend's suite), on the runtime's test device in both
 //! modes. The test device counts its own transfers too; they must agree with the ledger the rules read.
 
 mod common;
-mod rules;
 
 use common::{Mode, TestBuffer, TestContext};
-use stowage_runtime::LedgerTag;
+use stowage_runtime::{map_tests, rule_tests, rules, LedgerTag};
 
 struct TestDevice(TestContext);
 

@@ -1,4 +1,4 @@
-//! map/unmap on tensors; on device buffers, the shared checks of `rules/map.rs` run on the test device in
+//! map/unmap on tensors; on device buffers, the shared checks of the rule kit (`stowage_runtime::rules::map`) run on the test device in
 //! `lazy_host.rs`, and the test device's own counters are checked here.
 
 mod common;

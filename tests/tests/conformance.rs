@@ -35,7 +35,7 @@ fn run_case(dir: &Path, case: &Value, target: &str) -> Result<(), String> {
         let name = input["name"].as_str().ok_or("input without a name")?.to_string();
         inputs.push((name, onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
     }
-    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..RunOptions::default() })?;
+    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..stowage_cli::run_options() })?;
     let rtol = case["rtol"].as_f64().unwrap_or(1e-3);
     let atol = case["atol"].as_f64().unwrap_or(1e-7);
     let wanted = case["outputs"].as_array().ok_or("no outputs")?;

@@ -28,7 +28,7 @@ fn run_model(dir: &Path, name: &str, target: &str) -> Result<(), String> {
     for (k, vi) in graph.input.iter().filter(|i| !inits.contains(&i.name())).enumerate() {
         inputs.push((vi.name().to_string(), onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
     }
-    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..RunOptions::default() })?;
+    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..stowage_cli::run_options() })?;
     let (rtol, atol) = tolerance(name);
     for (k, (out, got)) in outcome.outputs.iter().enumerate() {
         let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;

@@ -19,7 +19,7 @@ fn run(dir: &Path, target: &str, rtol: f64, atol: f64) -> Result<(), String> {
     for (k, vi) in graph.input.iter().filter(|i| !inits.contains(&i.name())).enumerate() {
         inputs.push((vi.name().to_string(), onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
     }
-    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..RunOptions::default() })?;
+    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..stowage_cli::run_options() })?;
     for (k, (name, got)) in outcome.outputs.iter().enumerate() {
         let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
         stowage_tests::compare(got, &want, rtol, atol).map_err(|e| format!("output '{name}': {e}"))?;

@@ -24,7 +24,7 @@ fn run(
     repeat: usize,
     read_outputs: bool,
 ) -> Outcome {
-    let options = RunOptions { target: target.into(), repeat, planning, read_outputs, ..RunOptions::default() };
+    let options = RunOptions { target: target.into(), repeat, planning, read_outputs, ..stowage_cli::run_options() };
     let inputs = inputs.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
     session::run_bytes(bytes, Path::new("scenario.onnx"), inputs, &options, Instant::now())
         .unwrap_or_else(|e| panic!("{target}: {e}"))
@@ -185,7 +185,7 @@ fn s4_a_padded_camera_frame_is_read_in_place_on_cpu_and_uploaded_once_to_a_discr
     );
     // A layout the frame is not in is refused before anything runs.
     let wrong = Planning { input_layouts: vec![("frame".into(), "nhwc,row-pitch=4096".into())], ..Default::default() };
-    let options = RunOptions { planning: wrong, ..RunOptions::default() };
+    let options = RunOptions { planning: wrong, ..stowage_cli::run_options() };
     let err = session::run_bytes(
         &camera(),
         Path::new("camera.onnx"),
@@ -194,7 +194,8 @@ fn s4_a_padded_camera_frame_is_read_in_place_on_cpu_and_uploaded_once_to_a_discr
         Instant::now(),
     )
     .err()
-    .expect("refused");
+    .expect("refused")
+    .to_string();
     assert!(err.contains("input 'frame'") && err.contains("4096"), "{err}");
     // On a discrete device: exactly one upload of the frame per run (it packs as it goes), nothing else.
     let o = run(&camera(), "opencl:discrete", vec![("frame", frame(Some(2048)))], layout, 2, false);
@@ -295,10 +296,10 @@ fn s6_a_state_fed_back_for_100_runs_is_uploaded_once_and_never_moves_again() {
 fn planning_errors_name_what_is_wrong_before_anything_runs() {
     let x = vec![("x".to_string(), placed(&[1, 64], 7, 64, 0))];
     let fails = |target: &str, planning: Planning| {
-        let options = RunOptions { target: target.into(), planning, ..RunOptions::default() };
+        let options = RunOptions { target: target.into(), planning, ..stowage_cli::run_options() };
         match session::run_bytes(&mlp(), Path::new("mlp.onnx"), x.clone(), &options, Instant::now()) {
             Ok(_) => panic!("{target} {:?}: not refused", options.planning),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     };
     let e = fails("cpu,gpu", Planning::default());

@@ -123,7 +123,7 @@ fn run(
     inputs: Vec<(String, Tensor<'static>)>,
     planning: Planning,
 ) -> Result<Vec<Tensor<'static>>, String> {
-    let options = RunOptions { target: target.into(), planning, ..RunOptions::default() };
+    let options = RunOptions { target: target.into(), planning, ..stowage_cli::run_options() };
     let o = session::run_bytes(bytes, Path::new("random.onnx"), inputs, &options, Instant::now())?;
     Ok(o.outputs.into_iter().map(|(_, t)| t).collect())
 }

@@ -1,9 +1,13 @@
 //! stowage's CPU backend: kernels for every op of the IR on packed row-major host tensors, and (feature
 //! `compile`) the lowering of a compiled graph to a [`Program`] that runs them.
 
+#[cfg(feature = "compile")]
+pub mod driver;
 mod error;
 pub mod jit;
 pub mod kernels;
+#[cfg(feature = "compile")]
+pub use driver::KIND;
 #[cfg(feature = "compile")]
 pub mod layouts;
 #[cfg(feature = "compile")]

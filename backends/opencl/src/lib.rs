@@ -9,12 +9,14 @@
 //!   im2col, pools, softmax, layer norm), all extents as literals.
 //! - `lower/` and `exec.rs`: the IR lowered to a [`ClProgram`] (one program per model) and its executor (inputs
 //!   imported or uploaded once, values freed after their last reader, outputs lazy).
+//! - `driver.rs`: the `opencl` target kind as a plugin of `stowage-driver` ([`KIND`]).
 //! - `program.rs`: programs built once per process and cached on disk by device and source hash; kernel launches
 //!   that record their event on the buffers they write.
 
 mod buffer;
 pub mod codegen;
 mod device;
+pub mod driver;
 mod error;
 mod exec;
 mod lower;
@@ -23,6 +25,7 @@ mod program;
 
 pub use buffer::{ClBuffer, Staging};
 pub use device::{describe_devices, descriptor_for, devices, parse_target, DeviceInfo, Mode, Target};
+pub use driver::KIND;
 pub use error::{ClError, Result};
 pub use exec::{Binding, ClProgram, Step, StepTime};
 pub use lower::{lower, unsupported_nodes};

@@ -1,9 +1,8 @@
-//! The runtime's nine rules of `LazyHost` (`runtime/tests/rules/`, the very checks the runtime runs on its test
-//! device), here on the machine's OpenCL device (PoCL in CI) through both paths: `opencl` (unified memory, read in
-//! place) and `opencl:discrete` (staged copies).
+//! The runtime's nine rules of `LazyHost` (the rule kit, `stowage_runtime::rules`: the very checks the runtime
+//! runs on its test device), here on the machine's OpenCL device (PoCL in CI) through both paths: `opencl`
+//! (unified memory, read in place) and `opencl:discrete` (staged copies).
 
-#[path = "../../../runtime/tests/rules/mod.rs"]
-mod rules;
+use stowage_runtime::{map_tests, rule_tests, rules};
 
 use stowage_opencl::{Arg, ClBuffer, Mode, Target};
 use stowage_runtime::{DatumType, DeviceBuffer};

@@ -144,7 +144,7 @@ fn source(model: &str, target: &str, layouts: &[(&str, &str)]) -> String {
             input_layouts: layouts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
             ..Planning::default()
         },
-        ..RunOptions::default()
+        ..stowage_cli::run_options()
     };
     stowage_cli::build::generate(Path::new(model), &options).expect("generates").main_rs
 }
@@ -243,7 +243,7 @@ fn an_executable_given_a_wrong_input_exits_1_naming_it() {
 #[test]
 fn generated_modules_are_stable() {
     let module =
-        |model: &str, target: &str| stowage_cli::Build::new().target(target).generate(model).expect("generates").source;
+        |model: &str, target: &str| stowage_cli::build().target(target).generate(model).expect("generates").source;
     insta::assert_snapshot!("module_mlp_opencl", module(&mlp(), "opencl"));
     insta::assert_snapshot!("module_camera_cpu", module(&example("camera"), "cpu"));
 }
@@ -251,18 +251,24 @@ fn generated_modules_are_stable() {
 #[test]
 fn build_rs_errors_are_typed() {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let err = stowage_cli::Build::new().target("opencl").out_dir(tmp.path()).compile(example("mixed")).unwrap_err();
+    let err = stowage_cli::build().target("opencl").out_dir(tmp.path()).compile(example("mixed")).unwrap_err();
     assert!(matches!(err, stowage_cli::BuildError::Model(ref m) if m.contains("MatMul")), "{err}");
-    let err = stowage_cli::Build::new().out_dir(tmp.path()).compile(tmp.path().join("absent.onnx")).unwrap_err();
+    let err = stowage_cli::build().out_dir(tmp.path()).compile(tmp.path().join("absent.onnx")).unwrap_err();
     assert!(matches!(err, stowage_cli::BuildError::Model(ref m) if m.contains("absent.onnx")), "{err}");
+    // A Build with no backend registered names the target and says none are.
+    let err = stowage_cli::Build::new().out_dir(tmp.path()).compile(mlp()).unwrap_err();
+    assert!(err.to_string().contains("unknown target 'cpu' (registered backends: none"), "{err}");
+    // Two backends under one name are refused, naming both.
+    let twice = stowage_cli::build().backends(&[&stowage_cpu::KIND]).out_dir(tmp.path()).compile(mlp()).unwrap_err();
+    assert!(twice.to_string().contains("two backends registered as 'cpu': 'cpu' of stowage-cpu"), "{twice}");
     // Written once; a second compile of an unchanged model rewrites nothing.
-    let module = stowage_cli::Build::new().out_dir(tmp.path()).compile(mlp()).expect("compiles");
+    let module = stowage_cli::build().out_dir(tmp.path()).compile(mlp()).expect("compiles");
     let stamp = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).expect("modified time");
     let before: Vec<_> =
         ["model.rs", "model_constants.bin", "libstowage_model.a"].iter().map(|f| stamp(&tmp.path().join(f))).collect();
     assert_eq!(module, tmp.path().join("model.rs"));
     std::thread::sleep(std::time::Duration::from_millis(20));
-    stowage_cli::Build::new().out_dir(tmp.path()).compile(mlp()).expect("compiles");
+    stowage_cli::build().out_dir(tmp.path()).compile(mlp()).expect("compiles");
     let after: Vec<_> =
         ["model.rs", "model_constants.bin", "libstowage_model.a"].iter().map(|f| stamp(&tmp.path().join(f))).collect();
     assert_eq!(before, after, "unchanged files are left alone");

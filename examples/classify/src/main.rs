@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use stowage_cli::model::Aligned;
+use stowage_driver::model::Aligned;
 use stowage_example_classify::{preprocess, squeezenet, top5, PHOTO};
 
 fn run() -> Result<String, Box<dyn std::error::Error>> {

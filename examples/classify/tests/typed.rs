@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use stowage_cli::model::Aligned;
+use stowage_driver::model::Aligned;
 use stowage_example_classify::{mlp_opencl, preprocess, squeezenet, top5, PHOTO};
 use stowage_runtime::Tensor;
 
@@ -23,7 +23,7 @@ fn the_compiled_in_squeezenet_gives_stowage_runs_outputs() {
 
     let flat: Vec<f32> = image.0[0].iter().flatten().flatten().copied().collect();
     let input = Tensor::from_vec(&[1, 3, 224, 224], flat).expect("tensor");
-    let options = stowage_cli::session::RunOptions::default();
+    let options = stowage_cli::run_options();
     let outcome =
         stowage_cli::session::run(&model_suite("random/squeezenet"), vec![("data_0".into(), input)], &options)
             .expect("stowage run");
@@ -68,4 +68,25 @@ fn an_aligned_input_is_used_in_place_and_plain_memory_costs_one_counted_copy() {
     assert_eq!(copies[0].bytes, 784 * 4);
     assert!(copies[0].reason.contains("not an Aligned buffer"), "{}", copies[0].reason);
     assert_eq!(a, b, "the same result either way");
+}
+
+#[test]
+fn a_cpu_and_an_opencl_module_start_in_one_process_in_either_order() {
+    // Each program takes the kernels linked in from its own module's table: no table belongs to the process, so
+    // neither start order leaves the other model without its kernels.
+    for cpu_first in [false, true] {
+        let (cpu, opencl) = if cpu_first {
+            let cpu = squeezenet::Model::new().expect("the CPU module prepares");
+            (cpu, mlp_opencl::Model::new().expect("the OpenCL module prepares"))
+        } else {
+            let opencl = mlp_opencl::Model::new().expect("the OpenCL module prepares");
+            (squeezenet::Model::new().expect("the CPU module prepares"), opencl)
+        };
+        let image = Aligned::<squeezenet::Data0>::boxed();
+        let scores = cpu.run(&image).expect("the CPU module runs").softmaxout_1.to_vec::<f32>().expect("reads");
+        assert_eq!(scores.len(), 1000, "cpu first: {cpu_first}");
+        let x = Aligned::<mlp_opencl::X>::boxed();
+        let logits = opencl.run(&*x).expect("the OpenCL module runs").logits.to_vec::<f32>().expect("reads");
+        assert_eq!(logits.len(), 10, "cpu first: {cpu_first}");
+    }
 }

@@ -115,15 +115,6 @@ pub struct Precompiled {
     pub entry: KernelFn,
 }
 
-static PRECOMPILED: std::sync::OnceLock<&'static [Precompiled]> = std::sync::OnceLock::new();
-
-/// Makes every later [`Jit`] of this process take its kernels from `table` instead of compiling them: what a
-/// built executable does with the kernels linked into it. A spec not in the table is an error, not a compile. Only
-/// the first call has an effect.
-pub fn use_precompiled(table: &'static [Precompiled]) {
-    let _ = PRECOMPILED.set(table);
-}
-
 /// A Cranelift ISA for the host, optimising for speed; position-independent for object code.
 fn host_isa(pic: bool) -> Result<cranelift_codegen::isa::OwnedTargetIsa> {
     let mut flags = settings::builder();
@@ -225,7 +216,7 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
 enum Source {
     /// Compiled now.
     Compile { module: JITModule, fctx: FunctionBuilderContext, funcs: Vec<(FuncId, Extents)> },
-    /// Linked in ahead of time ([`use_precompiled`]).
+    /// Linked in ahead of time (a built executable's or module's table, [`Jit::new`]).
     Linked { table: &'static [Precompiled], fns: Vec<(KernelFn, Extents)> },
 }
 
@@ -235,9 +226,11 @@ pub struct Jit {
 }
 
 impl Jit {
-    /// A JIT for the host CPU, optimising for speed (in a built executable: a lookup of its linked kernels).
-    pub fn new() -> Result<Jit> {
-        if let Some(table) = PRECOMPILED.get() {
+    /// A JIT for the host CPU, optimising for speed; given `linked`, the table of a built executable's or
+    /// module's kernels, a lookup in it instead (a spec not in the table is an error, not a compile). The table
+    /// belongs to the program being lowered: two models in one process each find their own.
+    pub fn new(linked: Option<&'static [Precompiled]>) -> Result<Jit> {
+        if let Some(table) = linked {
             return Ok(Jit { source: Source::Linked { table, fns: Vec::new() } });
         }
         let builder = JITBuilder::with_isa(host_isa(false)?, cranelift_module::default_libcall_names());
@@ -380,7 +373,7 @@ mod tests {
     use crate::kernels::elementwise::BinaryFn;
 
     fn compile(spec: &Loops) -> (Arc<JitCode>, usize) {
-        let mut jit = Jit::new().expect("jit");
+        let mut jit = Jit::new(None).expect("jit");
         let idx = jit.add(spec).expect("compiles");
         (jit.finish().expect("finishes"), idx)
     }

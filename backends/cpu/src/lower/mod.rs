@@ -30,11 +30,13 @@ pub struct LowerOptions {
     /// The generated kernels that read them are compiled for these strides and read the caller's memory in place
     /// (the planner passes only inputs every reading kernel takes so); a run must then give them in this layout.
     pub input_strides: HashMap<String, Vec<usize>>,
+    /// In built code: the kernels linked in, which lowering takes instead of compiling its generated kernels.
+    pub linked: Option<&'static [crate::jit::Precompiled]>,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { threads: 1, fuse: true, input_strides: HashMap::new() }
+        LowerOptions { threads: 1, fuse: true, input_strides: HashMap::new(), linked: None }
     }
 }
 
@@ -53,7 +55,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let code = if generated.is_empty() {
         None
     } else {
-        let mut jit = Jit::new()?;
+        let mut jit = Jit::new(options.linked)?;
         for (n, loops) in &generated {
             kernel_index.insert(*n, jit.add(loops)?);
         }

@@ -1,27 +1,7 @@
-//! Parsing of the options shared by `run`, `plan`, `build`, `import` and built executables.
+//! The CLI's flags beside `stowage run`'s run-time ones: `--input-shape`, `--input-value` and the planning flags.
 
 use clap::Args;
 use stowage_compiler::onnx::{self, ImportConfig};
-
-/// The run-time flags of `stowage run`, which a built executable takes too.
-#[derive(Args, Debug, Default)]
-pub struct RunFlags {
-    /// An input as a TensorProto file: FILE.pb for the next graph input, or NAME=FILE.pb (repeatable).
-    #[arg(long = "input", value_name = "FILE.pb|NAME=FILE.pb")]
-    pub inputs: Vec<String>,
-    /// Write the outputs as output_0.pb, output_1.pb, … here.
-    #[arg(long)]
-    pub output_dir: Option<std::path::PathBuf>,
-    /// Write a JSON report (copies, peak memory, timings) here.
-    #[arg(long)]
-    pub report: Option<std::path::PathBuf>,
-    /// Run this many times (timings report the median).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub repeat: u32,
-    /// Kernel threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub threads: u32,
-}
 
 /// `--input-shape` and `--input-value`.
 #[derive(Args, Debug, Default)]
@@ -81,8 +61,8 @@ pub struct PlanningFlags {
 
 impl PlanningFlags {
     /// The planning request these flags describe (layouts are parsed once the model's inputs are known).
-    pub fn planning(&self) -> Result<crate::session::Planning, String> {
-        let mut p = crate::session::Planning {
+    pub fn planning(&self) -> Result<crate::pipeline::Planning, String> {
+        let mut p = crate::pipeline::Planning {
             max_copies: self.max_copies,
             max_copy_bytes: self.max_copy_bytes,
             ..Default::default()

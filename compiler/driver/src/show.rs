@@ -4,13 +4,14 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::session::{self, RunOptions};
+use crate::pipeline::{self as session, RunOptions};
 use stowage_compiler::plan::{self, Plan, When};
 
 use crate::run::Staging;
 
 /// The formats of `stowage plan`.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum PlanFormat {
     /// Stable text: targets, nodes with where and why, inputs, copies, memory.
     Text,

@@ -5,25 +5,23 @@
 //!
 //! At start-up the executable reads its compiled-in optimised graph (constants folded and laid out row-major at
 //! 64-byte boundaries, used in place from the executable's image) and plans it again, as `stowage run` would for
-//! inputs read from files; a plan whose copies differ from those it was built with is refused. CPU lowering takes
-//! its generated kernels from the object code linked in ([`stowage_cpu::jit::use_precompiled`]): nothing is
-//! imported, optimised or compiled at start-up.
+//! inputs read from files; a plan whose copies differ from those it was built with is refused. The targets are
+//! opened with the kernels linked in ([`OpenOptions::linked`](crate::OpenOptions::linked)), which a backend's
+//! lowering takes instead of compiling: nothing is imported, optimised or compiled at start-up. The executable
+//! links the driver and the backends it was built for, not the CLI: its flags are parsed without clap.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::Parser;
 use prost::Message;
 use stowage_compiler::onnx::{self, proto::TensorProto, ImportConfig};
 
-use crate::options::RunFlags;
-use crate::session::{BuiltGraph, BuiltPlan, Planning, RunOptions};
-
-pub use stowage_cpu::jit::Precompiled;
+use crate::flags::{RunFlags, EXE_USAGE};
+use crate::pipeline::{BuiltGraph, BuiltPlan, Planning, RunOptions};
+use crate::{Registry, TargetKind};
 
 /// What `stowage build` compiled into an executable.
-#[derive(Debug)]
 pub struct Built {
     /// The model's file name, for messages.
     pub model_name: &'static str,
@@ -54,16 +52,11 @@ pub struct Built {
     /// For an OpenCL target built on a unified device: the staging plan a discrete device takes, its path and
     /// copies. At start-up the device opened picks the plan.
     pub other: Option<(&'static str, &'static [&'static str])>,
-    /// The CPU kernels linked in.
-    pub kernels: &'static [Precompiled],
-}
-
-/// A built executable's flags: those of `stowage run` that belong to a run.
-#[derive(Parser, Debug)]
-#[command(about = "A model compiled by stowage build. Takes the run-time flags of `stowage run`.")]
-struct Args {
-    #[command(flatten)]
-    run: RunFlags,
+    /// The kinds of the targets it was built for, in the target list's order.
+    pub kinds: &'static [&'static dyn TargetKind],
+    /// The kernels linked in, as the backend that compiled them ahead of time tables them
+    /// ([`crate::ObjectCode::items`]); `None` when no target compiled any.
+    pub linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
 }
 
 impl Built {
@@ -79,7 +72,10 @@ impl Built {
             config = config.input_value(*name, value);
         }
         let pairs = |p: &[(&str, &str)]| p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let registry = Registry::new(self.kinds).map_err(|e| e.to_string())?;
         Ok(RunOptions {
+            registry,
+            linked: self.linked,
             target: self.target.to_string(),
             threads,
             repeat,
@@ -108,8 +104,21 @@ impl Built {
 /// error.
 pub fn main(built: &'static Built) -> ExitCode {
     let start = Instant::now();
-    let Args { run } = Args::parse();
-    stowage_cpu::jit::use_precompiled(built.kernels);
+    let run = match RunFlags::parse_exe(std::env::args_os().skip(1)) {
+        Ok(Some(flags)) => flags,
+        Ok(None) => {
+            println!(
+                "{}: a model compiled by stowage build. Takes the run-time flags of `stowage run`.",
+                built.model_name
+            );
+            println!("{EXE_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n{EXE_USAGE}");
+            return ExitCode::from(2);
+        }
+    };
     let result = built
         .options(run.threads as usize, run.repeat as usize, run.output_dir.is_some())
         .and_then(|options| crate::run::run_model(&[], Path::new(built.model_name), &run, &options, start))

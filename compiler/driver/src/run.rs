@@ -6,8 +6,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::options::RunFlags;
-use crate::session::{self, RunOptions};
+use crate::flags::RunFlags;
+use crate::pipeline::{self as session, RunOptions};
 use prost::Message;
 use stowage_compiler::onnx;
 use stowage_compiler::onnx::proto::TensorProto;
@@ -186,7 +186,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
 pub fn run(model: &Path, flags: &RunFlags, options: &RunOptions) -> Result<String, String> {
     let start = Instant::now();
     let run = || {
-        session::check_target(&options.target)?;
+        session::check_target(options)?;
         let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
         run_model(&bytes, model, flags, options, start)
     };

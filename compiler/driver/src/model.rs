@@ -17,7 +17,7 @@ pub use stowage_runtime::{half, DatumType, Ledger, Tensor};
 use stowage_runtime::{ExternalStorage, Layout, LedgerTag, MemorySpace, MoveKind};
 
 use crate::exe::Built;
-use crate::session::{Session, INPUT_ALIGNMENT};
+use crate::pipeline::{Session, INPUT_ALIGNMENT};
 
 /// Why a model could not be made or run.
 #[derive(Debug, thiserror::Error)]
@@ -158,10 +158,9 @@ pub struct Model {
 impl Model {
     /// Prepares `built` to run with `threads` kernel threads.
     pub fn new(built: &'static Built, threads: usize) -> Result<Model, ModelError> {
-        stowage_cpu::jit::use_precompiled(built.kernels);
         let options = built.options(threads.max(1), 1, true).map_err(ModelError::Prepare)?;
         let session = Session::new(&[], Path::new(built.model_name), &[], &options, Instant::now())
-            .map_err(ModelError::Prepare)?;
+            .map_err(|e| ModelError::Prepare(e.to_string()))?;
         Ok(Model { session, ledger: Ledger::recording() })
     }
 
@@ -222,7 +221,7 @@ impl Model {
         }
         let result = self.session.run(&tensors, &self.ledger);
         drop(tensors);
-        let mut outputs = result.map_err(ModelError::Run)?.outputs;
+        let mut outputs = result.map_err(|e| ModelError::Run(e.to_string()))?.outputs;
         if released.load(Ordering::SeqCst) != borrowed {
             // An output is (a view of) an input: give the caller a copy instead of the borrowed memory.
             outputs = outputs

@@ -18,9 +18,10 @@ use std::process::Command;
 use prost::Message;
 use stowage_compiler::onnx;
 
-use crate::session::{self, Progress, RunOptions};
+use crate::pipeline::{self as session, RunOptions};
+use crate::Progress;
 
-pub use api::{compile_model, Build, BuildError, GeneratedModule};
+pub use api::{Build, BuildError, GeneratedModule};
 pub use module::module_rs;
 pub use source::{main_rs, Source};
 
@@ -45,8 +46,8 @@ fn source_root() -> Result<PathBuf, String> {
         Some(dir) => PathBuf::from(dir),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
     };
-    let cli = root.join("compiler/cli/Cargo.toml");
-    if !cli.exists() {
+    let driver = root.join("compiler/driver/Cargo.toml");
+    if !driver.exists() {
         return Err(format!(
             "stowage's sources are not at {} (a built executable links stowage's crates): set STOWAGE_SOURCE",
             root.display()
@@ -107,14 +108,16 @@ pub struct Generated {
     pub constants: Vec<u8>,
     /// `src/main.rs`.
     pub main_rs: String,
-    /// `kernels.o`.
-    pub object: Vec<u8>,
+    /// `kernels.o`, when a target compiles kernels ahead of time.
+    pub object: Option<Vec<u8>>,
     /// `--input-value` files: name and TensorProto bytes.
     pub values: Vec<(String, Vec<u8>)>,
-    /// CPU kernels in the object.
+    /// Kernels in the object.
     pub kernels: usize,
     /// Copies per run the plan makes.
     pub copies_per_run: usize,
+    /// The backends' crates it depends on.
+    pub kinds: Vec<crate::KindSource>,
 }
 
 /// A model planned, its kernels compiled: what both the executable and the typed module are written from.
@@ -122,9 +125,11 @@ pub(crate) struct Compiled {
     pub model_name: String,
     pub options: RunOptions,
     pub prepared: session::Prepared,
-    pub object: Vec<u8>,
+    pub object: Option<Vec<u8>>,
     /// Node, key, symbol.
     pub kernels: Vec<(String, u64, String)>,
+    /// The object's Rust items ([`crate::ObjectCode::items`]).
+    pub items: Option<String>,
     /// Input name, file name, TensorProto bytes of each `--input-value`.
     pub values: Vec<(String, String, Vec<u8>)>,
     /// For an OpenCL target on a unified device: the staging plan's path and copies (planned for the target
@@ -145,6 +150,8 @@ impl Compiled {
             values,
             plan: &self.prepared.plan,
             kernels: &self.kernels,
+            items: self.items.as_deref(),
+            kinds: &self.prepared.kinds,
             in_out_dir,
             path: &self.prepared.path,
             other: self.other.as_ref().map(|(p, c)| (p.as_str(), c.as_slice())),
@@ -158,25 +165,6 @@ impl Compiled {
     pub fn value_files(&self) -> Vec<(String, String)> {
         self.values.iter().map(|(n, f, _)| (n.clone(), f.clone())).collect()
     }
-}
-
-/// `target` with every OpenCL entry forced onto the discrete path (`opencl,cpu` → `opencl:discrete,cpu`), or
-/// `None` when no entry would change.
-fn discrete_target(target: &str) -> Option<String> {
-    let entries: Vec<String> =
-        target
-            .split(',')
-            .map(|t| t.trim())
-            .map(|t| {
-                if t.starts_with("opencl") && !t.ends_with(":discrete") {
-                    format!("{t}:discrete")
-                } else {
-                    t.to_string()
-                }
-            })
-            .collect();
-    let forced = entries.join(",");
-    (forced != target).then_some(forced)
 }
 
 /// Plans `model` for `options` and compiles its CPU kernels, exported as `{prefix}{k}`. A model that cannot be
@@ -194,23 +182,19 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
     }
     // The plan is made as for a run that reads its outputs; the built code checks its own plan against it.
     let options = RunOptions { read_outputs: true, ..options.clone() };
-    let prepared = session::prepare_build(&bytes, model, &options)?;
+    let mut prepared = session::prepare_build(&bytes, model, &options, prefix)?;
     // Both paths ahead of time: a plan made on a unified device also carries the staging plan a discrete one takes.
-    let other = match discrete_target(&options.target) {
-        Some(target) if prepared.unified => {
-            let staged = session::prepare_build(&bytes, model, &RunOptions { target, ..options.clone() })?;
+    let other = match prepared.alternative.clone() {
+        Some(target) => {
+            let staged = session::prepare_build(&bytes, model, &RunOptions { target, ..options.clone() }, prefix)?;
             Some((staged.path, staged.plan.copies.iter().map(|c| c.to_string()).collect()))
         }
-        _ => None,
+        None => None,
     };
-    let specs: Vec<_> = prepared.kernels.iter().map(|(_, l)| l.clone()).collect();
-    let object = stowage_cpu::jit::compile_object(&specs, prefix).map_err(|e| format!("{}: {e}", model.display()))?;
-    let kernels: Vec<(String, u64, String)> = prepared
-        .kernels
-        .iter()
-        .zip(&object.symbols)
-        .map(|((node, _), (symbol, key))| (node.clone(), *key, symbol.clone()))
-        .collect();
+    let (object, kernels, items) = match prepared.object.take() {
+        Some(code) => (Some(code.bytes), code.kernels, Some(code.items)),
+        None => (None, Vec::new(), None),
+    };
     let model_name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or("model.onnx".into());
     let mut values = Vec::new();
     for (k, (input, t)) in options.config.input_values.iter().enumerate() {
@@ -227,7 +211,7 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
             g.input.iter().map(|i| i.name().to_string()).filter(move |n| !initializers.contains(&n.as_str()))
         })
         .collect();
-    Ok(Compiled { model_name, options, prepared, object: object.bytes, kernels, values, other, encoded, inputs })
+    Ok(Compiled { model_name, options, prepared, object, kernels, items, values, other, encoded, inputs })
 }
 
 /// Plans `model` for `options` and generates its executable crate's source and kernel object.
@@ -244,6 +228,7 @@ pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String>
         graph: c.encoded.graph,
         constants: c.encoded.constants,
         object: c.object,
+        kinds: c.prepared.kinds,
     })
 }
 
@@ -271,8 +256,13 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
     write_if_changed(&dir.join("graph.bin"), &generated.graph)?;
     write_if_changed(&dir.join("constants.bin"), &generated.constants)?;
     let _ = std::fs::remove_file(dir.join("model.onnx"));
-    write_if_changed(&dir.join("kernels.o"), &generated.object)?;
-    write_if_changed(&dir.join("Cargo.toml"), manifest(&name, &source).as_bytes())?;
+    match &generated.object {
+        Some(object) => write_if_changed(&dir.join("kernels.o"), object)?,
+        None => {
+            let _ = std::fs::remove_file(dir.join("kernels.o"));
+        }
+    }
+    write_if_changed(&dir.join("Cargo.toml"), manifest(&name, &generated.kinds).as_bytes())?;
     write_if_changed(&dir.join("build.rs"), BUILD_RS.as_bytes())?;
     let lock = dir.join("Cargo.lock");
     if !lock.exists() {
@@ -307,25 +297,33 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
     })
 }
 
-/// The model crate's manifest: one binary, depending on stowage's CLI library by path.
-fn manifest(name: &str, source: &Path) -> String {
-    let cli = source.join("compiler/cli");
+/// The model crate's manifest: one binary, depending by path on the driver (without its CLI) and on the crates of
+/// the backends it was built for.
+fn manifest(name: &str, kinds: &[crate::KindSource]) -> String {
+    let mut deps = format!(
+        "stowage-driver = {{ path = {:?}, default-features = false }}\n",
+        Path::new(env!("CARGO_MANIFEST_DIR")).to_string_lossy()
+    );
+    for k in kinds {
+        deps.push_str(&format!("{} = {{ path = {:?} }}\n", k.package, k.manifest_dir));
+    }
     format!(
         "# @generated by stowage build. Do not edit: build again instead.\n\
          [package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\nbuild = \"build.rs\"\n\n\
          [[bin]]\nname = \"{name}\"\npath = \"src/main.rs\"\n\n\
-         [dependencies]\nstowage-cli = {{ path = {:?} }}\n\n\
+         [dependencies]\n{deps}\n\
          # Its own workspace, wherever the shared build directory is.\n[workspace]\n\n\
-         [profile.release]\ndebug = false\n",
-        cli.to_string_lossy()
+         [profile.release]\ndebug = false\n"
     )
 }
 
-/// The model crate's build script: links the kernels' object file into the executable.
+/// The model crate's build script: links the kernels' object file, when there is one, into the executable.
 const BUILD_RS: &str = "// @generated by stowage build. Do not edit: build again instead.\n\
 fn main() {\n    \
     let dir = std::env::var(\"CARGO_MANIFEST_DIR\").expect(\"cargo sets CARGO_MANIFEST_DIR\");\n    \
-    println!(\"cargo:rustc-link-arg-bins={dir}/kernels.o\");\n    \
+    if std::path::Path::new(&dir).join(\"kernels.o\").exists() {\n        \
+        println!(\"cargo:rustc-link-arg-bins={dir}/kernels.o\");\n    \
+    }\n    \
     println!(\"cargo:rerun-if-changed=kernels.o\");\n\
 }\n";
 

@@ -34,7 +34,7 @@ fn elem(dt: DatumType) -> Result<(TokenStream, TokenStream), String> {
     let (ty, variant) = match dt {
         DatumType::F32 => (quote!(f32), quote!(F32)),
         DatumType::F64 => (quote!(f64), quote!(F64)),
-        DatumType::F16 => (quote!(stowage_cli::model::half::f16), quote!(F16)),
+        DatumType::F16 => (quote!(::stowage_driver::model::half::f16), quote!(F16)),
         DatumType::I8 => (quote!(i8), quote!(I8)),
         DatumType::I16 => (quote!(i16), quote!(I16)),
         DatumType::I32 => (quote!(i32), quote!(I32)),
@@ -45,7 +45,7 @@ fn elem(dt: DatumType) -> Result<(TokenStream, TokenStream), String> {
         DatumType::U64 => (quote!(u64), quote!(U64)),
         other => return Err(format!("inputs of type {other} have no typed form yet")),
     };
-    Ok((ty, quote!(stowage_cli::model::DatumType::#variant)))
+    Ok((ty, quote!(::stowage_driver::model::DatumType::#variant)))
 }
 
 /// `[[f32; 224]; 3]` for `f32[3, 224]`.
@@ -92,11 +92,11 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
             pub type #alias = #array_ty;
         });
         if aligned {
-            params.push(quote!(#arg: impl Into<stowage_cli::model::Input<'a, #alias>>));
-            raw.push(quote!(stowage_cli::model::RawInput::from_input(#name, #dt, &[#(#dims),*], #arg.into())));
+            params.push(quote!(#arg: impl Into<::stowage_driver::model::Input<'a, #alias>>));
+            raw.push(quote!(::stowage_driver::model::RawInput::from_input(#name, #dt, &[#(#dims),*], #arg.into())));
         } else {
             params.push(quote!(#arg: &#alias));
-            raw.push(quote!(stowage_cli::model::RawInput::in_place(#name, #dt, &[#(#dims),*], #arg)));
+            raw.push(quote!(::stowage_driver::model::RawInput::in_place(#name, #dt, &[#(#dims),*], #arg)));
         }
     }
     let generics = if params.iter().any(|p| p.to_string().contains("'a")) { quote!(<'a>) } else { quote!() };
@@ -109,9 +109,11 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
         let missing = format!("output '{}' is missing", o.name);
         fields.push(quote! {
             #[doc = #doc]
-            pub #field: stowage_cli::model::Tensor<'static>
+            pub #field: ::stowage_driver::model::Tensor<'static>
         });
-        inits.push(quote!(#field: outputs.next().ok_or_else(|| stowage_cli::model::ModelError::Run(#missing.into()))?));
+        inits.push(
+            quote!(#field: outputs.next().ok_or_else(|| ::stowage_driver::model::ModelError::Run(#missing.into()))?),
+        );
     }
     let built = built_literal(s);
     let copies = copies_items(s, true);
@@ -122,7 +124,7 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
         quote!(concat!(env!("OUT_DIR"), #constants_file)),
         &format!("stowage_{name}_constants"),
     );
-    let kernels = kernel_items(s);
+    let kernels = kernel_items(s)?;
     let file = quote! {
         #embedded
 
@@ -130,7 +132,7 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
 
         #copies
 
-        static BUILT: stowage_cli::exe::Built = #built;
+        static BUILT: ::stowage_driver::exe::Built = #built;
 
         #(#types)*
 
@@ -142,34 +144,34 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
 
         #(#docs)*
         pub struct Model {
-            inner: stowage_cli::model::Model,
+            inner: ::stowage_driver::model::Model,
         }
 
         impl Model {
             /// Imports, plans and lowers the model, on one kernel thread. Its CPU kernels are linked in.
-            pub fn new() -> Result<Model, stowage_cli::model::ModelError> {
+            pub fn new() -> Result<Model, ::stowage_driver::model::ModelError> {
                 Model::with_threads(1)
             }
 
             /// [`Model::new`] with `threads` kernel threads.
-            pub fn with_threads(threads: usize) -> Result<Model, stowage_cli::model::ModelError> {
-                Ok(Model { inner: stowage_cli::model::Model::new(&BUILT, threads)? })
+            pub fn with_threads(threads: usize) -> Result<Model, ::stowage_driver::model::ModelError> {
+                Ok(Model { inner: ::stowage_driver::model::Model::new(&BUILT, threads)? })
             }
 
             /// Runs the model once.
-            pub fn run #generics (&self, #(#params),*) -> Result<Outputs, stowage_cli::model::ModelError> {
+            pub fn run #generics (&self, #(#params),*) -> Result<Outputs, ::stowage_driver::model::ModelError> {
                 let mut outputs = self.inner.run(&[#(#raw),*])?.into_iter();
                 Ok(Outputs { #(#inits),* })
             }
 
             /// Every copy the runs have made (and every output read since).
-            pub fn ledger(&self) -> &stowage_cli::model::Ledger {
+            pub fn ledger(&self) -> &::stowage_driver::model::Ledger {
                 self.inner.ledger()
             }
         }
     };
     let header = format!(
-        "// @generated by stowage {} (stowage_cli::Build) from {}. Do not edit: it is written again by build.rs.\n",
+        "// @generated by stowage {} (stowage_driver::build::Build) from {}. Do not edit: it is written again by build.rs.\n",
         env!("CARGO_PKG_VERSION"),
         s.model_name
     );

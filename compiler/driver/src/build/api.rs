@@ -1,19 +1,25 @@
 //! Compiling a model into a crate at build time, the way prost-build compiles `.proto` files.
 //!
-//! Add the build dependency and the dependency (the generated code runs on this crate's runtime):
+//! Add the driver and the backends the model runs on, as dependencies (the generated code runs on them) and as
+//! build dependencies (they plan and compile it):
 //!
 //! ```toml
 //! [dependencies]
-//! stowage-cli = { path = "…/compiler/cli" }
+//! stowage-driver = { path = "…/compiler/driver" }
+//! stowage-cpu = { path = "…/backends/cpu" }
 //! [build-dependencies]
-//! stowage-cli = { path = "…/compiler/cli" }
+//! stowage-driver = { path = "…/compiler/driver", features = ["build"] }
+//! stowage-cpu = { path = "…/backends/cpu" }
 //! ```
 //!
-//! Write `build.rs`:
+//! Write `build.rs`, registering the backends (a backend of your own is one more entry):
 //!
 //! ```no_run
-//! fn main() -> Result<(), stowage_cli::BuildError> {
-//!     stowage_cli::Build::new().target("cpu").compile("models/squeezenet.onnx")?;
+//! fn main() -> Result<(), stowage_driver::build::BuildError> {
+//!     stowage_driver::build::Build::new()
+//!         .backends(&[/* &stowage_cpu::KIND */])
+//!         .target("cpu")
+//!         .compile("models/squeezenet.onnx")?;
 //!     Ok(())
 //! }
 //! ```
@@ -26,13 +32,14 @@
 //! }
 //!
 //! let model = squeezenet::Model::new()?;
-//! let image = stowage_cli::model::Aligned::<squeezenet::Data0>::boxed();
+//! let image = stowage_driver::model::Aligned::<squeezenet::Data0>::boxed();
 //! let out = model.run(&*image)?;
 //! let scores: &[f32] = out.softmaxout_1.as_slice()?;
 //! ```
 //!
 //! `run` takes one argument per graph input, a nested array of its element type and shape, so a wrong shape or
-//! type is a compile error. The CPU kernels are compiled now, into a static library linked into the crate;
+//! type is a compile error. Kernels a backend compiles ahead of time (the CPU's) are compiled now, into a static
+//! library linked into the crate;
 //! the model and the plan's copies (one line each, with the reason) are in the generated source.
 
 use std::path::{Path, PathBuf};
@@ -41,7 +48,8 @@ use stowage_compiler::onnx::ImportConfig;
 
 use super::module::{field_name, module_rs};
 use super::{compile, write_if_changed};
-use crate::session::{Planning, RunOptions};
+use crate::pipeline::{Planning, RunOptions};
+use crate::{Registry, TargetKind};
 
 /// Why a model could not be compiled into a module.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +78,10 @@ pub enum BuildError {
     },
 }
 
-/// How to compile models into modules: target, fixed shapes, copy budget, where to write.
-#[derive(Clone, Debug)]
+/// How to compile models into modules: the backends, target, fixed shapes, copy budget, where to write.
+#[derive(Clone)]
 pub struct Build {
+    kinds: Vec<&'static dyn TargetKind>,
     target: String,
     input_shapes: Vec<(String, Vec<usize>)>,
     max_copies: Option<usize>,
@@ -97,19 +106,16 @@ pub struct GeneratedModule {
     /// Files the source embeds: the optimised graph (`{name}_graph.bin`), its constants (`{name}_constants.bin`)
     /// and fixed input values, by file name.
     pub embedded: Vec<(String, Vec<u8>)>,
-    /// The CPU kernels' object file.
-    pub object: Vec<u8>,
-}
-
-/// Compiles `model` for the CPU into `OUT_DIR` with the default settings: [`Build::compile`] of [`Build::new`].
-pub fn compile_model(model: impl AsRef<Path>) -> Result<PathBuf, BuildError> {
-    Build::new().compile(model)
+    /// The object file of the kernels compiled ahead of time, when a target compiles any.
+    pub object: Option<Vec<u8>>,
 }
 
 impl Build {
-    /// The CPU target, shapes as the model declares them, no copy budget, written to `OUT_DIR`.
+    /// No backends yet ([`Build::backends`]), the `cpu` target, shapes as the model declares them, no copy
+    /// budget, written to `OUT_DIR`.
     pub fn new() -> Build {
         Build {
+            kinds: Vec::new(),
             target: "cpu".into(),
             input_shapes: Vec::new(),
             max_copies: None,
@@ -119,10 +125,17 @@ impl Build {
         }
     }
 
+    /// Registers target kinds, after those registered before, in order of lookup (`stowage_cli::BACKENDS`, or
+    /// `&[&stowage_cpu::KIND, &my_backend::KIND]`).
+    pub fn backends(&mut self, kinds: &[&'static dyn TargetKind]) -> &mut Self {
+        self.kinds.extend_from_slice(kinds);
+        self
+    }
+
     /// The target, or a list in order of preference, as `stowage run --target` takes it.
     ///
     /// ```
-    /// stowage_cli::Build::new().target("opencl,cpu");
+    /// stowage_driver::build::Build::new().target("opencl,cpu");
     /// ```
     pub fn target(&mut self, target: impl Into<String>) -> &mut Self {
         self.target = target.into();
@@ -132,7 +145,7 @@ impl Build {
     /// Fixes an input's shape (its symbolic dimensions included), as `--input-shape` does.
     ///
     /// ```
-    /// stowage_cli::Build::new().input_shape("images", [1, 3, 224, 224]);
+    /// stowage_driver::build::Build::new().input_shape("images", [1, 3, 224, 224]);
     /// ```
     pub fn input_shape(&mut self, input: impl Into<String>, shape: impl Into<Vec<usize>>) -> &mut Self {
         self.input_shapes.push((input.into(), shape.into()));
@@ -142,7 +155,7 @@ impl Build {
     /// Fails the build when a run would make more copies, or copy more bytes, than this.
     ///
     /// ```
-    /// stowage_cli::Build::new().copy_budget(Some(0), None);
+    /// stowage_driver::build::Build::new().copy_budget(Some(0), None);
     /// ```
     pub fn copy_budget(&mut self, copies: Option<usize>, bytes: Option<usize>) -> &mut Self {
         self.max_copies = copies;
@@ -153,7 +166,7 @@ impl Build {
     /// Writes here instead of `OUT_DIR`.
     ///
     /// ```
-    /// stowage_cli::Build::new().out_dir("target/generated");
+    /// stowage_driver::build::Build::new().out_dir("target/generated");
     /// ```
     pub fn out_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.out_dir = Some(dir.into());
@@ -163,19 +176,20 @@ impl Build {
     /// Names the module (by default the model file's stem, made an identifier: `squeezenet.onnx` → `squeezenet`).
     ///
     /// ```
-    /// stowage_cli::Build::new().module_name("classifier");
+    /// stowage_driver::build::Build::new().module_name("classifier");
     /// ```
     pub fn module_name(&mut self, name: impl Into<String>) -> &mut Self {
         self.module_name = Some(name.into());
         self
     }
 
-    fn options(&self) -> RunOptions {
+    fn options(&self) -> Result<RunOptions, BuildError> {
+        let registry = Registry::new(&self.kinds).map_err(|e| BuildError::Model(e.to_string()))?;
         let mut config = ImportConfig::new();
         for (name, shape) in &self.input_shapes {
             config = config.input_shape(name.clone(), shape.clone());
         }
-        RunOptions {
+        Ok(RunOptions {
             target: self.target.clone(),
             config,
             planning: Planning {
@@ -183,8 +197,8 @@ impl Build {
                 max_copy_bytes: self.max_copy_bytes,
                 ..Planning::default()
             },
-            ..RunOptions::default()
-        }
+            ..RunOptions::new(registry)
+        })
     }
 
     /// Plans `model` and generates its module in memory, writing nothing.
@@ -192,7 +206,7 @@ impl Build {
         let model = model.as_ref();
         let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
         let name = field_name(self.module_name.as_deref().unwrap_or(&stem));
-        let c = compile(model, &self.options(), &format!("stowage_{name}_k")).map_err(BuildError::Model)?;
+        let c = compile(model, &self.options()?, &format!("stowage_{name}_k")).map_err(BuildError::Model)?;
         let files: Vec<(String, String)> =
             c.values.iter().map(|(input, file, _)| (input.clone(), format!("{name}_{file}"))).collect();
         let source = module_rs(&c.source(true, &files), &name, &c.prepared.cx.graph, &c.prepared.plan)
@@ -226,27 +240,29 @@ impl Build {
             write(file, bytes)?;
         }
         let name = &generated.name;
-        let object = out.join(format!("stowage_{name}.o"));
-        let archive = out.join(format!("libstowage_{name}.a"));
-        let unchanged = std::fs::read(&object).is_ok_and(|old| old == generated.object) && archive.exists();
-        if !unchanged {
-            write(&format!("stowage_{name}.o"), &generated.object)?;
-            let _ = std::fs::remove_file(&archive);
-            let status = std::process::Command::new(std::env::var_os("AR").unwrap_or_else(|| "ar".into()))
-                .arg("crs")
-                .arg(&archive)
-                .arg(&object)
-                .output()
-                .map_err(|e| BuildError::Archive { path: archive.clone(), message: e.to_string() })?;
-            if !status.status.success() {
-                let message = String::from_utf8_lossy(&status.stderr).trim().to_string();
-                return Err(BuildError::Archive { path: archive, message });
+        if let Some(object_bytes) = &generated.object {
+            let object = out.join(format!("stowage_{name}.o"));
+            let archive = out.join(format!("libstowage_{name}.a"));
+            let unchanged = std::fs::read(&object).is_ok_and(|old| old == *object_bytes) && archive.exists();
+            if !unchanged {
+                write(&format!("stowage_{name}.o"), object_bytes)?;
+                let _ = std::fs::remove_file(&archive);
+                let status = std::process::Command::new(std::env::var_os("AR").unwrap_or_else(|| "ar".into()))
+                    .arg("crs")
+                    .arg(&archive)
+                    .arg(&object)
+                    .output()
+                    .map_err(|e| BuildError::Archive { path: archive.clone(), message: e.to_string() })?;
+                if !status.status.success() {
+                    let message = String::from_utf8_lossy(&status.stderr).trim().to_string();
+                    return Err(BuildError::Archive { path: archive, message });
+                }
             }
+            println!("cargo:rustc-link-search=native={}", out.display());
+            println!("cargo:rustc-link-lib=static=stowage_{name}");
         }
         let module = out.join(format!("{name}.rs"));
         write(&format!("{name}.rs"), generated.source.as_bytes())?;
-        println!("cargo:rustc-link-search=native={}", out.display());
-        println!("cargo:rustc-link-lib=static=stowage_{name}");
         Ok(module)
     }
 }

@@ -1,15 +1,18 @@
-//! The nine rules of `LazyHost`, written once over a device [`Harness`], so that every backend runs the very same
-//! checks on its own device: the runtime on its test device (`runtime/tests/lazy_host.rs`, both modes), the OpenCL
-//! backend on PoCL (`backends/opencl/tests/rules.rs`, unified and discrete paths). Transfers are counted from the
-//! ledger, which records every byte the runtime moves.
-
-#![allow(dead_code)] // each suite uses the rules it runs
+//! The rule kit (feature `rules`): the nine rules of `LazyHost` and the map/unmap checks, written once over a
+//! device [`Harness`], so that every backend runs the very same checks on its own device: the runtime on its test
+//! device (`runtime/tests/lazy_host.rs`, both modes), the OpenCL backend on PoCL (`backends/opencl/tests/rules.rs`,
+//! unified and discrete paths), a backend from outside on its own (`examples/custom-backend`). Transfers are
+//! counted from the ledger, which records every byte the runtime moves.
+//!
+//! A backend implements [`Harness`] for its device in a test, then writes `stowage_runtime::rule_tests!(make,
+//! modes)` and `stowage_runtime::map_tests!(make, modes)` (one `#[test]` per check), or calls [`check_all`].
+//! Checks panic with the harness's label when a rule does not hold: they are test code. A device that is not
+//! host-mappable (`mappable = no`) is checked on what applies to it: its mappings must be refused with an error,
+//! and its lazy tensors still map on the host, through one download.
 
 pub mod map;
 
-use stowage_runtime::{
-    device_input, DatumType, DeviceBuffer, LazyHost, Ledger, LedgerTag, MoveKind, Tensor, TensorStorage,
-};
+use crate::{device_input, DatumType, DeviceBuffer, LazyHost, Ledger, LedgerTag, MoveKind, Tensor, TensorStorage};
 
 /// A device as the rules need it.
 pub trait Harness {
@@ -50,7 +53,7 @@ pub fn lazy_output<H: Harness>(h: &H, shape: &[usize], values: &[f32]) -> (H::Bu
 
 /// The bytes of `values`.
 pub fn bytes(values: &[f32]) -> Vec<u8> {
-    stowage_runtime::bytemuck::cast_slice(values).to_vec()
+    crate::bytemuck::cast_slice(values).to_vec()
 }
 
 /// `0.0, 1.0, …` as f32.
@@ -62,6 +65,7 @@ fn downloads(ledger: &Ledger) -> usize {
     ledger.count(MoveKind::Download)
 }
 
+/// Rule 1: a device output is a host tensor in type and shape with no bytes copied.
 pub fn rule_1_a_device_output_is_a_host_tensor_in_type_and_shape_with_no_bytes_copied<H: Harness>(h: &H) {
     let (_buffer, ledger, y) = lazy_output(h, &[2, 3], &iota(6));
     assert_eq!(y.dt(), DatumType::F32);
@@ -77,6 +81,7 @@ pub fn rule_1_a_device_output_is_a_host_tensor_in_type_and_shape_with_no_bytes_c
     assert!(ledger.entries().is_empty());
 }
 
+/// Rule 2: it waits for the producer when wrapped on the queueing thread not when read.
 pub fn rule_2_it_waits_for_the_producer_when_wrapped_on_the_queueing_thread_not_when_read<H: Harness>(h: &H) {
     let (buffer, _ledger, y) = lazy_output(h, &[4], &[1.0, 2.0, 3.0, 4.0]);
     // The work had not finished when the output was wrapped; wrapping waited for it, here.
@@ -87,6 +92,7 @@ pub fn rule_2_it_waits_for_the_producer_when_wrapped_on_the_queueing_thread_not_
     assert_eq!(read.expect("reader thread").expect("read"), vec![1.0, 2.0, 3.0, 4.0]);
 }
 
+/// Rule 3: the first read materializes once and the predicate never reads back.
 pub fn rule_3_the_first_read_materializes_once_and_the_predicate_never_reads_back<H: Harness>(h: &H) {
     let (_buffer, ledger, y) = lazy_output(h, &[2, 2], &iota(4));
     for _ in 0..3 {
@@ -101,6 +107,7 @@ pub fn rule_3_the_first_read_materializes_once_and_the_predicate_never_reads_bac
     assert_eq!(downloads(&ledger), usize::from(!h.unified()), "{}", h.label());
 }
 
+/// Rule 4: on unified memory materializing shares the allocation.
 pub fn rule_4_on_unified_memory_materializing_shares_the_allocation<H: Harness>(h: &H) {
     let (buffer, ledger, y) = lazy_output(h, &[8], &iota(8));
     let host = y.as_slice::<f32>().unwrap().as_ptr() as usize;
@@ -117,6 +124,7 @@ pub fn rule_4_on_unified_memory_materializing_shares_the_allocation<H: Harness>(
     }
 }
 
+/// Rule 5: a host write detaches the device buffer first.
 pub fn rule_5_a_host_write_detaches_the_device_buffer_first<H: Harness>(h: &H) {
     let (buffer, _ledger, mut y) = lazy_output(h, &[4], &iota(4));
     let before = h.peek(&buffer);
@@ -130,6 +138,7 @@ pub fn rule_5_a_host_write_detaches_the_device_buffer_first<H: Harness>(h: &H) {
     assert!(!h.same_buffer(&back, &buffer));
 }
 
+/// Rule 6: deep clone shares what was materialized and the two stay independent.
 pub fn rule_6_deep_clone_shares_what_was_materialized_and_the_two_stay_independent<H: Harness>(h: &H) {
     let (buffer, ledger, y) = lazy_output(h, &[4], &iota(4));
     let host = y.as_slice::<f32>().unwrap().as_ptr();
@@ -146,6 +155,7 @@ pub fn rule_6_deep_clone_shares_what_was_materialized_and_the_two_stay_independe
     assert!(y.device_buffer::<H::Buffer>().is_some());
 }
 
+/// Rule 7: slicing an unmaterialized tensor stays lazy and reads only the slice.
 pub fn rule_7_slicing_an_unmaterialized_tensor_stays_lazy_and_reads_only_the_slice<H: Harness>(h: &H) {
     let (_buffer, ledger, y) = lazy_output(h, &[4, 8], &iota(32));
     let rows = y.slice(0, 1..3).unwrap();
@@ -164,6 +174,7 @@ pub fn rule_7_slicing_an_unmaterialized_tensor_stays_lazy_and_reads_only_the_sli
     }
 }
 
+/// Rule 8: an output passed as the next runs input is used as is.
 pub fn rule_8_an_output_passed_as_the_next_runs_input_is_used_as_is<H: Harness>(h: &H) {
     let (buffer, ledger, y) = lazy_output(h, &[16], &iota(16));
     let input = device_input::<H::Buffer>(&y, h.context(), &ledger).unwrap();
@@ -189,6 +200,7 @@ pub fn rule_8_an_output_passed_as_the_next_runs_input_is_used_as_is<H: Harness>(
     assert_eq!((&*entries[0].value, entries[0].kind, entries[0].bytes), ("x", MoveKind::Upload, 64));
 }
 
+/// Rule 9: only owned buffers are wrapped and run scoped views are copied out.
 pub fn rule_9_only_owned_buffers_are_wrapped_and_run_scoped_views_are_copied_out<H: Harness>(h: &H) {
     let ledger = Ledger::recording();
     let Some(view) = h.run_scoped(&iota(4)) else {
@@ -214,6 +226,7 @@ pub fn rule_9_only_owned_buffers_are_wrapped_and_run_scoped_views_are_copied_out
     assert_eq!(out.as_slice::<f32>().unwrap(), &[0.0, 1.0, 2.0, 3.0]);
 }
 
+/// Eight threads reading one lazy tensor see one download.
 pub fn eight_threads_reading_one_lazy_tensor_see_one_download<H: Harness>(h: &H) {
     let (_buffer, ledger, y) = lazy_output(h, &[1024], &iota(1024));
     let seen: Vec<(usize, Vec<f32>)> = std::thread::scope(|s| {
@@ -231,6 +244,7 @@ pub fn eight_threads_reading_one_lazy_tensor_see_one_download<H: Harness>(h: &H)
     assert_eq!(downloads(&ledger), usize::from(!h.unified()), "{}", h.label());
 }
 
+/// A host write after deep clone changes neither the clone nor the device.
 pub fn a_host_write_after_deep_clone_changes_neither_the_clone_nor_the_device<H: Harness>(h: &H) {
     let (buffer, _ledger, mut y) = lazy_output(h, &[3], &[1.0, 2.0, 3.0]);
     let clone = y.deep_clone().unwrap();
@@ -241,12 +255,35 @@ pub fn a_host_write_after_deep_clone_changes_neither_the_clone_nor_the_device<H:
     assert!(clone.device_buffer::<H::Buffer>().is_some());
 }
 
+/// Into plain of a lazy tensor brings the bytes home.
 pub fn into_plain_of_a_lazy_tensor_brings_the_bytes_home<H: Harness>(h: &H) {
     let (_buffer, _ledger, y) = lazy_output(h, &[2], &[5.0, 6.0]);
     let lazy = y.lazy::<H::Buffer>().unwrap();
     let boxed: Box<dyn TensorStorage> = lazy.deep_clone().unwrap();
     let plain = boxed.into_plain().unwrap();
     assert_eq!(plain.as_bytes(), bytes(&[5.0, 6.0]).as_slice());
+}
+
+/// Every rule and every map check on `h`.
+pub fn check_all<H: Harness>(h: &H) {
+    rule_1_a_device_output_is_a_host_tensor_in_type_and_shape_with_no_bytes_copied(h);
+    rule_2_it_waits_for_the_producer_when_wrapped_on_the_queueing_thread_not_when_read(h);
+    rule_3_the_first_read_materializes_once_and_the_predicate_never_reads_back(h);
+    rule_4_on_unified_memory_materializing_shares_the_allocation(h);
+    rule_5_a_host_write_detaches_the_device_buffer_first(h);
+    rule_6_deep_clone_shares_what_was_materialized_and_the_two_stay_independent(h);
+    rule_7_slicing_an_unmaterialized_tensor_stays_lazy_and_reads_only_the_slice(h);
+    rule_8_an_output_passed_as_the_next_runs_input_is_used_as_is(h);
+    rule_9_only_owned_buffers_are_wrapped_and_run_scoped_views_are_copied_out(h);
+    eight_threads_reading_one_lazy_tensor_see_one_download(h);
+    a_host_write_after_deep_clone_changes_neither_the_clone_nor_the_device(h);
+    into_plain_of_a_lazy_tensor_brings_the_bytes_home(h);
+    map::mapping_waits_for_the_pending_work_on_its_buffer(h);
+    map::dropping_a_write_mapping_makes_the_device_see_the_writes(h);
+    map::unmap_publishes_the_writes(h);
+    map::on_unified_memory_a_mapping_is_a_pointer_not_a_copy(h);
+    map::a_mapping_of_the_wrong_element_size_is_an_error(h);
+    map::a_lazy_tensor_maps_its_host_bytes_once(h);
 }
 
 /// One `#[test]` per rule for a harness made by `$make` in each of `$modes`.
@@ -272,7 +309,7 @@ macro_rules! rule_tests {
             #[test]
             fn $rule() {
                 for mode in $modes {
-                    rules::$rule(&$make(mode));
+                    $crate::rules::$rule(&$make(mode));
                 }
             }
         )*

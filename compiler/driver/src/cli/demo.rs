@@ -5,21 +5,21 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::pipeline::{self as session, RunOptions};
 use prost::Message;
-use stowage_cli::session::{self, RunOptions};
 use stowage_compiler::onnx;
 use stowage_runtime::Tensor;
 
-const MODEL: &[u8] = include_bytes!("../demo/squeezenet.onnx");
-const REFERENCE: &[u8] = include_bytes!("../demo/squeezenet_output_0.pb");
+const MODEL: &[u8] = include_bytes!("../../demo/squeezenet.onnx");
+const REFERENCE: &[u8] = include_bytes!("../../demo/squeezenet_output_0.pb");
 
-pub fn run(threads: usize) -> Result<String, String> {
+pub fn run(threads: usize, defaults: RunOptions) -> Result<String, String> {
     let start = Instant::now();
     let shape = [1usize, 3, 224, 224];
     let n: usize = shape.iter().product();
     let input =
         Tensor::from_vec(&shape, (0..n).map(|i| i as f32 / n as f32).collect::<Vec<_>>()).map_err(|e| e.to_string())?;
-    let options = RunOptions { repeat: 10, threads, ..RunOptions::default() };
+    let options = RunOptions { repeat: 10, threads, ..defaults };
     let outcome = session::run_bytes(
         MODEL,
         Path::new("squeezenet.onnx (bundled)"),

@@ -6,7 +6,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use stowage_compiler::plan::{Plan, When};
 
-use crate::session::RunOptions;
+use crate::pipeline::RunOptions;
 
 /// Everything the generated source says.
 pub struct Source<'a> {
@@ -18,8 +18,12 @@ pub struct Source<'a> {
     pub values: &'a [(String, String)],
     /// The plan.
     pub plan: &'a Plan,
-    /// Kernels linked in: node, [`stowage_cpu::jit::Loops::key`], symbol.
+    /// Kernels linked in: node, key, symbol.
     pub kernels: &'a [(String, u64, String)],
+    /// The object's Rust items, which declare and table its kernels as `LINKED` ([`crate::ObjectCode::items`]).
+    pub items: Option<&'a str>,
+    /// Where the kinds of the target list are found.
+    pub kinds: &'a [crate::KindSource],
     /// The embedded files are in `OUT_DIR` (a build.rs module), not beside `src/` (an executable's crate).
     pub in_out_dir: bool,
     /// The plan's memory path, in words.
@@ -92,30 +96,26 @@ pub(super) fn summary(s: &Source<'_>) -> Vec<String> {
     lines
 }
 
-/// The kernels' declarations and the `KERNELS` table of them.
-pub(super) fn kernel_items(s: &Source<'_>) -> TokenStream {
-    let decls = s.kernels.iter().map(|(node, _, symbol)| {
-        let ident = format_ident!("{}", symbol);
-        let doc = format!(" The generated kernel of node `{node}`.");
-        quote! {
-            #[doc = #doc]
-            fn #ident(inputs: *const *const u8, out: *mut u8, begin: usize, end: usize);
+/// The backend's declarations and table of the kernels linked in (`LINKED`), and the kinds of the targets
+/// (`KINDS`).
+pub(super) fn kernel_items(s: &Source<'_>) -> Result<TokenStream, String> {
+    let linked = match s.items {
+        Some(items) => {
+            items.parse::<TokenStream>().map_err(|e| format!("a backend's kernel table does not parse: {e}"))?
         }
-    });
-    let table = s.kernels.iter().map(|(_, key, symbol)| {
-        let ident = format_ident!("{}", symbol);
-        let key = syn::LitInt::new(&format!("0x{key:016x}"), proc_macro2::Span::call_site());
-        quote!(stowage_cli::exe::Precompiled { key: #key, entry: #ident })
-    });
-    quote! {
-        extern "C" {
-            #(#decls)*
-        }
+        None => TokenStream::new(),
+    };
+    let kinds = s
+        .kinds
+        .iter()
+        .map(|k| k.path.parse::<TokenStream>().map_err(|e| format!("the kind path '{}' does not parse: {e}", k.path)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(quote! {
+        #linked
 
-        /// The CPU kernels of the object file built with this code, each with the key of the loop nest it was
-        /// compiled from.
-        static KERNELS: &[stowage_cli::exe::Precompiled] = &[#(#table),*];
-    }
+        /// The kinds of the targets it was built for.
+        static KINDS: &[&dyn ::stowage_driver::TargetKind] = &[#(&#kinds),*];
+    })
 }
 
 /// `COPIES` (and `OTHER_COPIES`, the other path's plan): every copy, one line each with its reason.
@@ -184,7 +184,7 @@ pub(super) fn graph_items(
     }
 }
 
-/// `Built { … }` for what `s` describes, naming the statics `GRAPH`, `CONSTANTS`, `COPIES` and `KERNELS`.
+/// `Built { … }` for what `s` describes, naming the statics `GRAPH`, `CONSTANTS`, `COPIES`, `KINDS` and `LINKED`.
 pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     let options = s.options;
     let model_name = s.model_name;
@@ -211,8 +211,9 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
         Some((p, _)) => quote!(Some((#p, OTHER_COPIES))),
         None => quote!(None),
     };
+    let linked = if s.items.is_some() { quote!(Some(&LINKED)) } else { quote!(None) };
     quote! {
-        stowage_cli::exe::Built {
+        ::stowage_driver::exe::Built {
             model_name: #model_name,
             graph: GRAPH,
             constants,
@@ -227,7 +228,8 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
             path: #path,
             copies: COPIES,
             other: #other,
-            kernels: KERNELS,
+            kinds: KINDS,
+            linked: #linked,
         }
     }
 }
@@ -250,7 +252,7 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
         quote!(#![doc = #l])
     });
     let model_name = s.model_name;
-    let kernels = kernel_items(s);
+    let kernels = kernel_items(s)?;
     let built = built_literal(s);
     let copies = copies_items(s, false);
     let graph = graph_items(
@@ -268,10 +270,10 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
 
         #copies
 
-        static BUILT: stowage_cli::exe::Built = #built;
+        static BUILT: ::stowage_driver::exe::Built = #built;
 
-        fn main() -> std::process::ExitCode {
-            stowage_cli::exe::main(&BUILT)
+        fn main() -> ::std::process::ExitCode {
+            ::stowage_driver::exe::main(&BUILT)
         }
     };
     let header = format!(

@@ -1,0 +1,127 @@
+//! OpenCL as a plugin of `stowage-driver`: the `opencl` target kind ([`KIND`]: `opencl`, `opencl:N`, either with
+//! `:discrete`), an opened device with the planner's view of it for one graph, and a [`ClProgram`] as the
+//! driver's executable.
+
+use stowage_compiler::ir::{Graph, NodeId};
+use stowage_compiler::plan::{Accepts, Backend, Plan, Segment, TargetSpec};
+use stowage_driver::{BackendError, Executable, KindSource, MemoryPath, OpenOptions, OpenedTarget, Ran, TargetKind};
+use stowage_runtime::{Ledger, Tensor};
+
+use crate::{ClProgram, Mode, PlanTarget, Target};
+
+/// The `opencl` target kind: every OpenCL device the ICD loader finds.
+pub static KIND: OpenClKind = OpenClKind;
+
+/// OpenCL's target kind (see [`KIND`]).
+pub struct OpenClKind;
+
+impl TargetKind for OpenClKind {
+    fn name(&self) -> &'static str {
+        "opencl"
+    }
+
+    fn source(&self) -> KindSource {
+        stowage_driver::kind_source!(KIND)
+    }
+
+    fn answers(&self, target: &str) -> bool {
+        crate::parse_target(target).is_ok()
+    }
+
+    fn list(&self) -> Vec<String> {
+        match crate::describe_devices() {
+            Ok(mut lines) => {
+                lines.push("opencl:discrete  any OpenCL device through the discrete path (staged copies)".into());
+                lines
+            }
+            Err(e) => vec![format!("opencl    none: {e}")],
+        }
+    }
+
+    fn open(&self, target: &str, _options: &OpenOptions, graph: &Graph) -> Result<Box<dyn OpenedTarget>, BackendError> {
+        let device = Target::open(target)?;
+        let view = PlanTarget::new(target, device.info(), device.mode(), graph)?;
+        Ok(Box::new(OpenedDevice { device, view }))
+    }
+}
+
+/// An OpenCL device opened for one graph.
+struct OpenedDevice {
+    device: Target,
+    view: PlanTarget,
+}
+
+impl Backend for OpenedDevice {
+    fn spec(&self) -> &TargetSpec {
+        self.view.spec()
+    }
+
+    fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String> {
+        self.view.supports(graph, node)
+    }
+
+    fn accepts(&self, graph: &Graph, node: NodeId, input: usize) -> Accepts {
+        self.view.accepts(graph, node, input)
+    }
+}
+
+impl OpenedTarget for OpenedDevice {
+    fn kind(&self) -> &'static str {
+        KIND.name()
+    }
+
+    fn lower(
+        &self,
+        segment: &Segment,
+        _whole: &Graph,
+        _plan: &Plan,
+        setup: &Ledger,
+    ) -> Result<Box<dyn Executable>, BackendError> {
+        Ok(Box::new(DeviceExecutable(crate::lower(&segment.graph, &self.device, setup)?)))
+    }
+
+    fn path(&self) -> Option<MemoryPath> {
+        let space = self.device.space().name();
+        let name = &self.device.info().name;
+        Some(match self.device.mode() {
+            Mode::Unified => MemoryPath {
+                report: format!(
+                    "unified memory: inputs at the device's alignment are used in place, outputs read in place \
+                     ({name})"
+                ),
+                built: format!("{space}: unified memory, inputs imported in place"),
+                alternative: Some(format!("{}:discrete", self.view.spec().name)),
+            },
+            Mode::Discrete => MemoryPath {
+                report: format!(
+                    "discrete: one upload per input through a pinned staging buffer, one download per output read \
+                     ({name})"
+                ),
+                built: format!("{space}: discrete memory, inputs uploaded through pinned staging"),
+                alternative: None,
+            },
+        })
+    }
+
+    fn finish(&self) -> Result<(), BackendError> {
+        Ok(self.device.finish()?)
+    }
+}
+
+/// An OpenCL program as the driver runs it.
+struct DeviceExecutable(ClProgram);
+
+impl Executable for DeviceExecutable {
+    fn run(&self, inputs: Vec<Tensor<'static>>, ledger: &Ledger) -> Result<Ran, BackendError> {
+        let outputs = self.0.run(inputs, ledger)?;
+        Ok(Ran { outputs, peak_bytes: self.0.peak_bytes() })
+    }
+
+    fn steps(&self) -> Vec<(String, &'static str)> {
+        self.0.steps().iter().map(|s| (s.name.clone(), s.op)).collect()
+    }
+
+    fn const_bytes(&self) -> usize {
+        self.0.const_bytes
+    }
+}

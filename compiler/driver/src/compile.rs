@@ -1,0 +1,230 @@
+//! From model bytes to an optimised graph and its plan: import specialised on the given inputs (or the graph
+//! compiled into built code), the inputs checked against the model, and planning over the opened targets.
+
+use std::path::Path;
+use stowage_compiler::ir::Graph;
+use stowage_compiler::onnx::proto::tensor_shape_proto::dimension;
+use stowage_compiler::onnx::proto::{type_proto, ValueInfoProto};
+use stowage_compiler::onnx::{self};
+use stowage_compiler::plan::{self, InputLayout, Plan};
+use stowage_compiler::Context;
+use stowage_runtime::Tensor;
+
+use crate::backend::OpenedTarget;
+use crate::error::{DriverError, Result};
+use crate::options::{BuiltGraph, RunOptions, INPUT_ALIGNMENT};
+use crate::progress::Progress;
+use crate::targets;
+
+/// Imports `model` specialised on `inputs` (see [`run`]) and optimises it.
+pub(crate) fn compile(
+    bytes: &[u8],
+    model: &Path,
+    inputs: &[(String, Tensor<'static>)],
+    options: &RunOptions,
+    progress: &Progress,
+    running: bool,
+) -> Result<Context> {
+    targets::check(&options.registry, &options.target)?;
+    let proto = onnx::decode(bytes).map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
+    let graph = proto
+        .graph
+        .as_ref()
+        .ok_or_else(|| DriverError::Model(format!("{}: not an ONNX model: it has no graph", model.display())))?;
+    let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let declared: Vec<&ValueInfoProto> = graph.input.iter().filter(|i| !initializers.contains(&i.name())).collect();
+    let wanted: Vec<&str> = declared.iter().map(|i| i.name()).collect();
+    for (k, (name, _)) in inputs.iter().enumerate() {
+        if !wanted.contains(&name.as_str()) {
+            return Err(DriverError::Input(format!(
+                "input '{name}': the model has no such input (its inputs: {})",
+                wanted.join(", ")
+            )));
+        }
+        if inputs[..k].iter().any(|(n, _)| n == name) {
+            return Err(DriverError::Input(format!("input '{name}' is given twice")));
+        }
+        if options.config.input_values.contains_key(name) {
+            return Err(DriverError::Input(format!(
+                "input '{name}' is given twice: as an input and as a fixed value (--input-value)"
+            )));
+        }
+    }
+    // An input whose value is fixed by the caller is folded: it is not needed at run time.
+    let mut needed = wanted.iter().filter(|w| !options.config.input_values.contains_key(**w));
+    if let Some(missing) = needed.find(|w| running && !inputs.iter().any(|(n, _)| n == *w)) {
+        return Err(DriverError::Input(format!(
+            "input '{missing}' is missing (the model's inputs: {})",
+            wanted.join(", ")
+        )));
+    }
+    // Types are checked here, before compiling, so that a wrong input is reported as such (not as a fixed value
+    // that does not fit, for a shape-setting input) and without waiting for the compilation.
+    for vi in &declared {
+        if let Some((_, t)) = inputs.iter().find(|(n, _)| n == vi.name()) {
+            check_input(vi, options.config.input_shapes.get(vi.name()), t)?;
+        }
+    }
+    let mut config = options.config.clone();
+    let value_inputs = onnx::value_inputs(&proto);
+    for (name, t) in inputs {
+        if value_inputs.contains(name) {
+            // Specialise on the values of shape-setting inputs: they become constants of this compilation.
+            config.input_values.insert(name.clone(), t.clone());
+        } else {
+            // And on the shapes of the others: symbolic dimensions take those of the given tensors.
+            config.input_shapes.entry(name.clone()).or_insert_with(|| t.shape().to_vec());
+        }
+    }
+    progress.phase("importing");
+    let graph = onnx::import(&proto, model.parent(), &config).map_err(|e| {
+        DriverError::Model(stowage_compiler::ImportError { path: Some(model.to_path_buf()), kind: e.kind }.to_string())
+    })?;
+    // The graph holds its own copies of the initializers now.
+    drop(proto);
+    let mut cx = Context::new(graph);
+    progress.phase("folding constants and optimising");
+    cx.optimize().map_err(|e| DriverError::Model(e.to_string()))?;
+    Ok(cx)
+}
+
+/// The compiled-in graph of built code, after checking the given inputs against its inputs' types.
+pub(crate) fn built_graph(built: &BuiltGraph, inputs: &[(String, Tensor<'static>)]) -> Result<Context> {
+    let graph =
+        stowage_compiler::ir::serial::decode_static(built.graph, built.constants).map_err(DriverError::Built)?;
+    for (name, t) in inputs {
+        let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == *name) else {
+            let names: Vec<&str> = graph.inputs().iter().map(|&v| graph.value(v).name.as_str()).collect();
+            return Err(DriverError::Input(format!(
+                "input '{name}': the model has no such input (its inputs: {})",
+                names.join(", ")
+            )));
+        };
+        let ty = graph.ty(v);
+        if ty.dt != t.dt() || ty.shape != t.shape() {
+            return Err(DriverError::Input(format!(
+                "input '{name}': the model takes {}{:?}, the given tensor is {}{:?}",
+                ty.dt,
+                ty.shape,
+                t.dt(),
+                t.shape()
+            )));
+        }
+    }
+    Ok(Context::new(graph))
+}
+
+/// The plan for `graph` on `opened`, with the caller's planning options and the layouts of the given inputs.
+pub(crate) fn make_plan(
+    graph: &Graph,
+    opened: &[Box<dyn OpenedTarget>],
+    inputs: &[(String, Tensor<'static>)],
+    options: &RunOptions,
+) -> Result<Plan> {
+    let mut plan_options = options.planning.plan_options(graph)?;
+    plan_options.read_outputs = options.read_outputs;
+    if inputs.is_empty() {
+        // Planning alone: inputs not described are assumed where `stowage run` puts them.
+        for &v in graph.inputs() {
+            let name = &graph.value(v).name;
+            if !plan_options.input_layouts.contains_key(name) {
+                let layout = InputLayout { alignment: INPUT_ALIGNMENT, ..InputLayout::packed(graph.ty(v).rank()) };
+                plan_options.input_layouts.insert(name.clone(), layout);
+            }
+        }
+    }
+    for (name, t) in inputs {
+        if !graph.inputs().iter().any(|&v| graph.value(v).name == *name) {
+            continue; // folded: a shape-setting input's value is a constant of this compilation
+        }
+        let Some(actual) = layout_of(t) else { continue };
+        if let Some(declared) = plan_options.input_layouts.get(name) {
+            let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
+            // Axes of extent 1 are never stepped: their strides do not matter.
+            if t.shape().iter().zip(a.iter().zip(&b)).any(|(&d, (x, y))| d > 1 && x != y) {
+                return Err(DriverError::Input(format!(
+                    "input '{name}': --input-layout says {}, the tensor given is {}",
+                    declared.describe(),
+                    actual.describe()
+                )));
+            }
+        }
+        plan_options.input_layouts.insert(name.clone(), actual);
+    }
+    plan::plan(graph, &targets::backends(opened), &plan_options).map_err(|e| DriverError::Plan(e.to_string()))
+}
+
+/// The layout and alignment of a tensor in host memory, as the planner describes caller memory (`None`: the
+/// bytes are not on the host, as for a fed-back device output).
+pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
+    let bytes = t.storage().host_bytes()?;
+    let address = bytes.as_ptr() as usize + t.layout().offset();
+    let alignment = if address == 0 { 4096 } else { (1usize << address.trailing_zeros()).min(4096) };
+    let (strides, shape) = (t.layout().strides(), t.shape());
+    let rank = shape.len();
+    let mut order: Vec<usize> = (0..rank).collect();
+    order.sort_by(|&a, &b| strides[b].cmp(&strides[a]).then(a.cmp(&b)));
+    // Packed from the innermost axis out, up to the first axis whose step is larger: that step is the row pitch.
+    let mut layout = InputLayout { order: order.clone(), alignment, ..InputLayout::packed(rank) };
+    let mut packed = 1;
+    for k in (0..rank).rev() {
+        let axis = order[k];
+        if shape[axis] > 1 && strides[axis] != packed && layout.row_pitch.is_none() {
+            layout.row_pitch = Some(strides[axis] * t.dt().size_of());
+            layout.row_axis = k;
+            packed = strides[axis];
+        }
+        packed *= shape[axis].max(1);
+    }
+    // What an order and a pitch cannot say (slices along several axes, broadcasts) is kept as the strides.
+    let described = layout.strides(t.dt(), shape);
+    if shape.iter().zip(described.iter().zip(strides)).any(|(&d, (x, y))| d > 1 && x != y) {
+        layout.strided = Some(strides.to_vec());
+    }
+    layout.view = !t.is_whole_storage();
+    Some(layout)
+}
+
+/// Checks a given input against the model's declaration of it (or its `--input-shape`): datum type, rank and every
+/// fixed dimension. A declaration stowage cannot read is left to the importer to explain.
+fn check_input(vi: &ValueInfoProto, fixed: Option<&Vec<usize>>, t: &Tensor<'static>) -> Result<()> {
+    let Some(type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Ok(());
+    };
+    let Ok(dt) = onnx::tensor::datum_type(tt.elem_type()) else { return Ok(()) };
+    // Each dimension: its size when fixed, else its symbol.
+    let dims: Option<Vec<Result<usize, String>>> = match fixed {
+        Some(shape) => Some(shape.iter().map(|&d| Ok(d)).collect()),
+        None => tt.shape.as_ref().map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(dimension::Value::DimValue(v)) if *v >= 0 => Ok(*v as usize),
+                    Some(dimension::Value::DimParam(p)) if !p.is_empty() => Err(p.clone()),
+                    _ => Err("?".to_string()),
+                })
+                .collect()
+        }),
+    };
+    let shape_fits = dims.as_ref().is_none_or(|dims| {
+        dims.len() == t.shape().len() && dims.iter().zip(t.shape()).all(|(d, g)| d.as_ref().is_err() || d == &Ok(*g))
+    });
+    if dt == t.dt() && shape_fits {
+        return Ok(());
+    }
+    let expected = match &dims {
+        Some(dims) => {
+            let dims: Vec<String> =
+                dims.iter().map(|d| d.as_ref().map_or_else(Clone::clone, usize::to_string)).collect();
+            format!("{dt}[{}]", dims.join(", "))
+        }
+        None => format!("{dt} (of any shape)"),
+    };
+    let by = if fixed.is_some() { " (as fixed by --input-shape)" } else { "" };
+    Err(DriverError::Input(format!(
+        "input '{}': the model takes {expected}{by}, the given tensor is {}{:?}",
+        vi.name(),
+        t.dt(),
+        t.shape()
+    )))
+}

@@ -1,0 +1,130 @@
+//! How to compile, plan and run: [`RunOptions`], the caller's [`Planning`], and what built code carries.
+
+use stowage_compiler::ir::Graph;
+use stowage_compiler::onnx::ImportConfig;
+use stowage_compiler::plan::{InputLayout, PlanOptions};
+
+use crate::backend::Registry;
+use crate::error::{DriverError, Result};
+
+/// How to compile and run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The backends target names are looked up in.
+    pub registry: Registry,
+    /// Target as given: `cpu`, `opencl`, `opencl:discrete`, `opencl:N`, `opencl:N:discrete`, or a comma-separated
+    /// list of them in order of preference (`opencl,cpu`).
+    pub target: String,
+    /// Kernel threads.
+    pub threads: usize,
+    /// Runs (the first is timed separately).
+    pub repeat: usize,
+    /// Shapes and values fixed by the caller.
+    pub config: ImportConfig,
+    /// Caller layouts, fed-back state, copy budget.
+    pub planning: Planning,
+    /// The caller reads the outputs' bytes (so outputs on discrete memory are planned to be downloaded once).
+    pub read_outputs: bool,
+    /// In built code: the optimised graph compiled in (`stowage_compiler::ir::serial`), used instead of importing
+    /// and optimising the model again; its constants are views of the executable's image.
+    pub built_graph: Option<BuiltGraph>,
+    /// In built code: the plans it was built with, by path (for OpenCL, the in-place-import plan of a unified
+    /// device and the staging plan of a discrete one), each as its copies, one line each. A plan made at start-up
+    /// that is none of them (another device, another stowage) is an error rather than a silent change.
+    pub built_plans: Vec<BuiltPlan>,
+    /// In built code: the kernels linked in, handed to every target opened
+    /// ([`OpenOptions::linked`](crate::OpenOptions::linked)).
+    pub linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
+}
+
+impl RunOptions {
+    /// `stowage run`'s defaults over `registry`: the `cpu` target, one thread, one run, outputs read.
+    pub fn new(registry: Registry) -> Self {
+        RunOptions {
+            registry,
+            target: "cpu".into(),
+            threads: 1,
+            repeat: 1,
+            config: ImportConfig::new(),
+            planning: Planning::default(),
+            read_outputs: true,
+            built_plans: Vec::new(),
+            built_graph: None,
+            linked: None,
+        }
+    }
+}
+
+/// An optimised graph compiled into an executable or module.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltGraph {
+    /// Its structure.
+    pub graph: &'static [u8],
+    /// Its constants, each at a 64-byte boundary of a page-aligned blob.
+    pub constants: &'static [u8],
+    /// The model's declared inputs, those fixed at build time included (what `--input` arguments are matched to).
+    pub inputs: &'static [&'static str],
+}
+
+/// A plan built into an executable or module: which path it is, and its copies.
+#[derive(Clone, Debug)]
+pub struct BuiltPlan {
+    /// The path, in words (`discrete memory: one upload per input through pinned staging`).
+    pub path: String,
+    /// Its copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`).
+    pub copies: Vec<String>,
+}
+
+/// The alignment `stowage run` reads input files into, and `stowage plan` assumes of inputs it is not told about:
+/// a page, which meets every device's import alignment.
+pub const INPUT_ALIGNMENT: usize = 4096;
+
+/// The planning options of a run (the CLI's `--input-layout`, `--state`, `--max-copies`, `--max-copy-bytes`).
+#[derive(Clone, Debug, Default)]
+pub struct Planning {
+    /// `(input, layout)`: the caller's layout of an input, in `--input-layout`'s words
+    /// ([`stowage_compiler::plan::InputLayout::parse`]). A tensor given for that input must be in it.
+    pub input_layouts: Vec<(String, String)>,
+    /// `(output, input)`: an output fed back as the next run's input. Over `repeat` runs, run k+1 gets run k's
+    /// output as is, wherever it is.
+    pub states: Vec<(String, String)>,
+    /// `(node, target)`: nodes placed by hand (the library's [`PlanOptions::pin`]).
+    pub pins: Vec<(String, String)>,
+    /// At most this many copies per run.
+    pub max_copies: Option<usize>,
+    /// At most this many bytes copied per run.
+    pub max_copy_bytes: Option<usize>,
+}
+
+impl Planning {
+    /// The planner's options for `graph`: layouts parsed against its inputs' ranks.
+    pub fn plan_options(&self, graph: &Graph) -> Result<PlanOptions> {
+        let mut options = PlanOptions::default().copy_budget(self.max_copies, self.max_copy_bytes);
+        for (name, text) in &self.input_layouts {
+            let v = graph.inputs().iter().copied().find(|&v| graph.value(v).name == *name).ok_or_else(|| {
+                let names: Vec<&str> = graph.inputs().iter().map(|&v| graph.value(v).name.as_str()).collect();
+                DriverError::Plan(format!(
+                    "--input-layout {name}: the model has no run-time input '{name}' (its inputs: {})",
+                    names.join(", ")
+                ))
+            })?;
+            let ty = graph.ty(v);
+            let layout = InputLayout::parse(text, ty.rank())
+                .and_then(|l| l.check(ty.dt, &ty.shape).map(|()| l))
+                .map_err(|e| {
+                    DriverError::Plan(format!(
+                        "--input-layout {name}={text}: {e} (the input is {}{:?})",
+                        ty.dt, ty.shape
+                    ))
+                })?;
+            options = options.input_layout(name.clone(), layout);
+        }
+        for (o, i) in &self.states {
+            options = options.state(o.clone(), i.clone());
+        }
+        for (n, t) in &self.pins {
+            options = options.pin(n.clone(), t.clone());
+        }
+        Ok(options)
+    }
+}

@@ -1,0 +1,200 @@
+//! A whole run as `stowage run` makes it: compile, plan, lower, run `repeat` times, and what came of it
+//! ([`Outcome`]); and planning alone ([`plan_only`]).
+
+use std::path::Path;
+use std::time::Instant;
+
+use stowage_compiler::ir::ValueId;
+use stowage_compiler::plan::Plan;
+use stowage_compiler::Context;
+use stowage_runtime::{Ledger, Move, Tensor};
+
+use crate::compile::{compile, make_plan};
+use crate::error::{DriverError, Result};
+use crate::options::RunOptions;
+use crate::prepare::in_model;
+use crate::progress::Progress;
+use crate::session::Session;
+use crate::targets;
+
+/// Compiles `model` for `inputs` and runs it. Inputs are by name; every graph input must be given, except those whose
+/// value `options.config` fixes. The compilation is specialised on the given inputs: shape-setting ones are folded
+/// as constants, and the others' shapes fix the symbolic dimensions.
+pub fn run(model: &Path, inputs: Vec<(String, Tensor<'static>)>, options: &RunOptions) -> Result<Outcome> {
+    let start = Instant::now();
+    let bytes = read_model(model)?;
+    run_bytes(&bytes, model, inputs, options, start)
+}
+
+/// What a run produced.
+pub struct Outcome {
+    /// Outputs by name, in graph output order.
+    pub outputs: Vec<(String, Tensor<'static>)>,
+    /// Milliseconds: import to runnable.
+    pub compile_ms: f64,
+    /// Milliseconds of the first run.
+    pub first_run_ms: f64,
+    /// Median milliseconds over all runs.
+    pub run_median_ms: f64,
+    /// Peak bytes of intermediate values measured while running, the largest over the spaces (`peaks`).
+    pub peak_bytes: usize,
+    /// Measured peak bytes per memory space (`host`, `opencl:0`).
+    pub peaks: Vec<(String, usize)>,
+    /// Inputs whose values were folded into the compiled program.
+    pub assumed_inputs: Vec<String>,
+    /// Where it ran: the memory spaces of the targets used, joined by commas (`host`, `opencl:0`,
+    /// `opencl:0,host`).
+    pub ran_on: String,
+    /// The steps that ran: node and op.
+    pub steps: Vec<(String, &'static str)>,
+    /// Bytes of constants the programs hold.
+    pub const_bytes: usize,
+    /// Every copy the runtime performed (uploads, relayouts, reads of outputs once they are read): the ledger
+    /// keeps recording after the runs, so reading an output later shows here.
+    pub ledger: Ledger,
+    /// Transfers made once when the program was made (its constants to a device).
+    pub setup_copies: Vec<Move>,
+    /// The memory path of each device target used, when one is (`unified memory: inputs imported in place` …).
+    pub path: Option<String>,
+    /// The plan that ran.
+    pub plan: Plan,
+    /// In built code: which built plan ran (its path).
+    pub built_path: Option<String>,
+}
+
+/// Checks the target list of `options`: registered names, none twice.
+pub fn check_target(options: &RunOptions) -> Result<()> {
+    targets::check(&options.registry, &options.target).map(|_| ())
+}
+
+/// The model file's bytes.
+pub(crate) fn read_model(model: &Path) -> Result<Vec<u8>> {
+    std::fs::read(model).map_err(|e| DriverError::Model(format!("{}: cannot read the model: {e}", model.display())))
+}
+
+/// [`run`] for a model already in memory; `model` names it in errors and locates external data.
+pub fn run_bytes(
+    bytes: &[u8],
+    model: &Path,
+    inputs: Vec<(String, Tensor<'static>)>,
+    options: &RunOptions,
+    start: Instant,
+) -> Result<Outcome> {
+    let session = Session::new(bytes, model, &inputs, options, start)?;
+    let graph = &session.cx.graph;
+    let compile_ms = session.compile_ms;
+    let ledger = Ledger::recording();
+    // Inputs folded into the compilation (shape-setting ones) are not given at run time.
+    let mut given: Vec<(String, Tensor<'static>)> =
+        inputs.into_iter().filter(|(n, _)| graph.inputs().iter().any(|&v| graph.value(v).name == *n)).collect();
+    let state_pairs: Vec<(usize, String)> = options
+        .planning
+        .states
+        .iter()
+        .filter_map(|(o, i)| Some((graph.outputs().iter().position(|g| g.name == *o)?, i.clone())))
+        .collect();
+    let mut times = Vec::new();
+    let mut last: Option<Vec<Tensor<'static>>> = None;
+    let mut peaks: Vec<(String, usize)> = Vec::new();
+    for _ in 0..options.repeat.max(1) {
+        if let Some(prev) = &last {
+            for (o, i) in &state_pairs {
+                if let Some(entry) = given.iter_mut().find(|(n, _)| n == i) {
+                    entry.1 = prev[*o].clone();
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let result = session.run(&given, &ledger)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        for (space, peak) in result.peaks {
+            match peaks.iter_mut().find(|(s, _)| *s == space) {
+                Some(e) => e.1 = e.1.max(peak),
+                None => peaks.push((space, peak)),
+            }
+        }
+        last = Some(result.outputs);
+    }
+    let outs = last.unwrap_or_default();
+    let Session { cx, plan, segments, programs, opened, setup, built_path, .. } = session;
+    let graph = &cx.graph;
+    if std::env::var_os("STOWAGE_PROFILE").is_some() {
+        if let [p] = programs.as_slice() {
+            let by_name = |v: &ValueId| given.iter().find(|(n, _)| *n == graph.value(*v).name).map(|(_, t)| t.clone());
+            let args = segments[0].inputs.iter().filter_map(by_name).collect();
+            let profile =
+                p.profile(args).map_err(|e| DriverError::Run { backend: opened[0].kind(), message: e.to_string() })?;
+            if let Some(profile) = profile {
+                print_profile(&profile);
+            }
+        }
+    }
+    let (first_run_ms, run_median_ms) = first_and_median(times);
+    // The report names one device path: the last device target the plan uses.
+    let path = opened.iter().enumerate().filter(|(i, _)| plan.uses(*i)).rev().find_map(|(_, o)| o.path());
+    let mut spaces: Vec<String> = Vec::new();
+    for p in &plan.nodes {
+        let s = &plan.targets[p.target].space;
+        if !spaces.contains(s) {
+            spaces.push(s.clone());
+        }
+    }
+    let steps = programs.iter().flat_map(|p| p.steps()).collect();
+    let const_bytes = programs.iter().map(|p| p.const_bytes()).sum();
+    Ok(Outcome {
+        outputs: graph.outputs().iter().map(|o| o.name.clone()).zip(outs).collect(),
+        compile_ms,
+        first_run_ms,
+        run_median_ms,
+        peak_bytes: peaks.iter().map(|p| p.1).max().unwrap_or(0),
+        peaks,
+        assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
+        ran_on: if spaces.is_empty() { "host".into() } else { spaces.join(",") },
+        steps,
+        const_bytes,
+        ledger,
+        setup_copies: setup.entries(),
+        path: path.map(|p| p.report),
+        plan,
+        built_path,
+    })
+}
+
+/// Imports, optimises and plans `model` without running it (`stowage plan`): the inputs' layouts are the
+/// caller's (`options.planning`) or packed row-major at the host's alignment.
+pub fn plan_only(model: &Path, options: &RunOptions) -> Result<(Context, Plan)> {
+    let bytes = read_model(model)?;
+    let progress = Progress::start(model);
+    let cx = compile(&bytes, model, &[], options, &progress, false)?;
+    let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+    let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;
+    progress.finish();
+    Ok((cx, plan))
+}
+
+fn first_and_median(mut times: Vec<f64>) -> (f64, f64) {
+    let first = times[0];
+    times.sort_by(f64::total_cmp);
+    (first, times[times.len() / 2])
+}
+
+/// With `STOWAGE_PROFILE` set: one more run, timed per step, summed per op, on stderr.
+fn print_profile(profile: &[(String, &'static str, f64)]) {
+    let mut per_op: std::collections::BTreeMap<&str, (usize, f64)> = std::collections::BTreeMap::new();
+    for (_, op, t) in profile {
+        let e = per_op.entry(op).or_default();
+        e.0 += 1;
+        e.1 += t;
+    }
+    let total: f64 = per_op.values().map(|v| v.1).sum();
+    let mut rows: Vec<_> = per_op.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+    for (op, (n, t)) in rows {
+        eprintln!("profile {op:<20} {n:>4} steps {:>9.3} ms {:>5.1}%", t * 1e3, 100.0 * t / total);
+    }
+    let mut steps: Vec<&(String, &str, f64)> = profile.iter().collect();
+    steps.sort_by(|a, b| b.2.total_cmp(&a.2));
+    for (name, op, t) in steps.iter().take(8) {
+        eprintln!("profile step {name:<28} {op:<12} {:>9.3} ms", t * 1e3);
+    }
+}

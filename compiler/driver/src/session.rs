@@ -1,0 +1,195 @@
+//! A model compiled, planned and lowered for its targets: [`Session`], run any number of times.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use stowage_compiler::ir::ValueId;
+use stowage_compiler::plan::{self, Plan};
+use stowage_compiler::Context;
+use stowage_runtime::{Accepts as RuntimeAccepts, LayoutNeed, Ledger, LedgerTag, Tensor};
+
+use crate::backend::{Executable, OpenedTarget};
+use crate::compile::{built_graph, compile, make_plan};
+use crate::error::{DriverError, Result};
+use crate::options::{BuiltPlan, RunOptions};
+use crate::prepare::in_model;
+use crate::progress::Progress;
+use crate::targets;
+
+/// A model compiled, planned and lowered for its targets, ready to run any number of times: what `stowage run`
+/// does once and a built model's typed module keeps.
+pub struct Session {
+    /// The optimised graph.
+    pub cx: Context,
+    /// Its plan.
+    pub plan: Plan,
+    pub(crate) segments: Vec<plan::Segment>,
+    pub(crate) programs: Vec<Box<dyn Executable>>,
+    pub(crate) opened: Vec<Box<dyn OpenedTarget>>,
+    /// Transfers made when the programs were made (constants to a device).
+    pub setup: Ledger,
+    /// Milliseconds from `start` to runnable.
+    pub compile_ms: f64,
+    /// In built code: the path of the built plan this one is.
+    pub built_path: Option<String>,
+}
+
+/// What one run of a [`Session`] produced.
+pub struct RunResult {
+    /// Outputs in graph output order.
+    pub outputs: Vec<Tensor<'static>>,
+    /// Measured peak bytes per memory space.
+    pub peaks: Vec<(String, usize)>,
+}
+
+impl Session {
+    /// Compiles `bytes` (the model `model` names), specialised on `inputs` as [`run`] is (with no inputs: inputs
+    /// page-aligned and packed, or in their declared layouts), plans it and lowers every segment.
+    pub fn new(
+        bytes: &[u8],
+        model: &Path,
+        inputs: &[(String, Tensor<'static>)],
+        options: &RunOptions,
+        start: Instant,
+    ) -> Result<Session> {
+        let progress = Progress::start(model);
+        let cx = match &options.built_graph {
+            Some(built) => built_graph(built, inputs)?,
+            None => compile(bytes, model, inputs, options, &progress, !inputs.is_empty())?,
+        };
+        let graph = &cx.graph;
+        progress.phase("planning");
+        let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, graph)?;
+        let plan = make_plan(graph, &opened, inputs, options).map_err(|e| in_model(model, e))?;
+        let built_path = match options.built_plans.as_slice() {
+            [] => None,
+            plans => Some(check_built(&plan, plans)?),
+        };
+        progress.phase("generating kernels");
+        let setup = Ledger::recording();
+        let segments = plan::segments(graph, &plan);
+        let mut programs = Vec::with_capacity(segments.len());
+        for seg in &segments {
+            let target = &opened[seg.target];
+            let lowered = target.lower(seg, graph, &plan, &setup).map_err(|e| DriverError::Lower {
+                model: model.display().to_string(),
+                backend: target.kind(),
+                message: e.to_string(),
+            })?;
+            programs.push(lowered);
+        }
+        // The programs hold what they read (packed, uploaded or as is): the graphs' copies of the constants are
+        // released, so a packed weight is not held twice while the model runs.
+        let mut cx = cx;
+        let mut segments = segments;
+        cx.graph.release_constant_data();
+        for seg in &mut segments {
+            seg.graph.release_constant_data();
+        }
+        let session = Session { cx, plan, segments, programs, opened, setup, compile_ms: 0.0, built_path };
+        session.finish_devices()?;
+        progress.finish();
+        Ok(Session { compile_ms: start.elapsed().as_secs_f64() * 1e3, ..session })
+    }
+
+    /// Waits for every target's queued work.
+    fn finish_devices(&self) -> Result<()> {
+        for t in &self.opened {
+            t.finish().map_err(|e| DriverError::Run { backend: t.kind(), message: e.to_string() })?;
+        }
+        Ok(())
+    }
+
+    /// The graph inputs, by name, in order.
+    pub fn input_names(&self) -> Vec<String> {
+        self.cx.graph.inputs().iter().map(|&v| self.cx.graph.value(v).name.clone()).collect()
+    }
+
+    /// Runs once on `inputs` (every graph input by name), recording copies in `ledger`. Inputs the plan relays for
+    /// the host are relaid once (the CPU segments read the copy, the devices read the caller's tensor, which their
+    /// upload packs, as planned).
+    pub fn run(&self, inputs: &[(String, Tensor<'static>)], ledger: &Ledger) -> Result<RunResult> {
+        let graph = &self.cx.graph;
+        let mut values: HashMap<ValueId, Tensor<'static>> = HashMap::new();
+        for &v in graph.inputs() {
+            let name = &graph.value(v).name;
+            let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
+            values.insert(v, t.ok_or_else(|| DriverError::Input(format!("input '{name}' is missing")))?);
+        }
+        let mut relaid: HashMap<ValueId, Tensor<'static>> = HashMap::new();
+        for (&v, t) in &values {
+            let name = &graph.value(v).name;
+            if self.plan.inputs.iter().any(|i| i.name == *name && i.copied_for("host")) {
+                let need = LayoutNeed { alignment: stowage_runtime::HOST_ALIGNMENT, accepts: RuntimeAccepts::RowMajor };
+                let tag = LedgerTag::new(ledger, name.as_str());
+                relaid
+                    .insert(v, t.conform(&need, &tag).map_err(|e| DriverError::Input(format!("input '{name}': {e}")))?);
+            }
+        }
+        let mut peaks: Vec<(String, usize)> = Vec::new();
+        for (seg, program) in self.segments.iter().zip(&self.programs) {
+            let target = &self.opened[seg.target];
+            let on_host = target.spec().is_host();
+            let args: Vec<Tensor<'static>> = seg
+                .inputs
+                .iter()
+                .map(|v| {
+                    let t = if on_host { relaid.get(v).or_else(|| values.get(v)) } else { values.get(v) };
+                    t.cloned().ok_or_else(|| not_computed(&graph.value(*v).name))
+                })
+                .collect::<Result<_>>()?;
+            let ran = program
+                .run(args, ledger)
+                .map_err(|e| DriverError::Run { backend: target.kind(), message: e.to_string() })?;
+            let (outs, peak, space) = (ran.outputs, ran.peak_bytes, target.spec().space.clone());
+            match peaks.iter_mut().find(|(s, _)| *s == space) {
+                Some(e) => e.1 = e.1.max(peak),
+                None => peaks.push((space, peak)),
+            }
+            for (v, t) in seg.outputs.iter().zip(outs) {
+                values.insert(*v, t);
+            }
+        }
+        self.finish_devices()?;
+        let outputs = graph
+            .outputs()
+            .iter()
+            .map(|o| {
+                values
+                    .get(&o.value)
+                    .cloned()
+                    .or_else(|| graph.const_value(o.value).cloned())
+                    .ok_or_else(|| not_computed(&o.name))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RunResult { outputs, peaks })
+    }
+}
+
+/// Finds which of the built plans `plan` is, by its copies; refuses a plan that is none of them. Downloads made when
+/// the caller reads an output depend on whether a run writes its outputs; the rest of the plan must be one built.
+fn check_built(plan: &Plan, built: &[BuiltPlan]) -> Result<String> {
+    let lazy = format!(" bytes, {}: ", plan::When::WhenRead);
+    let now: Vec<String> =
+        plan.copies.iter().filter(|c| c.when != plan::When::WhenRead).map(|c| c.to_string()).collect();
+    let mut first_difference = String::new();
+    for b in built {
+        let then: Vec<&String> = b.copies.iter().filter(|l| !l.contains(&lazy)).collect();
+        if then.len() == now.len() && then.iter().zip(&now).all(|(a, b)| *a == b) {
+            return Ok(b.path.clone());
+        }
+        if first_difference.is_empty() {
+            first_difference = match now.iter().enumerate().find(|(k, l)| then.get(*k) != Some(l)) {
+                Some((k, line)) => format!("its copy {} would now be \"{line}\"", k + 1),
+                None => format!("{} copies then, {} now", then.len(), now.len()),
+            };
+        }
+    }
+    Err(DriverError::Built(format!("this code was built for another plan: {first_difference}")))
+}
+
+/// A value the plan should have computed before it was read: a stowage bug, said as such.
+fn not_computed(name: &str) -> DriverError {
+    DriverError::Plan(format!("value '{name}' was not computed before it was read (a planning bug)"))
+}
