@@ -1,0 +1,129 @@
+//! The simulated backend through its own five-line CLI (`sim-stowage`): `run`, `plan` and `build` with
+//! `--target sim,cpu`, outputs equal to `cpu` alone, the ledger equal to the plan, and the registry's errors.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn sim_stowage(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sim-stowage")).args(args).output().expect("runs");
+    (
+        out.status.code().expect("exited"),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// A model of the suite `scripts/test` writes, and its input.
+fn model(name: &str) -> (String, String) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/onnx-models").join(name);
+    assert!(dir.join("model.onnx").exists(), "{}: run scripts/test (it writes the model suite)", dir.display());
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    (s(dir.join("model.onnx")), s(dir.join("test_data_set_0/input_0.pb")))
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("report")).expect("JSON")
+}
+
+fn floats(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).expect("output");
+    // A TensorProto of f32 in raw_data: the values are its last bytes.
+    let n = bytes.len() / 4;
+    (0..n).map(|i| f32::from_le_bytes(bytes[bytes.len() - 4 * (n - i)..][..4].try_into().expect("4 bytes"))).collect()
+}
+
+/// (from -> to, value, bytes) of each copy a run makes (outputs read), sorted.
+fn copies(report: &serde_json::Value, key: &str) -> Vec<(String, String, u64)> {
+    let mut v: Vec<_> = report[key]
+        .as_array()
+        .expect("copies")
+        .iter()
+        .map(|c| {
+            let way = format!("{} -> {}", c["from"].as_str().unwrap_or(""), c["to"].as_str().unwrap_or(""));
+            (way, c["value"].as_str().unwrap_or("").to_string(), c["bytes"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs `model` on `target`; returns its output's values and the report.
+fn run(model: &(String, String), target: &str, dir: &Path) -> (Vec<f32>, serde_json::Value) {
+    let out = dir.join(target.replace(',', "_"));
+    let report = dir.join(format!("{}.json", target.replace(',', "_")));
+    let (code, stdout, stderr) = sim_stowage(&[
+        "run",
+        &model.0,
+        "--target",
+        target,
+        "--input",
+        &model.1,
+        "--output-dir",
+        &out.to_string_lossy(),
+        "--report",
+        &report.to_string_lossy(),
+    ]);
+    assert_eq!(code, 0, "{target}: {stdout} {stderr}");
+    (floats(&out.join("output_0.pb")), read_json(&report))
+}
+
+fn close(a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{x} against {y}");
+    }
+}
+
+#[test]
+fn sim_and_cpu_give_the_outputs_of_cpu_alone_with_the_ledger_the_plan_predicts() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for name in ["mlp", "transformer_block"] {
+        let m = model(name);
+        let (alone, _) = run(&m, "cpu", tmp.path());
+        let (mixed, report) = run(&m, "sim,cpu", tmp.path());
+        close(&mixed, &alone);
+        let placement = report["placement"].to_string();
+        assert!(placement.contains("\"sim\""), "{name}: nothing placed on sim: {placement}");
+        assert_eq!(copies(&report, "planned_copies"), copies(&report, "performed_copies"), "{name}");
+        assert!(!copies(&report, "performed_copies").is_empty(), "{name}: the sim device is reached by copies");
+    }
+}
+
+#[test]
+fn plan_shows_the_sim_device_and_why_the_rest_falls_back() {
+    let (code, out, err) = sim_stowage(&["plan", &model("transformer_block").0, "--target", "sim,cpu"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sim: memory sim (Device), 256-byte aligned"), "{out}");
+    assert!(out.contains("Add_17                Add                sim:"), "{out}");
+    assert!(out.contains("(sim: no sim kernel for Softmax)"), "{out}");
+}
+
+#[test]
+fn targets_lists_sim_then_the_cpu_and_unknown_targets_name_both() {
+    let (code, out, _) = sim_stowage(&["targets"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("sim ") && out.contains("\ncpu "), "{out}");
+    let (code, _, err) = sim_stowage(&["run", &model("mlp").0, "--target", "gpu"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown target 'gpu' (registered backends: sim, cpu"), "{err}");
+}
+
+#[test]
+fn a_built_executable_runs_the_plan_as_run_does() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let m = model("mlp");
+    let exe = tmp.path().join("mlp-sim");
+    let (code, out, err) = sim_stowage(&["build", &m.0, "--target", "sim,cpu", "-o", &exe.to_string_lossy()]);
+    assert_eq!(code, 0, "{out} {err}");
+    let report = tmp.path().join("built.json");
+    let outputs = tmp.path().join("built");
+    let status = Command::new(&exe)
+        .args(["--input", &m.1, "--output-dir", &outputs.to_string_lossy(), "--report", &report.to_string_lossy()])
+        .output()
+        .expect("the executable runs");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let (ran, ran_report) = run(&m, "sim,cpu", tmp.path());
+    assert_eq!(floats(&outputs.join("output_0.pb")), ran, "the same kernels on the same input");
+    let built = read_json(&report);
+    assert_eq!(copies(&built, "performed_copies"), copies(&ran_report, "performed_copies"));
+}
