@@ -31,6 +31,7 @@ fn gpu(lacks: Vec<&'static str>) -> Fake {
         import_alignment: None,
         bandwidth_gbps: 20.0,
         latency_us: 10.0,
+        staged: true,
         ..StorageDescriptor::HOST
     };
     Fake {

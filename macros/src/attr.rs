@@ -19,6 +19,7 @@ pub const ALIGNMENT: &str = "alignment";
 pub const ROW_PITCH_ALIGNMENT: &str = "row_pitch_alignment";
 pub const LAYOUTS: &str = "layouts";
 pub const MAPPABLE: &str = "mappable";
+pub const STAGING: &str = "staging";
 pub const IMPORT_ALIGNMENT: &str = "import_alignment";
 pub const BANDWIDTH_GBPS: &str = "bandwidth_gbps";
 pub const LATENCY_US: &str = "latency_us";
@@ -43,7 +44,7 @@ pub const DTYPE: &str = "dtype";
 pub const SHAPE: &str = "shape";
 pub const RUN_SCOPED: &str = "run_scoped";
 
-const STRUCT_KEYS: &str = "space, name, alignment, row_pitch_alignment, layouts, mappable, import_alignment, \
+const STRUCT_KEYS: &str = "space, name, alignment, row_pitch_alignment, layouts, mappable, staging, import_alignment, \
      bandwidth_gbps, latency_us, context, allocate, upload, download, wait, copy, slice, map, unmap, is_on, space_of";
 
 /// One attribute value and the key it was given under (for spans).
@@ -76,6 +77,13 @@ pub enum Mappable {
     Copy,
 }
 
+/// How transfers reach the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    None,
+    Pinned,
+}
+
 /// The descriptor, as written on the struct.
 #[derive(Default)]
 pub struct Descriptor {
@@ -89,6 +97,7 @@ pub struct Descriptor {
     pub row_pitch_alignment: Option<Attr<u64>>,
     pub layouts: Option<Attr<Vec<(LayoutName, Ident)>>>,
     pub mappable: Option<Attr<Mappable>>,
+    pub staging: Option<Attr<Staging>>,
     pub import_alignment: Option<Attr<u64>>,
     pub bandwidth_gbps: Option<Attr<f64>>,
     pub latency_us: Option<Attr<f64>>,
@@ -235,6 +244,7 @@ pub fn parse_struct_attr(cx: &Ctxt, attr: &syn::Attribute, d: &mut Descriptor) {
             ALIGNMENT,
             ROW_PITCH_ALIGNMENT,
             MAPPABLE,
+            STAGING,
             IMPORT_ALIGNMENT,
             BANDWIDTH_GBPS,
             LATENCY_US,
@@ -288,6 +298,21 @@ pub fn parse_struct_attr(cx: &Ctxt, attr: &syn::Attribute, d: &mut Descriptor) {
                     }
                 };
                 set(cx, &mut d.mappable, &key, value);
+            }
+            STAGING => {
+                let value = match word(&expr).map(Ident::to_string).as_deref() {
+                    Some("none") => Some(Staging::None),
+                    Some("pinned") => Some(Staging::Pinned),
+                    _ => {
+                        cx.error_at(
+                            &expr,
+                            "expected `none` (transfers go straight to the device) or `pinned` (through a pinned \
+                             host staging buffer the backend keeps)",
+                        );
+                        None
+                    }
+                };
+                set(cx, &mut d.staging, &key, value);
             }
             ALIGNMENT => set(cx, &mut d.alignment, &key, integer(cx, &key, &expr)),
             ROW_PITCH_ALIGNMENT => set(cx, &mut d.row_pitch_alignment, &key, integer(cx, &key, &expr)),

@@ -110,6 +110,9 @@ fn check_host(cx: &Ctxt, input: &Input<'_>) {
     if let Some(context) = &d.context {
         cx.error_at(&context.key, "host storage takes no `context`");
     }
+    if let Some(staging) = &d.staging {
+        cx.error_at(&staging.key, "`staging` is for device storage: host memory is never transferred");
+    }
 }
 
 fn check_device(cx: &Ctxt, input: &Input<'_>) {

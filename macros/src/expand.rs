@@ -161,6 +161,7 @@ fn descriptor(p: &Parts<'_, '_>) -> TokenStream {
     };
     let latency = Literal::f64_unsuffixed(d.latency_us.as_ref().map_or(0.0, |l| l.value));
     let can_slice = p.space == Space::Host || p.function(attr::SLICE).is_some();
+    let staged = d.staging.as_ref().is_some_and(|s| s.value == attr::Staging::Pinned);
     quote! {
         ::stowage_runtime::StorageDescriptor {
             name: #name,
@@ -173,6 +174,7 @@ fn descriptor(p: &Parts<'_, '_>) -> TokenStream {
             bandwidth_gbps: #bandwidth,
             latency_us: #latency,
             can_slice: #can_slice,
+            staged: #staged,
         }
     }
 }

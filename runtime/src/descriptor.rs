@@ -59,6 +59,9 @@ pub struct StorageDescriptor {
     pub latency_us: f64,
     /// True when a byte range can be viewed on the device without a copy.
     pub can_slice: bool,
+    /// True when transfers pass through a pinned host staging buffer the backend keeps (`staging = pinned`), so
+    /// plans say so in a copy's reason; false when they go straight to the device, or for host memory.
+    pub staged: bool,
 }
 
 impl StorageDescriptor {
@@ -74,6 +77,7 @@ impl StorageDescriptor {
         bandwidth_gbps: f64::INFINITY,
         latency_us: 0.0,
         can_slice: true,
+        staged: false,
     };
 
     /// True when the storage holds `layout`.

@@ -292,6 +292,8 @@ pub fn descriptor_for(info: &DeviceInfo, mode: Mode) -> StorageDescriptor {
         bandwidth_gbps: if unified { 50.0 } else { 20.0 },
         latency_us: if unified { 1.0 } else { 10.0 },
         can_slice: true,
+        // The discrete path uploads and downloads through one pinned buffer kept per target (`Staging`).
+        staged: !unified,
     }
 }
 

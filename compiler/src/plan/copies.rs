@@ -221,8 +221,11 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
                             None => {
-                                let reason =
-                                    format!("{} is discrete memory: one upload through pinned staging", here.space);
+                                let reason = if here.memory.staged {
+                                    format!("{} is discrete memory: one upload through pinned staging", here.space)
+                                } else {
+                                    format!("{} is discrete memory: one upload", here.space)
+                                };
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
                         }

@@ -96,6 +96,11 @@ fn plan_shows_the_sim_device_and_why_the_rest_falls_back() {
     assert!(out.contains("sim: memory sim (Device), 256-byte aligned"), "{out}");
     assert!(out.contains("Add_17                Add                sim:"), "{out}");
     assert!(out.contains("(sim: no sim kernel for Softmax)"), "{out}");
+    // The descriptor says nothing of staging: the reason does not either.
+    assert!(
+        out.contains("upload 'x' host -> sim, 4096 bytes, every run: sim is discrete memory: one upload\n"),
+        "{out}"
+    );
 }
 
 #[test]
