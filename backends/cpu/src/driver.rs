@@ -24,7 +24,8 @@ impl TargetKind for CpuKind {
     }
 
     fn source(&self) -> KindSource {
-        stowage_driver::kind_source!(KIND)
+        // Built code lowers at start-up (with its kernels linked in): it needs `compile`.
+        stowage_driver::kind_source!(KIND, ["compile"])
     }
 
     fn answers(&self, target: &str) -> bool {
@@ -34,9 +35,9 @@ impl TargetKind for CpuKind {
     fn list(&self) -> Vec<String> {
         let d = crate::HostBuffer::DESCRIPTOR;
         vec![format!(
-            "cpu       {} memory, {}-byte aligned, rows padded to {} bytes; Cranelift-generated fused kernels, \
+            "cpu       host memory, {}-byte aligned, rows padded to {} bytes; Cranelift-generated fused kernels, \
              AVX-512 products",
-            d.name, d.alignment, d.row_pitch_alignment
+            d.alignment, d.row_pitch_alignment
         )]
     }
 

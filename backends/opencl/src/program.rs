@@ -201,14 +201,17 @@ pub enum Arg<'a> {
     I64(i64),
 }
 
-/// Writes `bytes` to `file` through a temporary file and a rename, so that a reader never sees half a binary. A
+/// Writes `bytes` to `file` through a temporary file and a rename, so that a reader never sees half a binary. The
+/// temporary name is unique to the process and the call, so two threads storing one program never share it. A
 /// failure only means the next start compiles again.
 fn store(file: &std::path::Path, bytes: &[u8]) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let Some(dir) = file.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = file.with_extension(format!("tmp{}-{call}", std::process::id()));
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

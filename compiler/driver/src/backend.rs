@@ -115,8 +115,10 @@ pub struct ObjectCode {
     pub items: String,
 }
 
-/// Where generated code finds a target kind: the package that provides it, its folder (for a path dependency)
-/// and the full path of its static. Write it with [`kind_source!`](crate::kind_source).
+/// Where generated code finds a target kind: the package that provides it, its folder (for a path dependency),
+/// the full path of its static, and the package features built code needs (built code depends on the package
+/// without its default features, so a binary-only feature, like a CLI, stays out of it). Write it with
+/// [`kind_source!`](crate::kind_source).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KindSource {
     /// The package (`stowage-cpu`).
@@ -125,17 +127,23 @@ pub struct KindSource {
     pub manifest_dir: &'static str,
     /// The static's full path (`::stowage_cpu::driver::KIND`).
     pub path: &'static str,
+    /// The package's features that built code enables (`["compile"]` for the CPU, which lowers at start-up).
+    pub features: &'static [&'static str],
 }
 
 /// The [`KindSource`] of the static `$kind` defined in the module where the macro is written (which must be
-/// public at that path).
+/// public at that path), with the package features built code needs, if any: `kind_source!(KIND, ["compile"])`.
 #[macro_export]
 macro_rules! kind_source {
     ($kind:ident) => {
+        $crate::kind_source!($kind, [])
+    };
+    ($kind:ident, [$($feature:literal),* $(,)?]) => {
         $crate::KindSource {
             package: env!("CARGO_PKG_NAME"),
             manifest_dir: env!("CARGO_MANIFEST_DIR"),
             path: concat!("::", module_path!(), "::", stringify!($kind)),
+            features: &[$($feature),*],
         }
     };
 }

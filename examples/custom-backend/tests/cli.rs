@@ -120,6 +120,12 @@ fn a_built_executable_runs_the_plan_as_run_does() {
     let exe = tmp.path().join("mlp-sim");
     let (code, out, err) = sim_stowage(&["build", &m.0, "--target", "sim,cpu", "-o", &exe.to_string_lossy()]);
     assert_eq!(code, 0, "{out} {err}");
+    // Its crate depends on the driver and on this crate without their CLI features: no clap in the executable.
+    let dir =
+        out.rsplit_once("(crate: ").and_then(|(_, d)| d.trim_end().strip_suffix(')')).expect("the crate's folder");
+    let manifest = std::fs::read_to_string(Path::new(dir).join("Cargo.toml")).expect("the crate's manifest");
+    assert!(manifest.contains("stowage-example-sim = { path = ") && !manifest.contains("\"cli\""), "{manifest}");
+    assert!(manifest.matches("default-features = false").count() == 3, "driver, sim and cpu: {manifest}");
     let report = tmp.path().join("built.json");
     let outputs = tmp.path().join("built");
     let status = Command::new(&exe)
