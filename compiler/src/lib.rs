@@ -18,6 +18,7 @@ mod error;
 pub mod eval;
 pub mod infer;
 pub mod ir;
+pub mod lowering;
 pub mod onnx;
 pub mod passes;
 pub mod plan;

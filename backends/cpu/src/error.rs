@@ -34,6 +34,9 @@ pub enum CpuError {
         /// Why.
         source: Box<CpuError>,
     },
+    /// A generated kernel's description is invalid.
+    #[error(transparent)]
+    Kernel(#[from] stowage_kir::KirError),
     /// The runtime refused a tensor operation.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),

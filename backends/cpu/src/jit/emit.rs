@@ -11,11 +11,11 @@ use cranelift_codegen::ir::Endianness;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, SigRef, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::chain::{self, Chain, Inst};
-use super::loops::{Body, Elem, Loops};
 use super::{jit_err, math_name};
 use crate::error::Result;
 use crate::kernels::elementwise::{BinaryFn, UnaryFn};
+use stowage_kir::func as chain;
+use stowage_kir::{Body, Chain, Elem, Inst, Loops};
 
 /// The functions a chain may call, by address: the kernel reads them from its argument array, after the inputs'
 /// addresses, so that its code imports no symbol and links anywhere.
@@ -99,7 +99,7 @@ fn level(
     range: Option<(Value, Value)>,
     callees: &Callees,
 ) -> Result<()> {
-    let ops: Vec<&super::loops::Operand> = spec.inputs.iter().chain([&spec.output]).collect();
+    let ops: Vec<&stowage_kir::Operand> = spec.inputs.iter().chain([&spec.output]).collect();
     let last = spec.dims.len() - 1;
     if axis == last {
         // `Loops::banded` gives every kernel an outer axis, so the band never splits the innermost one.
@@ -188,7 +188,7 @@ fn load_f32(b: &mut FunctionBuilder<'_>, elem: Elem, addr: Value, ty: Type) -> V
 fn inner(b: &mut FunctionBuilder<'_>, ptr: Type, spec: &Loops, bases: &[Value], callees: &Callees) -> Result<()> {
     let axis = spec.dims.len() - 1;
     let d = spec.dims[axis];
-    let ops: Vec<&super::loops::Operand> = spec.inputs.iter().chain([&spec.output]).collect();
+    let ops: Vec<&stowage_kir::Operand> = spec.inputs.iter().chain([&spec.output]).collect();
     let strides: Vec<usize> = ops.iter().map(|o| o.strides[axis]).collect();
     match &spec.body {
         Body::Copy => {

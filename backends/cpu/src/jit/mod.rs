@@ -1,6 +1,6 @@
 //! Cranelift-generated kernels: fused elementwise chains with their broadcasting and dtype casts, and relayout
-//! copies, all described as a [`Loops`] (a loop nest over byte-strided operands, `loops.rs`) and compiled by
-//! `emit.rs`.
+//! copies, all described as a [`Loops`] (the kernel-level IR's loop nest over byte-strided operands,
+//! `stowage_kir`) and compiled by `emit.rs`.
 //!
 //! Each kernel becomes one function `fn(inputs: *const *const u8, out: *mut u8, begin: usize, end: usize)` over
 //! the band `[begin, end)` of its outermost axis, with every extent and stride an immediate (shapes are static). The
@@ -10,9 +10,7 @@
 //! for the model-specific glue; products and convolutions run in `kernels::gemm`. erf (and the erf GELU) is
 //! compiled as a rational approximation, so chains holding it vectorise.
 
-mod chain;
 mod emit;
-mod loops;
 
 use std::sync::Arc;
 
@@ -22,8 +20,10 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
 
-pub use chain::{binary_scalar, fusable_binary, fusable_unary, unary_scalar, Chain, Inst};
-pub use loops::{broadcast_strides, packed_strides, Body, Elem, Loops, Operand};
+pub use stowage_kir::{
+    binary_scalar, broadcast_strides, fusable_binary, fusable_unary, packed_strides, unary_scalar, Body, Chain, Elem,
+    Inst, Loops, Operand,
+};
 
 use crate::error::{CpuError, Result};
 use crate::kernels::elementwise::UnaryFn;

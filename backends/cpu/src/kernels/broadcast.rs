@@ -1,18 +1,6 @@
 //! Multidirectional (numpy) broadcasting over packed row-major inputs.
 
-/// Element strides that read a packed tensor of `shape` at the indices of `out` (0 along broadcast axes).
-pub fn strides_for(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    let mut st = vec![0; out.len()];
-    let pad = out.len() - shape.len();
-    let mut acc = 1;
-    for a in (0..shape.len()).rev() {
-        if shape[a] != 1 {
-            st[a + pad] = acc;
-        }
-        acc *= shape[a];
-    }
-    st
-}
+pub use stowage_kir::strides_for;
 
 /// Calls `f(i, offsets)` for every output index `i` in row-major order, where `offsets[k]` is the element offset
 /// into input `k` (of shape `shapes[k]`) broadcast to `out`.

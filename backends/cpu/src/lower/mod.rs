@@ -10,14 +10,13 @@ use stowage_runtime::{DatumType, Tensor};
 
 use crate::error::{CpuError, Result};
 use crate::jit::{Jit, JitCode, Loops};
-use crate::kernels::elementwise::{self, BinaryFn, UnaryFn};
+use crate::kernels::elementwise::{self, BinaryFn};
 use crate::kernels::{cast, movement};
 use crate::program::{Binding, Kernel, Program, Step};
 
-pub mod fuse;
 mod nn;
 
-pub use nn::resize_spec;
+pub use stowage_compiler::lowering::{binary_fn, conv_relu_pairs, fuse, resize_spec, unary_fn};
 
 /// How to lower.
 #[derive(Clone, Debug)]
@@ -236,32 +235,6 @@ pub fn kernel_specs(graph: &Graph, options: &LowerOptions) -> Vec<(String, Loops
     generated(graph, options).kernels.into_iter().map(|(n, l)| (graph.node(n).name.clone(), l)).collect()
 }
 
-/// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.
-pub fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
-    let uses = graph.use_counts();
-    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
-    let mut reader: HashMap<ValueId, ir::NodeId> = HashMap::new();
-    for &n in graph.order() {
-        for &v in graph.node(n).inputs.iter().flatten() {
-            reader.insert(v, n);
-        }
-    }
-    let mut pairs = HashMap::new();
-    for &n in graph.order() {
-        let node = graph.node(n);
-        let (Op::Conv(_), Some(Some(v))) = (&node.op, node.outputs.first()) else { continue };
-        if uses[*v] != 1 || outputs.contains(v) || graph.ty(*v).dt != DatumType::F32 {
-            continue;
-        }
-        if let Some(&r) = reader.get(v) {
-            if matches!(graph.node(r).op, Op::Unary(ir::Unary::Relu)) {
-                pairs.insert(n, r);
-            }
-        }
-    }
-    pairs
-}
-
 /// The datum type of a node's first output (f32 if it has none).
 fn out_dt_of(graph: &Graph, node: &ir::NodeData) -> DatumType {
     node.outputs.first().copied().flatten().map_or(DatumType::F32, |v| graph.ty(v).dt)
@@ -351,50 +324,6 @@ fn arg<'a>(args: &[Option<&'a Tensor<'static>>], i: usize) -> Result<&'a Tensor<
 
 fn one(t: Tensor<'static>) -> Result<Vec<Tensor<'static>>> {
     Ok(vec![t])
-}
-
-/// The kernel function of an IR unary op (shared with the OpenCL backend).
-pub fn unary_fn(u: ir::Unary) -> UnaryFn {
-    match u {
-        ir::Unary::Abs => UnaryFn::Abs,
-        ir::Unary::Ceil => UnaryFn::Ceil,
-        ir::Unary::Cos => UnaryFn::Cos,
-        ir::Unary::Erf => UnaryFn::Erf,
-        ir::Unary::Exp => UnaryFn::Exp,
-        ir::Unary::Floor => UnaryFn::Floor,
-        ir::Unary::Log => UnaryFn::Log,
-        ir::Unary::Neg => UnaryFn::Neg,
-        ir::Unary::Not => UnaryFn::Not,
-        ir::Unary::Reciprocal => UnaryFn::Reciprocal,
-        ir::Unary::Relu => UnaryFn::Relu,
-        ir::Unary::Sigmoid => UnaryFn::Sigmoid,
-        ir::Unary::Sign => UnaryFn::Sign,
-        ir::Unary::Sin => UnaryFn::Sin,
-        ir::Unary::Sqrt => UnaryFn::Sqrt,
-        ir::Unary::Tanh => UnaryFn::Tanh,
-        ir::Unary::Softplus => UnaryFn::Softplus,
-        ir::Unary::LeakyRelu { alpha } => UnaryFn::LeakyRelu(alpha),
-        ir::Unary::HardSigmoid { alpha, beta } => UnaryFn::HardSigmoid(alpha, beta),
-        ir::Unary::HardSwish => UnaryFn::HardSwish,
-        ir::Unary::Gelu { tanh } => UnaryFn::Gelu(tanh),
-    }
-}
-
-/// The kernel function of an IR binary op.
-pub fn binary_fn(b: ir::Binary) -> BinaryFn {
-    match b {
-        ir::Binary::Add => BinaryFn::Add,
-        ir::Binary::Sub => BinaryFn::Sub,
-        ir::Binary::Mul => BinaryFn::Mul,
-        ir::Binary::Div => BinaryFn::Div,
-        ir::Binary::Pow => BinaryFn::Pow,
-        ir::Binary::And => BinaryFn::And,
-        ir::Binary::Or => BinaryFn::Or,
-        ir::Binary::Equal => BinaryFn::Equal,
-        ir::Binary::Greater => BinaryFn::Greater,
-        ir::Binary::Less => BinaryFn::Less,
-        ir::Binary::PRelu => BinaryFn::PRelu,
-    }
 }
 
 /// The kernel for one node.

@@ -3,8 +3,8 @@
 
 use std::borrow::Cow;
 
-use stowage_compiler::consts;
 use stowage_compiler::ir::{self, Graph, Op, PoolKind, ValueId};
+use stowage_compiler::lowering::resize_spec;
 use stowage_runtime::{DatumType, Tensor};
 
 use super::{arg, const_ints, one, out_shape};
@@ -404,70 +404,4 @@ pub(super) fn kernel(
     };
     let _ = out_shape;
     Ok(via_f32(dt, k))
-}
-
-/// A Resize node's attributes resolved for the kernel: roi over every axis, and scales of 0.0 where the output
-/// size came from `sizes` with the stretch policy (the kernel then uses the exact ratio, as the reference does).
-/// Shared with the OpenCL backend, which compiles [`resize::plan_axis`]'s tables into its kernels.
-pub fn resize_spec(
-    graph: &Graph,
-    r: &ir::Resize,
-    inputs: &[Option<ValueId>],
-    rank: usize,
-) -> Result<resize::ResizeSpec> {
-    let roi = match inputs.get(1).copied().flatten().and_then(|v| graph.const_value(v)) {
-        Some(t) if !t.is_empty() => {
-            let v: Vec<f32> = consts::to_f64s(t)?.into_iter().map(|x| x as f32).collect();
-            Some(match &r.axes {
-                Some(axes) if v.len() == 2 * axes.len() => {
-                    let mut full: Vec<f32> = vec![0.0; rank].into_iter().chain(vec![1.0; rank]).collect();
-                    for (i, &ax) in axes.iter().enumerate() {
-                        let ax = if ax < 0 { (ax + rank as i64) as usize } else { ax as usize };
-                        full[ax] = v[i];
-                        full[rank + ax] = v[axes.len() + i];
-                    }
-                    full
-                }
-                _ => v,
-            })
-        }
-        _ => None,
-    };
-    let mut r = r.clone();
-    // Sizes with the stretch policy: the kernel takes 0.0 per axis and uses the exact out/in ratio, as
-    // the ONNX reference does (no f32 scale reproduces it in every case).
-    let sizes = inputs.get(3).copied().flatten().and_then(|v| graph.const_value(v)).is_some_and(|t| !t.is_empty());
-    if sizes && r.aspect_ratio == ir::AspectRatioPolicy::Stretch {
-        r.scales = vec![0.0; r.scales.len()];
-    }
-    let mode = match r.mode {
-        ir::ResizeMode::Nearest => resize::ResizeMode::Nearest,
-        ir::ResizeMode::Linear => resize::ResizeMode::Linear,
-        ir::ResizeMode::Cubic => resize::ResizeMode::Cubic,
-    };
-    let ct = match r.coordinate_transform {
-        ir::CoordinateTransform::HalfPixel => resize::CoordinateTransform::HalfPixel,
-        ir::CoordinateTransform::HalfPixelSymmetric => resize::CoordinateTransform::HalfPixelSymmetric,
-        ir::CoordinateTransform::PytorchHalfPixel => resize::CoordinateTransform::PytorchHalfPixel,
-        ir::CoordinateTransform::AlignCorners => resize::CoordinateTransform::AlignCorners,
-        ir::CoordinateTransform::Asymmetric => resize::CoordinateTransform::Asymmetric,
-        ir::CoordinateTransform::TfCropAndResize => resize::CoordinateTransform::TfCropAndResize,
-    };
-    let nm = match r.nearest_mode {
-        ir::NearestMode::RoundPreferFloor => resize::NearestMode::RoundPreferFloor,
-        ir::NearestMode::RoundPreferCeil => resize::NearestMode::RoundPreferCeil,
-        ir::NearestMode::Floor => resize::NearestMode::Floor,
-        ir::NearestMode::Ceil => resize::NearestMode::Ceil,
-    };
-    Ok(resize::ResizeSpec {
-        mode,
-        coordinate_transform: ct,
-        nearest_mode: nm,
-        antialias: r.antialias,
-        scales: r.scales,
-        roi,
-        extrapolation_value: r.extrapolation_value,
-        cubic_coeff_a: r.cubic_coeff_a,
-        exclude_outside: r.exclude_outside,
-    })
 }

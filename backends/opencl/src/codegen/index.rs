@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use stowage_cpu::jit::Elem;
+use stowage_kir::Elem;
 
 use super::c_type;
 

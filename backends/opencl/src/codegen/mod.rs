@@ -1,7 +1,7 @@
 //! OpenCL C for each kernel a program needs. Shapes are static, so every extent, stride and attribute is a literal
 //! in the source: one kernel function per node, all of a model's kernels in one program (built once).
 //!
-//! - [`loops`]: a `stowage_cpu::jit::Loops` (the CPU backend's description of a fused elementwise chain with its
+//! - [`loops`]: a `stowage_kir::Loops` (the kernel-level IR's description of a fused elementwise chain with its
 //!   broadcasting and casts, or of a relayout copy) as one work item per output element;
 //! - [`gemm`]: a batched matrix product tiled for local memory (work-groups of 16 × 16 items, each computing a
 //!   block of outputs), operands through strides (so transposed and column-major operands are read in place), with
@@ -19,8 +19,7 @@ mod window;
 
 use std::fmt::Write as _;
 
-use stowage_cpu::jit::{Body, Chain, Elem, Inst, Loops};
-use stowage_cpu::kernels::elementwise::{BinaryFn, UnaryFn};
+use stowage_kir::{BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
 
 pub use gemm::{describe, division, gemm, gemm_reduce, gemv, Division, Gemm, Strides, GEMV_GROUP, TILE};
 pub use index::{index_map, IndexMap};

@@ -1,10 +1,10 @@
-//! Resize, one axis per launch: the CPU backend's interpolation tables (`stowage_cpu::kernels::resize::plan_axis`:
+//! Resize, one axis per launch: the CPU backend's interpolation tables (`stowage_kir::resize::plan_axis`:
 //! per output coordinate, the input coordinates of its taps and their weights) compiled into the kernel as
 //! constant arrays, so the two backends interpolate from the same plan.
 
 use std::fmt::Write;
 
-use stowage_cpu::kernels::resize::AxisPlan;
+use stowage_kir::resize::AxisPlan;
 
 use super::lit;
 

@@ -1,10 +1,39 @@
 //! Products: MatMul and Gemm as `codegen::Gemm` descriptions, and convolutions as im2col plus a batched product.
 
-use stowage_compiler::ir;
+use stowage_compiler::ir::{self, Op};
 
+use super::node::{Lowered, NodeCx};
 use super::{launch, Builder};
 use crate::codegen::{self, Gemm, Window, GEMV_GROUP, TILE};
-use crate::exec::{ArgRef, Launch};
+use crate::error::Result;
+use crate::exec::{ArgRef, Launch, StepKind};
+
+/// MatMul and Gemm (f32, f16, bf16), the bias in the epilogue.
+pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
+    let out_ty = &cx.out_ty;
+    let elem = cx.float_storage(out_ty.dt)?;
+    let (a, bt) = (cx.in_ty(0).unwrap_or_else(|| out_ty.clone()), cx.in_ty(1).unwrap_or_else(|| out_ty.clone()));
+    let g = match &cx.node.op {
+        Op::Gemm(g) => gemm_of(g, &a.shape, &bt.shape, cx.in_ty(2).map(|c| c.shape), &out_ty.shape),
+        _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
+    }
+    .ok_or_else(|| cx.unsupported("operand shapes this kernel does not take"))?;
+    let g = Gemm { min_groups: b.min_groups, elem, ..g };
+    let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
+    let mut scratch = Vec::new();
+    let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, bias, &mut scratch);
+    Ok((cx.node.op.name(), StepKind::Launches { outs: vec![cx.out], scratch, launches }))
+}
+
+/// Conv (f32), with the ReLU that reads it alone in the epilogue.
+pub(super) fn convolution(b: &mut Builder<'_>, cx: &NodeCx<'_>, c: &ir::Conv) -> Result<Lowered> {
+    cx.f32_only(cx.out_ty.dt)?;
+    let (x, w) = (cx.input(0, "input")?, cx.input(1, "weights")?);
+    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, &cx.ins, cx.out, cx.relu)
+        .ok_or_else(|| cx.unsupported("this convolution's shape"))?;
+    let op = if cx.relu { "Conv+Relu" } else { "Conv" };
+    Ok((op, StepKind::Launches { outs: vec![cx.out], scratch, launches }))
+}
 
 pub(super) fn window(w: &ir::Window, x: &[usize], y: &[usize]) -> Window {
     let s = x.len().saturating_sub(2);

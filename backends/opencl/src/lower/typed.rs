@@ -29,7 +29,7 @@ pub(super) fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> 
             (ir::Unary::Sign, _) => "(@0 > 0 ? 1 : (@0 < 0 ? -1 : @0))".into(),
             (ir::Unary::Not, _) => "(!@0)".into(),
             (_, true) => {
-                let f = stowage_cpu::lower::unary_fn(*u);
+                let f = stowage_compiler::lowering::unary_fn(*u);
                 codegen::float_unary(f, "@0")
             }
             _ => return None,

@@ -1,4 +1,5 @@
-//! Products and softmax (f32 and f16) as a large GPU divides them, checked on the CI's OpenCL device against the CPU backend.
+//! Products and softmax (f32 and f16) as a large GPU divides them, checked on the CI's OpenCL device against the CPU backend
+//! (here, in the workspace's suites, because no backend depends on another).
 //!
 //! PoCL has two compute units here, so its products are never split. This binary asks for the 264 work-groups an
 //! H200 asks for (`STOWAGE_OPENCL_GEMM_GROUPS`), and for convolutions computed inside the product, so that split

@@ -1,4 +1,5 @@
-//! Fusion: runs of f32 elementwise nodes become one [`Chain`] each, compiled by the JIT into one loop.
+//! Fusion: runs of f32 elementwise nodes become one [`Chain`] each, which a backend generates as one loop (the
+//! CPU's JIT, OpenCL C).
 //!
 //! A node joins the chain of an input's producer when that input feeds nothing else, is not a graph output, and
 //! has the node's own shape; the chain's result is its last node's output. A chain's inputs may be of any shape
@@ -8,13 +9,12 @@
 
 use std::collections::HashMap;
 
-use stowage_compiler::consts;
-use stowage_compiler::ir::{self, Graph, NodeId, Op, ValueId};
+use stowage_kir::{broadcast_strides, fusable_binary, fusable_unary, BinaryFn, Chain, Elem, Inst, Loops, UnaryFn};
 use stowage_runtime::DatumType;
 
 use super::{binary_fn, unary_fn};
-use crate::jit::{broadcast_strides, fusable_binary, fusable_unary, Chain, Elem, Inst, Loops};
-use crate::kernels::elementwise::{BinaryFn, UnaryFn};
+use crate::consts;
+use crate::ir::{self, Graph, NodeId, Op, ValueId};
 
 /// A chain to emit at its root node.
 pub struct Planned {
@@ -60,7 +60,7 @@ enum Step {
 
 /// True when node `n` can be part of a generated chain: an f32 result of an op the chain generator has, from f32
 /// inputs (or, for a Cast, integer ones) that broadcast to it, and constant Clip bounds. Such a node's inputs are
-/// read through any strides (what the planner is told, `crate::layouts`).
+/// read through any strides (what the CPU backend tells the planner, `stowage_cpu::layouts`).
 pub fn fusable(graph: &Graph, n: NodeId) -> bool {
     let node = graph.node(n);
     let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;

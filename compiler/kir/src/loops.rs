@@ -5,8 +5,8 @@
 //! larger than the row, column-major operands and transposes are permuted strides. So one generator serves fused
 //! elementwise chains with their broadcasting and dtype casts, and relayout copies.
 
-use super::chain::Chain;
-use crate::error::{CpuError, Result};
+use crate::chain::{Chain, Inst};
+use crate::{KirError, Result};
 
 /// How the elements of an operand are stored. A chain reads any of them as f32 (a cast on load) and writes f32; a
 /// copy moves the bits of elements of 1, 2, 4 or 8 bytes.
@@ -100,9 +100,23 @@ pub struct Loops {
     pub body: Body,
 }
 
+/// Element strides that read a packed tensor of `shape` at the indices of `out` (0 along broadcast axes).
+pub fn strides_for(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let mut st = vec![0; out.len()];
+    let pad = out.len() - shape.len();
+    let mut acc = 1;
+    for a in (0..shape.len()).rev() {
+        if shape[a] != 1 {
+            st[a + pad] = acc;
+        }
+        acc *= shape[a];
+    }
+    st
+}
+
 /// Byte strides of a packed row-major `shape` of `size`-byte elements, broadcast (right-aligned) to `out`.
 pub fn broadcast_strides(shape: &[usize], out: &[usize], size: usize) -> Vec<usize> {
-    crate::kernels::broadcast::strides_for(shape, out).into_iter().map(|s| s * size).collect()
+    strides_for(shape, out).into_iter().map(|s| s * size).collect()
 }
 
 /// Byte strides of a packed row-major `shape`.
@@ -225,7 +239,7 @@ impl Loops {
     /// Checks what the generator relies on: strides per axis, a chain's inputs, a copy's element sizes, and an
     /// output that no two indices share (so bands of the outer axis can be written in parallel).
     pub fn check(&self) -> Result<()> {
-        let bad = |m: String| Err(CpuError::NotImplemented(format!("generated kernel: {m}")));
+        let bad = |m: String| Err(KirError::Invalid(m));
         let rank = self.dims.len();
         if rank == 0 || self.inputs.iter().chain([&self.output]).any(|o| o.strides.len() != rank) {
             return bad(format!("operands must have one stride per axis of {:?}", self.dims));
@@ -236,7 +250,7 @@ impl Loops {
                     return bad("a chain reads numbers and writes f32".into());
                 }
                 let used = chain.insts.iter().filter_map(|i| match i {
-                    super::Inst::Input(k) => Some(*k),
+                    Inst::Input(k) => Some(*k),
                     _ => None,
                 });
                 if chain.insts.is_empty() || used.clone().any(|k| k >= self.inputs.len()) {

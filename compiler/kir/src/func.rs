@@ -1,53 +1,82 @@
-//! A fused elementwise chain: a small SSA program over f32, evaluated element by element (how its inputs are
-//! addressed, broadcast and cast is the kernel's business: `loops.rs`). Lowering builds chains from runs of elementwise IR nodes; the
-//! JIT compiles each to one machine-code loop.
+//! The elementwise functions a kernel computes, with their scalar f32 semantics (the reference both backends'
+//! generated chains are tested against) and which of them a chain may hold.
 
-use crate::kernels::elementwise::{BinaryFn, UnaryFn};
-
-/// One instruction; operands are indices of earlier instructions.
+/// One-input elementwise functions.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Inst {
-    /// Element `i` of input `k` (or its only element, for a scalar input).
-    Input(usize),
-    /// A constant.
-    Const(f32),
-    /// A one-operand function.
-    Unary(UnaryFn, usize),
-    /// A two-operand function.
-    Binary(BinaryFn, usize, usize),
+pub enum UnaryFn {
+    /// `|x|`.
+    Abs,
+    /// Round up.
+    Ceil,
+    /// Cosine.
+    Cos,
+    /// Error function.
+    Erf,
+    /// `e^x`.
+    Exp,
+    /// Round down.
+    Floor,
+    /// Natural log.
+    Log,
+    /// `-x`.
+    Neg,
+    /// Logical not.
+    Not,
+    /// `1/x`.
+    Reciprocal,
+    /// `max(x, 0)`.
+    Relu,
+    /// Logistic.
+    Sigmoid,
+    /// -1, 0, 1.
+    Sign,
+    /// Sine.
+    Sin,
+    /// Square root.
+    Sqrt,
+    /// tanh.
+    Tanh,
+    /// `ln(1+e^x)`.
+    Softplus,
+    /// Leaky ReLU with slope alpha.
+    LeakyRelu(f32),
+    /// `max(0, min(1, alpha*x+beta))`.
+    HardSigmoid(f32, f32),
+    /// `x * hardsigmoid(x; 1/6, 1/2)`.
+    HardSwish,
+    /// GELU, erf form, or tanh form when true.
+    Gelu(bool),
 }
 
-/// A chain: instructions in order; the last one is the result.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Chain {
-    /// The program.
-    pub insts: Vec<Inst>,
-}
-
-impl Chain {
-    /// True if every instruction has a native vector form (no call to a math function).
-    pub fn vectorizable(&self) -> bool {
-        self.insts.iter().all(|i| match i {
-            Inst::Input(_) | Inst::Const(_) => true,
-            Inst::Unary(f, _) => native_unary(*f),
-            Inst::Binary(f, _, _) => native_binary(*f),
-        })
-    }
-
-    /// Evaluates the chain on one element (the reference the JIT is tested against).
-    pub fn eval(&self, inputs: &[f32]) -> f32 {
-        let mut v: Vec<f32> = Vec::with_capacity(self.insts.len());
-        for inst in &self.insts {
-            let x = match *inst {
-                Inst::Input(k) => inputs[k],
-                Inst::Const(c) => c,
-                Inst::Unary(f, a) => unary_scalar(f, v[a]),
-                Inst::Binary(f, a, b) => binary_scalar(f, v[a], v[b]),
-            };
-            v.push(x);
-        }
-        v.last().copied().unwrap_or(0.0)
-    }
+/// Two-input elementwise functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryFn {
+    /// `a+b`.
+    Add,
+    /// `a-b`.
+    Sub,
+    /// `a*b`.
+    Mul,
+    /// `a/b`.
+    Div,
+    /// `a^b`.
+    Pow,
+    /// Logical and.
+    And,
+    /// Logical or.
+    Or,
+    /// `a==b`.
+    Equal,
+    /// `a>b`.
+    Greater,
+    /// `a<b`.
+    Less,
+    /// `a` if positive, else `a*b`.
+    PRelu,
+    /// Larger (NaN wins).
+    Max,
+    /// Smaller (NaN wins).
+    Min,
 }
 
 /// Numerator coefficients (in x², highest power first) of the rational approximation of erf on [-4, 4] that
