@@ -216,3 +216,68 @@ fn a_row_pitch_on_an_axis_of_one_moves_to_the_next_axis_out() {
     let huge = InputLayout::parse("row-pitch=9223372036854775808", 3).expect("parses");
     assert!(huge.check(DatumType::F32, &[2, 3, 4]).expect_err("refused").contains("more memory than an address"));
 }
+
+/// The plan of `chain` placed across a device and the host (Exp on the host), with the outputs read.
+fn mixed_plan(g: &Graph) -> (plan::Plan, Fake, Fake) {
+    let (gpu, cpu) = (gpu(vec!["Exp"]), cpu());
+    let p = plan::plan(g, &[&gpu, &cpu], &PlanOptions { read_outputs: true, ..Default::default() }).expect("plans");
+    (p, gpu, cpu)
+}
+
+#[test]
+fn a_written_plan_reads_back_as_it_was() {
+    let (g, _) = chain();
+    let (p, gpu, cpu) = mixed_plan(&g);
+    let back = plan::serial::decode(&plan::serial::encode(&p), &g, &[&gpu, &cpu]).expect("reads back");
+    assert_eq!(format!("{back:?}"), format!("{p:?}"));
+    assert_eq!(plan::show::text(&back), plan::show::text(&p));
+}
+
+#[test]
+fn garbage_is_refused() {
+    let (g, _) = chain();
+    let (p, gpu, cpu) = mixed_plan(&g);
+    let bytes = plan::serial::encode(&p);
+    for bad in [&b"not a plan"[..], &bytes[..bytes.len() / 2], &[]] {
+        let err = plan::serial::decode(bad, &g, &[&gpu, &cpu]).expect_err("refused");
+        assert!(matches!(err, plan::PlanReadError::Format(_)), "{err}");
+    }
+}
+
+#[test]
+fn another_target_is_refused() {
+    let (g, _) = chain();
+    let (p, device, cpu) = mixed_plan(&g);
+    let bytes = plan::serial::encode(&p);
+    // The device now unified instead of discrete: another memory path, another plan.
+    let mut unified = gpu(vec!["Exp"]);
+    unified.spec.memory.kind = MemoryKind::Unified;
+    unified.spec.memory.staged = false;
+    let err = plan::serial::decode(&bytes, &g, &[&unified, &cpu]).expect_err("refused");
+    assert!(matches!(err, plan::PlanReadError::Targets(_)), "{err}");
+    assert!(err.to_string().contains("'gpu' is unified memory in space gpu:0"), "{err}");
+    let err = plan::serial::decode(&bytes, &g, &[&cpu]).expect_err("refused");
+    assert_eq!(err.to_string(), "it was made for 2 targets, 1 are open");
+    // Another device of the same kind (other bandwidth, other name) takes the plan, with its own descriptor.
+    let mut other = gpu(vec!["Exp"]);
+    other.spec.name = "gpu:discrete".into();
+    other.spec.memory.bandwidth_gbps = 64.0;
+    let back = plan::serial::decode(&bytes, &g, &[&other, &cpu]).expect("same memory path");
+    assert!(plan::serial::decode(&bytes, &g, &[&device, &cpu]).is_ok());
+    assert_eq!(back.targets[0].memory.bandwidth_gbps, 64.0);
+}
+
+#[test]
+fn another_graph_is_refused() {
+    let (g, _) = chain();
+    let (p, gpu, cpu) = mixed_plan(&g);
+    let bytes = plan::serial::encode(&p);
+    let mut renamed = Graph::new("chain");
+    let x = renamed.add_input("x", f32s(&[1, 1024]));
+    let n =
+        renamed.add_node("other", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("v0".into(), f32s(&[1, 1024])))]);
+    renamed.add_output("y", renamed.node(n).outputs[0].expect("output"));
+    let err = plan::serial::decode(&bytes, &renamed, &[&gpu, &cpu]).expect_err("refused");
+    assert!(matches!(err, plan::PlanReadError::Graph(_)), "{err}");
+    assert!(err.to_string().contains("its node 'n0' is not node 0 here"), "{err}");
+}

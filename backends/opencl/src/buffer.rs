@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use opencl3::event::Event;
 use opencl3::memory::{
-    Buffer, ClMem as _, CL_MAP_READ, CL_MAP_WRITE, CL_MEM_ALLOC_HOST_PTR, CL_MEM_READ_WRITE, CL_MEM_USE_HOST_PTR,
+    Buffer, ClMem as _, CL_MAP_READ, CL_MAP_WRITE, CL_MEM_ALLOC_HOST_PTR, CL_MEM_READ_ONLY, CL_MEM_READ_WRITE,
+    CL_MEM_USE_HOST_PTR,
 };
 use opencl3::types::{cl_event, CL_BLOCKING};
 use stowage_runtime::{DatumType, MapMode, MemorySpace, PlainStorage, TensorStorage};
@@ -71,6 +72,23 @@ impl ClBuffer {
     /// address not at the device's base alignment); the caller then uploads, giving that reason. The buffer holds
     /// the tensor's storage, so the host bytes live as long as the device may read them.
     pub fn import(target: &Target, t: &stowage_runtime::Tensor<'static>) -> crate::Result<Result<ClBuffer, String>> {
+        Self::import_with(target, t, CL_MEM_READ_WRITE)
+    }
+
+    /// [`ClBuffer::import`] for a constant, which kernels only read: the device takes the memory read-only (in
+    /// built code it is the executable's image).
+    pub fn import_constant(
+        target: &Target,
+        t: &stowage_runtime::Tensor<'static>,
+    ) -> crate::Result<Result<ClBuffer, String>> {
+        Self::import_with(target, t, CL_MEM_READ_ONLY)
+    }
+
+    fn import_with(
+        target: &Target,
+        t: &stowage_runtime::Tensor<'static>,
+        flags: u64,
+    ) -> crate::Result<Result<ClBuffer, String>> {
         let align = target.inner.info.base_align.max(1);
         let space = target.space();
         let refused = |why: String| Ok(Err(why));
@@ -91,7 +109,7 @@ impl ClBuffer {
             return refused(format!("the input is a {} view, not a whole packed buffer", t.layout_kind()));
         }
         let storage = t.shared_storage();
-        let raw = raw::RawCl::over_host(target, Backing::Imported(storage), CL_MEM_READ_WRITE)?;
+        let raw = raw::RawCl::over_host(target, Backing::Imported(storage), flags)?;
         Ok(Ok(ClBuffer { raw, dt: t.dt(), shape: t.shape().to_vec() }))
     }
 

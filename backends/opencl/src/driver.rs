@@ -3,7 +3,7 @@
 //! driver's executable.
 
 use stowage_compiler::ir::{Graph, NodeId};
-use stowage_compiler::plan::{Accepts, Backend, Plan, Segment, TargetSpec};
+use stowage_compiler::plan::{Accepts, Backend, Plan, Segment, TargetSpec, When};
 use stowage_driver::{BackendError, Executable, KindSource, MemoryPath, OpenOptions, OpenedTarget, Ran, TargetKind};
 use stowage_runtime::{Ledger, Tensor};
 
@@ -74,10 +74,14 @@ impl OpenedTarget for OpenedDevice {
         &self,
         segment: &Segment,
         _whole: &Graph,
-        _plan: &Plan,
+        plan: &Plan,
         setup: &Ledger,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        Ok(Box::new(DeviceExecutable(crate::lower(&segment.graph, &self.device, setup)?)))
+        // Constants are used in place but where the plan uploads them.
+        let space = self.device.space().name();
+        let uploaded =
+            |name: &str| plan.copies.iter().any(|c| c.when == When::Setup && c.to == space && c.value == name);
+        Ok(Box::new(DeviceExecutable(crate::lower_planned(&segment.graph, &self.device, setup, &uploaded)?)))
     }
 
     fn path(&self) -> Option<MemoryPath> {

@@ -1,7 +1,8 @@
 //! `stowage build`: the executable it makes gives `stowage run`'s outputs, copies and report over the whole model
 //! suite and the planner's examples; its generated source is stable (insta snapshots); a model that cannot be
 //! planned fails at build time, and an executable given a wrong input exits 1 naming it; nothing half-written is
-//! left at the output path.
+//! left at the output path; built code runs the plan written at build time, and refuses inputs in another layout
+//! and targets of another memory path.
 
 mod common;
 
@@ -272,4 +273,80 @@ fn build_rs_errors_are_typed() {
     let after: Vec<_> =
         ["model.rs", "model_constants.bin", "libstowage_model.a"].iter().map(|f| stamp(&tmp.path().join(f))).collect();
     assert_eq!(before, after, "unchanged files are left alone");
+}
+
+/// `bytes` copied into leaked memory `at` bytes past a page boundary: what built code embeds, or a caller's buffer
+/// at a known alignment.
+fn leaked(bytes: &[u8], at: usize) -> &'static [u8] {
+    let buf: &'static mut [u8] = Box::leak(vec![0u8; bytes.len() + at + 4096].into_boxed_slice());
+    let start = (4096 - buf.as_ptr() as usize % 4096) % 4096 + at;
+    buf[start..start + bytes.len()].copy_from_slice(bytes);
+    &buf[start..start + bytes.len()]
+}
+
+#[test]
+fn built_code_runs_its_written_plan_and_refuses_what_it_was_not_made_for() {
+    use stowage_cli::session::{prepare_build, BuiltGraph, BuiltPlan, Session};
+    use stowage_compiler::plan::{self, serial};
+    use stowage_runtime::{DatumType, ExternalStorage, Layout, Ledger, Tensor};
+
+    let model = mlp();
+    let bytes = std::fs::read(&model).expect("reads the model");
+    let path = Path::new(&model);
+    let values: Vec<f32> = (0..784).map(|i| (i % 7) as f32 / 7.0).collect();
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let tensor = |at: usize| {
+        let storage = ExternalStorage::borrowed(leaked(&data, at));
+        let layout = Layout::row_major(DatumType::F32, &[1, 784]).expect("layout");
+        vec![("x".to_string(), Tensor::external(DatumType::F32, &[1, 784], layout, storage).expect("tensor"))]
+    };
+    let start = std::time::Instant::now();
+    for target in ["cpu", "opencl"] {
+        let options = RunOptions { target: target.into(), ..stowage_cli::run_options() };
+        let prepared = prepare_build(&bytes, path, &options, "t_").expect("prepares");
+        let encoded = stowage_compiler::ir::serial::encode(&prepared.cx.graph).expect("encodes");
+        let built = RunOptions {
+            built_graph: Some(BuiltGraph {
+                graph: leaked(&encoded.graph, 0),
+                constants: leaked(&encoded.constants, 0),
+                inputs: &["x"],
+            }),
+            built_plans: vec![BuiltPlan { path: "the built plan", plan: leaked(&serial::encode(&prepared.plan), 0) }],
+            ..options.clone()
+        };
+        // The plan run is the one written out, and gives what a planned run gives.
+        let session = Session::new(&[], path, &tensor(0), &built, start).expect("runs the built plan");
+        assert_eq!(session.built_path.as_deref(), Some("the built plan"), "{target}");
+        assert_eq!(plan::show::text(&session.plan), plan::show::text(&prepared.plan), "{target}");
+        let planned = Session::new(&bytes, path, &tensor(0), &options, start).expect("plans");
+        let (a, b) = (session.run(&tensor(0), &Ledger::off()), planned.run(&tensor(0), &Ledger::off()));
+        let read = |r: stowage_cli::session::RunResult| r.outputs[0].to_vec::<f32>().expect("reads");
+        assert_eq!(read(a.expect("runs")), read(b.expect("runs")), "{target}");
+        // An input at another alignment than the plan's: refused, naming the input and both layouts.
+        let err = Session::new(&[], path, &tensor(64), &built, start).err().expect("refused").to_string();
+        assert!(
+            err.contains(
+                "input 'x': this code was built for it row-major, 4096-byte aligned, the tensor given is \
+                          row-major, 64-byte aligned"
+            ),
+            "{target}: {err}"
+        );
+    }
+    // Built for PoCL's unified memory only, opened on the discrete path: no plan of the code fits.
+    let options = RunOptions { target: "opencl".into(), ..stowage_cli::run_options() };
+    let prepared = prepare_build(&bytes, path, &options, "t_").expect("prepares");
+    let encoded = stowage_compiler::ir::serial::encode(&prepared.cx.graph).expect("encodes");
+    let built = RunOptions {
+        target: "opencl:discrete".into(),
+        built_graph: Some(BuiltGraph {
+            graph: leaked(&encoded.graph, 0),
+            constants: leaked(&encoded.constants, 0),
+            inputs: &["x"],
+        }),
+        built_plans: vec![BuiltPlan { path: "unified", plan: leaked(&serial::encode(&prepared.plan), 0) }],
+        ..options
+    };
+    let err = Session::new(&[], path, &tensor(0), &built, start).err().expect("refused").to_string();
+    assert!(err.contains("this code was built for other targets (the plan for unified: it was made for"), "{err}");
+    assert!(err.contains("is device memory in space opencl:0, staged"), "{err}");
 }

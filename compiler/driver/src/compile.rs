@@ -114,6 +114,20 @@ pub(crate) fn built_graph(built: &BuiltGraph, inputs: &[(String, Tensor<'static>
     Ok(Context::new(graph))
 }
 
+/// Lays the constants out where a unified device among `opened` imports them in place
+/// ([`stowage_compiler::ir::serial::align_constants`], as built code's image does), so that a plan reads them in
+/// place there whatever addresses the allocator gave; nothing to do for other targets.
+pub(crate) fn place_constants(graph: &mut Graph, opened: &[Box<dyn OpenedTarget>]) -> Result<()> {
+    let unified = opened.iter().any(|o| {
+        let m = &o.spec().memory;
+        m.kind == stowage_runtime::MemoryKind::Unified && m.import_alignment.is_some()
+    });
+    if unified {
+        stowage_compiler::ir::serial::align_constants(graph).map_err(DriverError::Model)?;
+    }
+    Ok(())
+}
+
 /// The plan for `graph` on `opened`, with the caller's planning options and the layouts of the given inputs.
 pub(crate) fn make_plan(
     graph: &Graph,

@@ -4,8 +4,9 @@
 //! two give the same outputs, report and ledger.
 //!
 //! At start-up the executable reads its compiled-in optimised graph (constants folded and laid out row-major at
-//! 64-byte boundaries, used in place from the executable's image) and plans it again, as `stowage run` would for
-//! inputs read from files; a plan whose copies differ from those it was built with is refused. The targets are
+//! 256-byte boundaries, used in place from the executable's image) and the plan it was built with (for OpenCL built
+//! on a unified device, the staging plan too, which a discrete device takes), and runs that plan: nothing is placed,
+//! laid out or planned at start-up, and inputs in another layout than the plan's are refused, naming the input. The targets are
 //! opened with the kernels linked in ([`OpenOptions::linked`](crate::OpenOptions::linked)), which a backend's
 //! lowering takes instead of compiling: nothing is imported, optimised or compiled at start-up. The executable
 //! links the driver and the backends it was built for, not the CLI: its flags are parsed without clap.
@@ -47,11 +48,13 @@ pub struct Built {
     pub max_copy_bytes: Option<usize>,
     /// The memory path of the plan built on the build machine's device, in words.
     pub path: &'static str,
-    /// The plan's copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`).
+    /// The plan's copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`), as the source shows them.
     pub copies: &'static [&'static str],
-    /// For an OpenCL target built on a unified device: the staging plan a discrete device takes, its path and
-    /// copies. At start-up the device opened picks the plan.
-    pub other: Option<(&'static str, &'static [&'static str])>,
+    /// The plan, written out ([`stowage_compiler::plan::serial`]).
+    pub plan: &'static [u8],
+    /// For an OpenCL target built on a unified device: the staging plan a discrete device takes: its path, copies
+    /// and the plan written out. At start-up the device opened picks the plan.
+    pub other: Option<(&'static str, &'static [&'static str], &'static [u8])>,
     /// The kinds of the targets it was built for, in the target list's order.
     pub kinds: &'static [&'static dyn TargetKind],
     /// The kernels linked in, as the backend that compiled them ahead of time tables them
@@ -89,12 +92,8 @@ impl Built {
             },
             read_outputs,
             built_graph: Some(BuiltGraph { graph: self.graph, constants: (self.constants)(), inputs: self.inputs }),
-            built_plans: std::iter::once((self.path, self.copies))
-                .chain(self.other)
-                .map(|(path, copies)| BuiltPlan {
-                    path: path.to_string(),
-                    copies: copies.iter().map(|c| c.to_string()).collect(),
-                })
+            built_plans: std::iter::once(BuiltPlan { path: self.path, plan: self.plan })
+                .chain(self.other.map(|(path, _, plan)| BuiltPlan { path, plan }))
                 .collect(),
         })
     }

@@ -29,8 +29,9 @@ pub struct RunOptions {
     /// and optimising the model again; its constants are views of the executable's image.
     pub built_graph: Option<BuiltGraph>,
     /// In built code: the plans it was built with, by path (for OpenCL, the in-place-import plan of a unified
-    /// device and the staging plan of a discrete one), each as its copies, one line each. A plan made at start-up
-    /// that is none of them (another device, another stowage) is an error rather than a silent change.
+    /// device and the staging plan of a discrete one), each written out ([`stowage_compiler::plan::serial`]). At
+    /// start-up the one made for the targets opened is run as it is, without planning; targets none of them was
+    /// made for (another device) are an error rather than a silent change.
     pub built_plans: Vec<BuiltPlan>,
     /// In built code: the kernels linked in, handed to every target opened
     /// ([`OpenOptions::linked`](crate::OpenOptions::linked)).
@@ -60,19 +61,19 @@ impl RunOptions {
 pub struct BuiltGraph {
     /// Its structure.
     pub graph: &'static [u8],
-    /// Its constants, each at a 64-byte boundary of a page-aligned blob.
+    /// Its constants, each at a 256-byte boundary of a page-aligned blob.
     pub constants: &'static [u8],
     /// The model's declared inputs, those fixed at build time included (what `--input` arguments are matched to).
     pub inputs: &'static [&'static str],
 }
 
-/// A plan built into an executable or module: which path it is, and its copies.
-#[derive(Clone, Debug)]
+/// A plan built into an executable or module: which path it is, and the plan.
+#[derive(Clone, Copy, Debug)]
 pub struct BuiltPlan {
     /// The path, in words (`discrete memory: one upload per input through pinned staging`).
-    pub path: String,
-    /// Its copies, one line each ([`stowage_compiler::plan::PlannedCopy`]'s `Display`).
-    pub copies: Vec<String>,
+    pub path: &'static str,
+    /// The plan, written out by [`stowage_compiler::plan::serial::encode`].
+    pub plan: &'static [u8],
 }
 
 /// The alignment `stowage run` reads input files into, and `stowage plan` assumes of inputs it is not told about:

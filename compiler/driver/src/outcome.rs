@@ -9,7 +9,7 @@ use stowage_compiler::plan::Plan;
 use stowage_compiler::Context;
 use stowage_runtime::{Ledger, Move, Tensor};
 
-use crate::compile::{compile, make_plan};
+use crate::compile::{compile, make_plan, place_constants};
 use crate::error::{DriverError, Result};
 use crate::options::RunOptions;
 use crate::prepare::in_model;
@@ -165,8 +165,9 @@ pub fn run_bytes(
 pub fn plan_only(model: &Path, options: &RunOptions) -> Result<(Context, Plan)> {
     let bytes = read_model(model)?;
     let progress = Progress::start(model);
-    let cx = compile(&bytes, model, &[], options, &progress, false)?;
+    let mut cx = compile(&bytes, model, &[], options, &progress, false)?;
     let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+    place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;
     progress.finish();
     Ok((cx, plan))

@@ -7,7 +7,7 @@ use stowage_compiler::plan::{self, Plan};
 use stowage_compiler::Context;
 
 use crate::backend::{KindSource, ObjectCode, OpenedTarget};
-use crate::compile::{compile, make_plan};
+use crate::compile::{compile, make_plan, place_constants};
 use crate::error::{DriverError, Result};
 use crate::options::RunOptions;
 use crate::progress::Progress;
@@ -59,9 +59,11 @@ pub(crate) fn memory_path(opened: &[Box<dyn OpenedTarget>], plan: &Plan, list: &
 /// declared layouts), and compiles what its targets compile ahead of time, with symbols starting with `prefix`.
 pub fn prepare_build(bytes: &[u8], model: &Path, options: &RunOptions, prefix: &str) -> Result<Prepared> {
     let progress = Progress::start(model);
-    let cx = compile(bytes, model, &[], options, &progress, false)?;
+    let mut cx = compile(bytes, model, &[], options, &progress, false)?;
     progress.phase("planning");
     let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+    // Planned as built code holds it: constants where the image puts them.
+    place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;
     let segments = plan::segments(&cx.graph, &plan);
     let mut object: Option<ObjectCode> = None;

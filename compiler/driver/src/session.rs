@@ -10,7 +10,7 @@ use stowage_compiler::Context;
 use stowage_runtime::{Accepts as RuntimeAccepts, LayoutNeed, Ledger, LedgerTag, Tensor};
 
 use crate::backend::{Executable, OpenedTarget};
-use crate::compile::{built_graph, compile, make_plan};
+use crate::compile::{built_graph, compile, make_plan, place_constants};
 use crate::error::{DriverError, Result};
 use crate::options::{BuiltPlan, RunOptions};
 use crate::prepare::in_model;
@@ -54,17 +54,23 @@ impl Session {
         start: Instant,
     ) -> Result<Session> {
         let progress = Progress::start(model);
-        let cx = match &options.built_graph {
+        let mut cx = match &options.built_graph {
             Some(built) => built_graph(built, inputs)?,
             None => compile(bytes, model, inputs, options, &progress, !inputs.is_empty())?,
         };
-        let graph = &cx.graph;
         progress.phase("planning");
-        let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, graph)?;
-        let plan = make_plan(graph, &opened, inputs, options).map_err(|e| in_model(model, e))?;
-        let built_path = match options.built_plans.as_slice() {
-            [] => None,
-            plans => Some(check_built(&plan, plans)?),
+        let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+        if options.built_graph.is_none() {
+            place_constants(&mut cx.graph, &opened)?;
+        }
+        let graph = &cx.graph;
+        let (plan, built_path) = match options.built_plans.as_slice() {
+            [] => (make_plan(graph, &opened, inputs, options).map_err(|e| in_model(model, e))?, None),
+            plans => {
+                let (plan, path) = built_plan(graph, &opened, plans, options.read_outputs)?;
+                check_built_inputs(graph, &plan, inputs).map_err(|e| in_model(model, e))?;
+                (plan, Some(path.to_string()))
+            }
         };
         progress.phase("generating kernels");
         let setup = Ledger::recording();
@@ -167,26 +173,61 @@ impl Session {
     }
 }
 
-/// Finds which of the built plans `plan` is, by its copies; refuses a plan that is none of them. Downloads made when
-/// the caller reads an output depend on whether a run writes its outputs; the rest of the plan must be one built.
-fn check_built(plan: &Plan, built: &[BuiltPlan]) -> Result<String> {
-    let lazy = format!(" bytes, {}: ", plan::When::WhenRead);
-    let now: Vec<String> =
-        plan.copies.iter().filter(|c| c.when != plan::When::WhenRead).map(|c| c.to_string()).collect();
-    let mut first_difference = String::new();
+/// The built plan made for the targets `opened` (the first whose targets are these, by memory space, kind and
+/// staging), read back without planning. A run that does not read its outputs drops the downloads planned for
+/// reading them, as planning for it would. Targets none of the plans was made for are an error naming why each
+/// does not fit.
+fn built_plan(
+    graph: &stowage_compiler::ir::Graph,
+    opened: &[Box<dyn OpenedTarget>],
+    built: &[BuiltPlan],
+    read_outputs: bool,
+) -> Result<(Plan, &'static str)> {
+    let backends = targets::backends(opened);
+    let mut refused = Vec::new();
     for b in built {
-        let then: Vec<&String> = b.copies.iter().filter(|l| !l.contains(&lazy)).collect();
-        if then.len() == now.len() && then.iter().zip(&now).all(|(a, b)| *a == b) {
-            return Ok(b.path.clone());
-        }
-        if first_difference.is_empty() {
-            first_difference = match now.iter().enumerate().find(|(k, l)| then.get(*k) != Some(l)) {
-                Some((k, line)) => format!("its copy {} would now be \"{line}\"", k + 1),
-                None => format!("{} copies then, {} now", then.len(), now.len()),
-            };
+        match plan::serial::decode(b.plan, graph, &backends) {
+            Ok(mut plan) => {
+                if !read_outputs {
+                    plan.copies.retain(|c| c.when != plan::When::WhenRead);
+                }
+                return Ok((plan, b.path));
+            }
+            Err(plan::PlanReadError::Targets(why)) => refused.push(format!("the plan for {}: {why}", b.path)),
+            Err(e) => return Err(DriverError::Built(format!("the plan for {}: {e}", b.path))),
         }
     }
-    Err(DriverError::Built(format!("this code was built for another plan: {first_difference}")))
+    Err(DriverError::Built(format!("this code was built for other targets ({})", refused.join("; "))))
+}
+
+/// Checks the given inputs against the layouts a built plan reads them in: the same strides, at least its
+/// alignment. (A plan is made for its inputs' layouts; built code runs its plan as it is.)
+fn check_built_inputs(
+    graph: &stowage_compiler::ir::Graph,
+    plan: &Plan,
+    inputs: &[(String, Tensor<'static>)],
+) -> Result<()> {
+    for (name, t) in inputs {
+        let (Some(planned), Some(&v)) = (
+            plan.inputs.iter().find(|i| i.name == *name),
+            graph.inputs().iter().find(|&&v| graph.value(v).name == *name),
+        ) else {
+            continue; // folded into the graph at build time
+        };
+        let Some(actual) = crate::compile::layout_of(t) else { continue };
+        let shape = &graph.ty(v).shape;
+        let actual = actual.simplified(shape);
+        let (want, got) = (planned.layout.strides(t.dt(), shape), actual.strides(t.dt(), shape));
+        let strides_differ = shape.iter().zip(want.iter().zip(&got)).any(|(&d, (a, b))| d > 1 && a != b);
+        if strides_differ || actual.alignment < planned.layout.alignment || actual.view != planned.layout.view {
+            return Err(DriverError::Input(format!(
+                "input '{name}': this code was built for it {}, the tensor given is {}",
+                planned.layout.describe(),
+                actual.describe()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A value the plan should have computed before it was read: a stowage bug, said as such.

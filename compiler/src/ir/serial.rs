@@ -2,7 +2,7 @@
 //! the optimised graph (weights folded, constants laid out) instead of importing and optimising the model again.
 //!
 //! Two parts: the graph's structure (values, nodes with their ops, order, inputs, outputs), encoded with bincode,
-//! and its constants' bytes, packed row-major, each at a 64-byte boundary of one blob. Read from a blob that lives
+//! and its constants' bytes, packed row-major, each at a 256-byte boundary of one blob. Read from a blob that lives
 //! as long as the process (an executable's image), every constant is a view of the blob: no byte is copied.
 
 use cranelift_entity::{EntityRef, PrimaryMap};
@@ -12,8 +12,33 @@ use stowage_runtime::{ExternalStorage, Layout, Tensor};
 use super::graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
 use super::{NodeId, Op, ValueId, ValueType};
 
-/// Where each constant starts in the blob.
-const CONST_ALIGNMENT: usize = 64;
+/// Where each constant starts in the blob: a multiple of the alignment unified OpenCL devices import host memory
+/// at (PoCL: 128 bytes; 256 covers more), so that such a device reads a built executable's constants in place.
+pub const CONST_ALIGNMENT: usize = 256;
+
+/// Lays out every constant of `graph` packed row-major at [`CONST_ALIGNMENT`], as the blob will (those already so
+/// are left alone): what `stowage build` plans against, so that a plan's in-place reads of constants are the ones
+/// built code makes from its image.
+pub fn align_constants(graph: &mut Graph) -> Result<(), String> {
+    let misplaced: Vec<(ValueId, Tensor<'static>)> = graph
+        .values()
+        .filter_map(|(v, data)| match &data.def {
+            ValueDef::Const(t) if !t.is_empty() => {
+                let at = t.storage().host_bytes().map(|b| b.as_ptr() as usize + t.layout().offset());
+                let placed = at.is_some_and(|a| a.is_multiple_of(CONST_ALIGNMENT));
+                (!placed || !t.is_row_major() || !t.is_whole_storage()).then(|| (v, t.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (v, t) in misplaced {
+        let layout = Layout::row_major(t.dt(), t.shape()).map_err(|e| e.to_string())?;
+        let placed =
+            t.to_layout(layout, CONST_ALIGNMENT).map_err(|e| format!("constant '{}': {e}", graph.value(v).name))?;
+        graph.make_const(v, placed);
+    }
+    Ok(())
+}
 
 /// `DatumType` as its ONNX code, for serde.
 pub mod datum_type {
@@ -96,7 +121,7 @@ struct Flat {
 pub struct Encoded {
     /// The structure (bincode).
     pub graph: Vec<u8>,
-    /// Every live constant, packed row-major, each at a 64-byte boundary.
+    /// Every live constant, packed row-major, each at a 256-byte boundary.
     pub constants: Vec<u8>,
 }
 

@@ -15,7 +15,7 @@ use super::target::Backend;
 use super::PlanOptions;
 
 /// What a copy does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CopyKind {
     /// Host to a device's memory.
     Upload,
@@ -36,7 +36,7 @@ impl fmt::Display for CopyKind {
 }
 
 /// How often a copy runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum When {
     /// Once, when the program is made (constants to a device).
     Setup,
@@ -60,11 +60,12 @@ impl fmt::Display for When {
 }
 
 /// One copy the plan performs.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PlannedCopy {
     /// The value's name.
     pub value: String,
     /// The value.
+    #[serde(with = "super::serial::id")]
     pub id: ValueId,
     /// What the copy does.
     pub kind: CopyKind,
@@ -92,7 +93,7 @@ impl fmt::Display for PlannedCopy {
 }
 
 /// How a graph input reaches the kernels of one space.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum InputAccess {
     /// The caller's memory is read in place, in its layout.
     InPlace,
@@ -141,10 +142,24 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                 when,
             };
             match &data.def {
-                ValueDef::Const(_) => {
+                ValueDef::Const(t) => {
                     if !here.is_host() && !setup_done.contains(&(*v, here.space.clone())) {
                         setup_done.push((*v, here.space.clone()));
-                        let reason = "a constant, uploaded once when the program is made".to_string();
+                        let m = &here.memory;
+                        let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
+                        let address = t.storage().host_bytes().map(|b| b.as_ptr() as usize + t.layout().offset());
+                        let whole = !t.is_empty() && t.is_row_major() && t.is_whole_storage();
+                        let reason = match (import, address) {
+                            // A unified device reads the constant where it is (in built code: in the image).
+                            (Some(a), Some(at)) if whole && at.is_multiple_of(a) => continue,
+                            (Some(a), Some(at)) if whole => format!(
+                                "a constant {} bytes past {}'s {a}-byte import alignment, uploaded once when the \
+                                 program is made",
+                                at % a,
+                                here.space
+                            ),
+                            _ => "a constant, uploaded once when the program is made".to_string(),
+                        };
                         out.copies.push(copy(CopyKind::Upload, "host", reason, When::Setup));
                     }
                 }

@@ -8,7 +8,7 @@ use stowage_runtime::{DatumType, LayoutSupport, HOST_ALIGNMENT};
 use super::target::Accepts;
 
 /// How a caller's input is laid out in memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InputLayout {
     /// The declared axes from outermost to innermost in memory (the identity: row-major).
     pub order: Vec<usize>,

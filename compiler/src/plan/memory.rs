@@ -19,7 +19,7 @@ use super::placement::Placed;
 use super::target::Backend;
 
 /// One buffer of an arena.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Buffer {
     /// The values it holds (several when views or in-place nodes share it).
     pub values: Vec<String>,
@@ -32,7 +32,7 @@ pub struct Buffer {
 }
 
 /// The arena of one memory space.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Arena {
     /// The space (`host`, `opencl:0`).
     pub space: String,

@@ -10,7 +10,8 @@
 //! 4. [`memory`]: per space, arena offsets from liveness, against the lower bound;
 //! 5. the copy budget, checked last, so its error names the copies.
 //!
-//! Backends take part through [`Backend`]; [`show`] prints a plan as text or Graphviz.
+//! Backends take part through [`Backend`]; [`show`] prints a plan as text or Graphviz; [`serial`] writes one out for
+//! built code, which runs it without planning again.
 
 pub mod copies;
 pub mod cost;
@@ -18,6 +19,7 @@ pub mod layout;
 pub mod memory;
 pub mod placement;
 pub mod segments;
+pub mod serial;
 pub mod show;
 pub mod target;
 
@@ -28,6 +30,7 @@ pub use layout::InputLayout;
 pub use memory::{Arena, Buffer};
 pub use placement::Placed;
 pub use segments::{segments, Segment};
+pub use serial::PlanReadError;
 pub use target::{Accepts, Backend, TargetSpec};
 
 use crate::ir::{Graph, ValueDef};
@@ -112,7 +115,7 @@ impl Plan {
 }
 
 /// A graph input as planned.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PlanInput {
     /// Its name.
     pub name: String,

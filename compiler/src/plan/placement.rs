@@ -13,9 +13,10 @@ use super::target::Backend;
 use super::PlanError;
 
 /// Where one node runs, and why.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Placed {
     /// The node.
+    #[serde(with = "super::serial::id")]
     pub node: NodeId,
     /// Index of its target in the plan's target list.
     pub target: usize,

@@ -115,6 +115,9 @@ impl Backend for OpenedSim {
     }
 
     fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String> {
+        if self.device.claims(graph.node(node).op.name()) {
+            return Ok(());
+        }
         kernel_for(graph, node).map(|_| ())
     }
 

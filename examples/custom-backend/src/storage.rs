@@ -26,6 +26,8 @@ struct DeviceState {
     live: AtomicUsize,
     /// Kernel launches left before a launch fails (`usize::MAX`: never).
     fail_after: AtomicUsize,
+    /// Ops the device tells the planner it runs without having a kernel for them (a backend with a bug).
+    claimed: RwLock<Vec<&'static str>>,
 }
 
 impl SimDevice {
@@ -35,6 +37,7 @@ impl SimDevice {
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             live: AtomicUsize::new(0),
             fail_after: AtomicUsize::new(usize::MAX),
+            claimed: RwLock::new(Vec::new()),
         };
         SimDevice { inner: Arc::new(state) }
     }
@@ -47,6 +50,17 @@ impl SimDevice {
     /// Makes the kernel launch after the next `launches` fail, as a device lost mid-run would.
     pub fn fail_after(&self, launches: usize) {
         self.inner.fail_after.store(launches, Ordering::SeqCst);
+    }
+
+    /// Makes the device tell the planner it runs `op`, which it has no kernel for: lowering then refuses what the
+    /// planner gave it, as a backend with a bug would.
+    pub fn claim(&self, op: &'static str) {
+        self.inner.claimed.write().unwrap_or_else(|p| p.into_inner()).push(op);
+    }
+
+    /// True when the device claims `op` without a kernel for it.
+    pub(crate) fn claims(&self, op: &str) -> bool {
+        self.inner.claimed.read().unwrap_or_else(|p| p.into_inner()).contains(&op)
     }
 
     /// Counts a kernel launch; `false` when this one fails.

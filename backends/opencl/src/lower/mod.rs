@@ -138,11 +138,22 @@ fn launch(
     Launch { kernel, args, global, local, writes }
 }
 
-/// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache) and uploads the
-/// constants (recorded in `ledger`).
+/// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache); constants are
+/// used in place where the device can (unified memory, at its alignment), else uploaded (recorded in `ledger`).
 pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgram> {
+    lower_planned(graph, target, ledger, &|_: &str| false)
+}
+
+/// [`lower`] for a plan: the constants `uploaded` names (by value name) are uploaded, as the plan says; the others
+/// are used in place, or, where the device cannot, uploaded with the reason recorded.
+pub fn lower_planned(
+    graph: &Graph,
+    target: &Target,
+    ledger: &Ledger,
+    uploaded: &dyn Fn(&str) -> bool,
+) -> Result<ClProgram> {
     let t = translate(graph, target.info(), None)?;
-    build(graph, target, ledger, t)
+    build(graph, target, ledger, t, uploaded)
 }
 
 /// The nodes of `graph` this backend has no kernel for on a device like `info`, each with the reason, found by
@@ -326,7 +337,13 @@ fn last_uses(b: &Builder<'_>, inputs: &[Binding], outputs: &[Binding]) -> Vec<us
 }
 
 /// Builds a translation's program and uploads its constants.
-fn build(graph: &Graph, target: &Target, ledger: &Ledger, t: Translation<'_>) -> Result<ClProgram> {
+fn build(
+    graph: &Graph,
+    target: &Target,
+    ledger: &Ledger,
+    t: Translation<'_>,
+    uploaded: &dyn Fn(&str) -> bool,
+) -> Result<ClProgram> {
     let Translation { b, inputs, outputs, last_use } = t;
     let (program, kernels) = if b.kernels.is_empty() {
         (None, Vec::new())
@@ -341,18 +358,23 @@ fn build(graph: &Graph, target: &Target, ledger: &Ledger, t: Translation<'_>) ->
             b.kernels.iter().map(|k| Ok(Mutex::new(target.kernel(&program, k)?))).collect::<Result<Vec<_>>>()?;
         (Some(program), kernels)
     };
-    let mut uploaded = Vec::new();
+    let mut buffers = Vec::new();
     let mut const_bytes = 0;
     for (s, v) in b.consts {
         let t = graph.const_value(v).ok_or_else(|| ClError::Transfer {
             value: graph.value(v).name.clone(),
             message: "not a constant".into(),
         })?;
-        let t = t.clone().with_name(graph.value(v).name.clone());
+        let name = graph.value(v).name.clone();
+        let t = t.clone().with_name(name.clone());
         const_bytes += t.len() * t.dt().size_of();
-        let buffer = ClBuffer::from_tensor(&t, target, ledger)
-            .map_err(|e| ClError::Transfer { value: graph.value(v).name.clone(), message: e.to_string() })?;
-        uploaded.push((s, buffer));
+        let in_place = if uploaded(&name) { None } else { ClBuffer::import_constant(target, &t)?.ok() };
+        let buffer = match in_place {
+            Some(b) => b,
+            None => ClBuffer::from_tensor(&t, target, ledger)
+                .map_err(|e| ClError::Transfer { value: name, message: e.to_string() })?,
+        };
+        buffers.push((s, buffer));
     }
     Ok(ClProgram {
         target: target.clone(),
@@ -362,7 +384,7 @@ fn build(graph: &Graph, target: &Target, ledger: &Ledger, t: Translation<'_>) ->
         types: b.types,
         inputs,
         outputs,
-        consts: uploaded,
+        consts: buffers,
         last_use,
         const_bytes,
         peak: Default::default(),

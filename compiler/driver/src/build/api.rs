@@ -103,8 +103,9 @@ pub struct GeneratedModule {
     pub name: String,
     /// The module's source.
     pub source: String,
-    /// Files the source embeds: the optimised graph (`{name}_graph.bin`), its constants (`{name}_constants.bin`)
-    /// and fixed input values, by file name.
+    /// Files the source embeds: the optimised graph (`{name}_graph.bin`), its constants (`{name}_constants.bin`),
+    /// its plan (`{name}_plan.bin`, and `{name}_other_plan.bin` where the other path has one) and fixed input
+    /// values, by file name.
     pub embedded: Vec<(String, Vec<u8>)>,
     /// The object file of the kernels compiled ahead of time, when a target compiles any.
     pub object: Option<Vec<u8>>,
@@ -214,7 +215,11 @@ impl Build {
         let mut embedded = vec![
             (format!("{name}_graph.bin"), c.encoded.graph.clone()),
             (format!("{name}_constants.bin"), c.encoded.constants.clone()),
+            (format!("{name}_plan.bin"), c.plan_bytes.clone()),
         ];
+        if let Some((_, _, other)) = &c.other {
+            embedded.push((format!("{name}_other_plan.bin"), other.clone()));
+        }
         embedded.extend(files.iter().zip(&c.values).map(|((_, file), (_, _, bytes))| (file.clone(), bytes.clone())));
         Ok(GeneratedModule { name, source, embedded, object: c.object })
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prost::Message;
-use stowage_compiler::onnx;
+use stowage_compiler::{onnx, plan};
 
 use crate::pipeline::{self as session, RunOptions};
 use crate::Progress;
@@ -106,6 +106,10 @@ pub struct Generated {
     pub graph: Vec<u8>,
     /// `constants.bin`: its constants.
     pub constants: Vec<u8>,
+    /// `plan.bin`: the plan, written out.
+    pub plan: Vec<u8>,
+    /// `other_plan.bin`: the other path's plan, where there is one.
+    pub other_plan: Option<Vec<u8>>,
     /// `src/main.rs`.
     pub main_rs: String,
     /// `kernels.o`, when a target compiles kernels ahead of time.
@@ -132,9 +136,11 @@ pub(crate) struct Compiled {
     pub items: Option<String>,
     /// Input name, file name, TensorProto bytes of each `--input-value`.
     pub values: Vec<(String, String, Vec<u8>)>,
-    /// For an OpenCL target on a unified device: the staging plan's path and copies (planned for the target
-    /// forced discrete), which a discrete device takes at start-up.
-    pub other: Option<(String, Vec<String>)>,
+    /// The plan, written out.
+    pub plan_bytes: Vec<u8>,
+    /// For an OpenCL target on a unified device: the staging plan's path, copies and the plan written out
+    /// (planned for the target forced discrete), which a discrete device takes at start-up.
+    pub other: Option<(String, Vec<String>, Vec<u8>)>,
     /// The optimised graph written out: structure and constants.
     pub encoded: stowage_compiler::ir::serial::Encoded,
     /// The model's declared inputs (those fixed by `--input-value` included).
@@ -154,7 +160,7 @@ impl Compiled {
             kinds: &self.prepared.kinds,
             in_out_dir,
             path: &self.prepared.path,
-            other: self.other.as_ref().map(|(p, c)| (p.as_str(), c.as_slice())),
+            other: self.other.as_ref().map(|(p, c, _)| (p.as_str(), c.as_slice())),
             inputs: &self.inputs,
             constants_len: self.encoded.constants.len(),
             constants_hash: fnv(&[&self.encoded.constants]),
@@ -187,7 +193,8 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
     let other = match prepared.alternative.clone() {
         Some(target) => {
             let staged = session::prepare_build(&bytes, model, &RunOptions { target, ..options.clone() }, prefix)?;
-            Some((staged.path, staged.plan.copies.iter().map(|c| c.to_string()).collect()))
+            let copies = staged.plan.copies.iter().map(|c| c.to_string()).collect();
+            Some((staged.path, copies, plan::serial::encode(&staged.plan)))
         }
         None => None,
     };
@@ -211,7 +218,8 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
             g.input.iter().map(|i| i.name().to_string()).filter(move |n| !initializers.contains(&n.as_str()))
         })
         .collect();
-    Ok(Compiled { model_name, options, prepared, object, kernels, items, values, other, encoded, inputs })
+    let plan_bytes = plan::serial::encode(&prepared.plan);
+    Ok(Compiled { model_name, options, prepared, object, kernels, items, values, plan_bytes, other, encoded, inputs })
 }
 
 /// Plans `model` for `options` and generates its executable crate's source and kernel object.
@@ -227,6 +235,8 @@ pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String>
         model_name: c.model_name,
         graph: c.encoded.graph,
         constants: c.encoded.constants,
+        plan: c.plan_bytes,
+        other_plan: c.other.map(|(_, _, b)| b),
         object: c.object,
         kinds: c.prepared.kinds,
     })
@@ -255,6 +265,13 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
     write_if_changed(&dir.join("src/main.rs"), generated.main_rs.as_bytes())?;
     write_if_changed(&dir.join("graph.bin"), &generated.graph)?;
     write_if_changed(&dir.join("constants.bin"), &generated.constants)?;
+    write_if_changed(&dir.join("plan.bin"), &generated.plan)?;
+    match &generated.other_plan {
+        Some(plan) => write_if_changed(&dir.join("other_plan.bin"), plan)?,
+        None => {
+            let _ = std::fs::remove_file(dir.join("other_plan.bin"));
+        }
+    }
     let _ = std::fs::remove_file(dir.join("model.onnx"));
     match &generated.object {
         Some(object) => write_if_changed(&dir.join("kernels.o"), object)?,

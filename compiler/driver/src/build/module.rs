@@ -116,7 +116,13 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
         );
     }
     let built = built_literal(s);
-    let copies = copies_items(s, true);
+    let (plan_file, other_file) = (format!("/{name}_plan.bin"), format!("/{name}_other_plan.bin"));
+    let copies = copies_items(
+        s,
+        true,
+        quote!(concat!(env!("OUT_DIR"), #plan_file)),
+        quote!(concat!(env!("OUT_DIR"), #other_file)),
+    );
     let (graph_file, constants_file) = (format!("/{name}_graph.bin"), format!("/{name}_constants.bin"));
     let embedded = graph_items(
         s,

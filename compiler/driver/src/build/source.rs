@@ -28,7 +28,8 @@ pub struct Source<'a> {
     pub in_out_dir: bool,
     /// The plan's memory path, in words.
     pub path: &'a str,
-    /// The other path's plan (OpenCL built on a unified device: the staging plan), and its copies.
+    /// The other path's plan (OpenCL built on a unified device: the staging plan): its path and copies (the plan
+    /// itself, written out, is embedded from a file of its own, as the plan is).
     pub other: Option<(&'a str, &'a [String])>,
     /// The model's declared inputs.
     pub inputs: &'a [String],
@@ -118,24 +119,36 @@ pub(super) fn kernel_items(s: &Source<'_>) -> Result<TokenStream, String> {
     })
 }
 
-/// `COPIES` (and `OTHER_COPIES`, the other path's plan): every copy, one line each with its reason.
-pub(super) fn copies_items(s: &Source<'_>, public: bool) -> TokenStream {
+/// `COPIES` and `PLAN` (and `OTHER_COPIES` and `OTHER_PLAN`, the other path's plan): every copy, one line each
+/// with its reason, and the plan written out, which the built code runs as it is.
+/// `plan_file` and `other_file` name the files the plans are embedded from.
+pub(super) fn copies_items(
+    s: &Source<'_>,
+    public: bool,
+    plan_file: TokenStream,
+    other_file: TokenStream,
+) -> TokenStream {
     let vis = if public { quote!(pub) } else { quote!() };
     let copies = s.plan.copies.iter().map(|c| c.to_string());
     let doc = format!(
         " Every copy the plan makes ({}), one line each: what moves, from where to where, how many bytes, when, \
-         and why. A plan made at start-up that is neither this one nor `OTHER_COPIES` is refused.",
+         and why. The code runs this plan (`PLAN`) on the targets it was made for, or `OTHER_COPIES`'s where \
+         there is one; other targets are refused.",
         s.path
     );
     let mut items = quote! {
         #[doc = #doc]
         #vis static COPIES: &[&str] = &[#(#copies),*];
+        /// The plan, written out (`stowage_compiler::plan::serial`): placement, layouts, copies and arenas.
+        static PLAN: &[u8] = include_bytes!(#plan_file);
     };
     if let Some((path, other)) = s.other {
         let doc = format!(" The plan a discrete device takes instead ({path}), one copy per line.");
         items.extend(quote! {
             #[doc = #doc]
             #vis static OTHER_COPIES: &[&str] = &[#(#other),*];
+            /// That plan, written out.
+            static OTHER_PLAN: &[u8] = include_bytes!(#other_file);
         });
     }
     items
@@ -169,7 +182,7 @@ pub(super) fn graph_items(
         );
 
         extern "C" {
-            /// The graph's constants, packed row-major, each at a 64-byte boundary of this page-aligned blob.
+            /// The graph's constants, packed row-major, each at a 256-byte boundary of this page-aligned blob.
             static #ident: [u8; #len];
         }
 
@@ -208,7 +221,7 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
     let path = s.path;
     let inputs = s.inputs.iter();
     let other = match s.other {
-        Some((p, _)) => quote!(Some((#p, OTHER_COPIES))),
+        Some((p, _)) => quote!(Some((#p, OTHER_COPIES, OTHER_PLAN))),
         None => quote!(None),
     };
     let linked = if s.items.is_some() { quote!(Some(&LINKED)) } else { quote!(None) };
@@ -227,6 +240,7 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
             max_copy_bytes: #max_bytes,
             path: #path,
             copies: COPIES,
+            plan: PLAN,
             other: #other,
             kinds: KINDS,
             linked: #linked,
@@ -254,7 +268,7 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
     let model_name = s.model_name;
     let kernels = kernel_items(s)?;
     let built = built_literal(s);
-    let copies = copies_items(s, false);
+    let copies = copies_items(s, false, quote!("../plan.bin"), quote!("../other_plan.bin"));
     let graph = graph_items(
         s,
         quote!("../graph.bin"),
