@@ -9,6 +9,8 @@ use stowage_runtime::{DatumType, MapSupport, MemoryKind, StorageDescriptor};
 struct Fake {
     spec: TargetSpec,
     lacks: Vec<&'static str>,
+    /// What every kernel reads in place.
+    reads: Accepts,
 }
 
 fn cpu() -> Fake {
@@ -19,7 +21,7 @@ fn cpu() -> Fake {
         gflops: 100.0,
         launch_us: 0.5,
     };
-    Fake { spec, lacks: vec![] }
+    Fake { spec, lacks: vec![], reads: Accepts::PACKED }
 }
 
 fn gpu(lacks: Vec<&'static str>) -> Fake {
@@ -37,6 +39,7 @@ fn gpu(lacks: Vec<&'static str>) -> Fake {
     Fake {
         spec: TargetSpec { name: "gpu".into(), space: "gpu:0".into(), memory, gflops: 50_000.0, launch_us: 5.0 },
         lacks,
+        reads: Accepts::PACKED,
     }
 }
 
@@ -53,7 +56,7 @@ impl Backend for Fake {
         }
     }
     fn accepts(&self, _: &Graph, _: NodeId, _: usize) -> Accepts {
-        Accepts::PACKED
+        self.reads
     }
 }
 
@@ -280,4 +283,40 @@ fn another_graph_is_refused() {
     let err = plan::serial::decode(&bytes, &renamed, &[&gpu, &cpu]).expect_err("refused");
     assert!(matches!(err, plan::PlanReadError::Graph(_)), "{err}");
     assert!(err.to_string().contains("its node 'n0' is not node 0 here"), "{err}");
+}
+
+#[test]
+fn a_unified_device_is_asked_what_its_kernels_read_before_it_imports_a_caller_layout() {
+    use stowage_compiler::plan::{InputAccess, InputLayout};
+    use stowage_runtime::LayoutSupport;
+    // x[4, 256] in rows padded to 2048 bytes → Relu → y, on a unified device that imports at 64 bytes.
+    let mut g = Graph::new("padded");
+    let x = g.add_input("x", f32s(&[4, 256]));
+    let n = g.add_node("n0", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("y".into(), f32s(&[4, 256])))]);
+    g.add_output("y", g.node(n).outputs[0].expect("output"));
+    let layout = InputLayout { alignment: 4096, ..InputLayout::parse("row-pitch=2048", 2).expect("parses") };
+    let options = PlanOptions::default().input_layout("x", layout);
+    let padded = &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows];
+    let device = |holds: &'static [LayoutSupport], reads: Accepts| {
+        let mut d = gpu(vec![]);
+        d.spec.memory.kind = MemoryKind::Unified;
+        d.spec.memory.import_alignment = Some(64);
+        d.spec.memory.staged = false;
+        d.spec.memory.layouts = holds;
+        d.reads = reads;
+        d
+    };
+    let access = |p: &plan::Plan| p.inputs[0].access.clone();
+    // Memory that holds padded rows, and a kernel that reads them: imported in place.
+    let reads_padded = Accepts { layouts: padded, at_lowering: true };
+    let p = plan::plan(&g, &[&device(padded, reads_padded)], &options).expect("plans");
+    assert_eq!(access(&p), [("gpu:0".to_string(), InputAccess::InPlace)]);
+    assert!(p.copies.is_empty(), "{:?}", p.copies);
+    // The same memory, a kernel that reads packed rows only: one upload, naming the kernel.
+    let p = plan::plan(&g, &[&device(padded, Accepts::PACKED)], &options).expect("plans");
+    assert_eq!(access(&p), [("gpu:0".to_string(), InputAccess::Copied)]);
+    assert!(p.copies[0].reason.contains("where n0 (Relu) reads packed row-major"), "{}", p.copies[0].reason);
+    // Memory that holds packed rows only: one upload, saying so.
+    let p = plan::plan(&g, &[&device(&[LayoutSupport::RowMajor], reads_padded)], &options).expect("plans");
+    assert!(p.copies[0].reason.contains("gpu:0 imports packed row-major host memory only"), "{}", p.copies[0].reason);
 }

@@ -301,22 +301,24 @@ fn built_code_runs_its_written_plan_and_refuses_what_it_was_not_made_for() {
         vec![("x".to_string(), Tensor::external(DatumType::F32, &[1, 784], layout, storage).expect("tensor"))]
     };
     let start = std::time::Instant::now();
+    let mut unified = None;
     for target in ["cpu", "opencl"] {
         let options = RunOptions { target: target.into(), ..stowage_cli::run_options() };
         let prepared = prepare_build(&bytes, path, &options, "t_").expect("prepares");
         let encoded = stowage_compiler::ir::serial::encode(&prepared.cx.graph).expect("encodes");
+        let label = if target == "cpu" { "host memory only" } else { "unified memory" };
         let built = RunOptions {
             built_graph: Some(BuiltGraph {
                 graph: leaked(&encoded.graph, 0),
                 constants: leaked(&encoded.constants, 0),
                 inputs: &["x"],
             }),
-            built_plans: vec![BuiltPlan { path: "the built plan", plan: leaked(&serial::encode(&prepared.plan), 0) }],
+            built_plans: vec![BuiltPlan { path: label, plan: leaked(&serial::encode(&prepared.plan), 0) }],
             ..options.clone()
         };
         // The plan run is the one written out, and gives what a planned run gives.
         let session = Session::new(&[], path, &tensor(0), &built, start).expect("runs the built plan");
-        assert_eq!(session.built_path.as_deref(), Some("the built plan"), "{target}");
+        assert_eq!(session.built_path.as_deref(), Some(label), "{target}");
         assert_eq!(plan::show::text(&session.plan), plan::show::text(&prepared.plan), "{target}");
         let planned = Session::new(&bytes, path, &tensor(0), &options, start).expect("plans");
         let (a, b) = (session.run(&tensor(0), &Ledger::off()), planned.run(&tensor(0), &Ledger::off()));
@@ -331,22 +333,14 @@ fn built_code_runs_its_written_plan_and_refuses_what_it_was_not_made_for() {
             ),
             "{target}: {err}"
         );
+        unified = Some(built);
     }
-    // Built for PoCL's unified memory only, opened on the discrete path: no plan of the code fits.
-    let options = RunOptions { target: "opencl".into(), ..stowage_cli::run_options() };
-    let prepared = prepare_build(&bytes, path, &options, "t_").expect("prepares");
-    let encoded = stowage_compiler::ir::serial::encode(&prepared.cx.graph).expect("encodes");
-    let built = RunOptions {
-        target: "opencl:discrete".into(),
-        built_graph: Some(BuiltGraph {
-            graph: leaked(&encoded.graph, 0),
-            constants: leaked(&encoded.constants, 0),
-            inputs: &["x"],
-        }),
-        built_plans: vec![BuiltPlan { path: "unified", plan: leaked(&serial::encode(&prepared.plan), 0) }],
-        ..options
-    };
+    // Built for PoCL's unified memory only (its plan alone), opened on the discrete path: no plan of the code fits.
+    let built = RunOptions { target: "opencl:discrete".into(), ..unified.expect("built for opencl") };
     let err = Session::new(&[], path, &tensor(0), &built, start).err().expect("refused").to_string();
-    assert!(err.contains("this code was built for other targets (the plan for unified: it was made for"), "{err}");
+    assert!(
+        err.contains("this code was built for other targets (the plan for unified memory: it was made for"),
+        "{err}"
+    );
     assert!(err.contains("is device memory in space opencl:0, staged"), "{err}");
 }

@@ -210,7 +210,15 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                     } else {
                         let m = &here.memory;
                         let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
-                        // Checked in the order the import checks them: alignment, whole buffer, packed rows.
+                        // The device's kernels that read the input, asked as the host's are: one that does not read
+                        // the caller's layout in place.
+                        let refuser = consumers[v]
+                            .iter()
+                            .filter(|c| spec(c.2).space == here.space)
+                            .find(|c| !layout.read_in_place_by(&targets[c.2].accepts(graph, c.0, c.1)));
+                        let held = layout.kind().is_some_and(|k| m.holds(k));
+                        // Checked in the order the import checks them: alignment, whole buffer, packed rows (or a
+                        // layout the device's memory holds and every kernel reading it takes).
                         match import {
                             Some(a) if !layout.alignment.is_multiple_of(a) => {
                                 let reason = format!(
@@ -227,12 +235,25 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
                             Some(_) if layout.is_packed() => (InputAccess::InPlace, None),
+                            Some(_) if held && refuser.is_none() && state.is_none() => (InputAccess::InPlace, None),
                             Some(_) => {
-                                let reason = format!(
-                                    "{} imports packed row-major host memory only; the caller's is {}",
-                                    here.space,
-                                    layout.describe()
-                                );
+                                let reason = match refuser {
+                                    _ if !held => format!(
+                                        "{} imports packed row-major host memory only; the caller's is {}",
+                                        here.space,
+                                        layout.describe()
+                                    ),
+                                    Some(&(n, _, _)) => format!(
+                                        "the caller's {} where {} ({}) reads packed row-major",
+                                        layout.describe(),
+                                        graph.node(n).name,
+                                        graph.node(n).op.name()
+                                    ),
+                                    None => format!(
+                                        "the caller's {} for a state input, which later runs feed back packed",
+                                        layout.describe()
+                                    ),
+                                };
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
                             None => {
