@@ -73,14 +73,20 @@ impl OpenedTarget for OpenedDevice {
     fn lower(
         &self,
         segment: &Segment,
-        _whole: &Graph,
+        whole: &Graph,
         plan: &Plan,
         setup: &Ledger,
     ) -> Result<Box<dyn Executable>, BackendError> {
         // Constants are used in place but where the plan uploads them.
         let space = self.device.space().name();
-        let uploaded =
-            |name: &str| plan.copies.iter().any(|c| c.when == When::Setup && c.to == space && c.value == name);
+        // By the segment's name of each value (an unnamed one is `%N` there).
+        let uploaded = |name: &str| {
+            plan.copies.iter().any(|c| {
+                c.when == When::Setup
+                    && c.to == space
+                    && stowage_compiler::plan::segments::value_name(whole, c.id) == name
+            })
+        };
         Ok(Box::new(DeviceExecutable(crate::lower_planned(&segment.graph, &self.device, setup, &uploaded)?)))
     }
 

@@ -149,7 +149,15 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                         let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
                         let address = t.storage().host_bytes().map(|b| b.as_ptr() as usize + t.layout().offset());
                         let whole = !t.is_empty() && t.is_row_major() && t.is_whole_storage();
+                        // Constants are laid out at `CONST_ALIGNMENT` (built code's image promises no more), so a
+                        // device that imports at a larger alignment is planned an upload, wherever they happen to be.
+                        let laid_out = crate::ir::serial::CONST_ALIGNMENT;
                         let reason = match (import, address) {
+                            (Some(a), _) if whole && a > laid_out => format!(
+                                "a constant, uploaded once when the program is made: {} imports at {a}-byte \
+                                 alignment, constants are laid out at {laid_out}",
+                                here.space
+                            ),
                             // A unified device reads the constant where it is (in built code: in the image).
                             (Some(a), Some(at)) if whole && at.is_multiple_of(a) => continue,
                             (Some(a), Some(at)) if whole => format!(
@@ -216,7 +224,8 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                             .iter()
                             .filter(|c| spec(c.2).space == here.space)
                             .find(|c| !layout.read_in_place_by(&targets[c.2].accepts(graph, c.0, c.1)));
-                        let held = layout.kind().is_some_and(|k| m.holds(k));
+                        let pitch_ok = layout.row_pitch.is_none_or(|p| p.is_multiple_of(m.row_pitch_alignment.max(1)));
+                        let held = pitch_ok && layout.kind().is_some_and(|k| m.holds(k));
                         // Checked in the order the import checks them: alignment, whole buffer, packed rows (or a
                         // layout the device's memory holds and every kernel reading it takes).
                         match import {
