@@ -58,6 +58,14 @@ impl Backend for Fake {
     fn accepts(&self, _: &Graph, _: NodeId, _: usize) -> Accepts {
         self.reads
     }
+    /// Its Relu and Exp kernels write over their input.
+    fn kernel_steps(&self, segment: &Graph, _: &[plan::PlanInput]) -> Vec<plan::KernelStep> {
+        let mut steps = plan::one_step_per_node(segment);
+        for (s, &n) in steps.iter_mut().zip(segment.order()) {
+            s.in_place = matches!(segment.node(n).op, Op::Unary(Unary::Relu | Unary::Exp));
+        }
+        steps
+    }
 }
 
 fn f32s(shape: &[usize]) -> ValueType {
@@ -124,33 +132,78 @@ fn a_value_read_twice_on_a_device_is_uploaded_once() {
     let gpu = gpu(vec![]);
     let p = plan::plan(&g, &[&gpu], &PlanOptions::default()).expect("plans");
     assert_eq!(p.run_copies().count(), 1, "{:?}", p.copies);
-    // Device arena: the uploaded x; b written over x (its last reader), s over a.
+    // Device arena: a and b, alive together. The upload of x (made by its transfer) and the output s (handed to
+    // the caller) are made outside it.
     let arena = &p.arenas[0];
     assert_eq!((arena.lower_bound_bytes, arena.peak_bytes), (2 * 1024, 2 * 1024), "{arena:?}");
     let shared: Vec<&[String]> = arena.buffers.iter().map(|b| b.values.as_slice()).collect();
-    assert_eq!(shared, [["x", "b"], ["a", "s"]]);
+    assert_eq!(shared, [["a"], ["b"]]);
+    assert_eq!(arena.outside, [("s".to_string(), 1024), ("x".to_string(), 1024)]);
 }
 
 #[test]
 fn arenas_reuse_memory_of_dead_values_and_views_share_their_input() {
-    let (mut g, values) = chain();
-    // A reshape of the last value: a view, no new buffer.
-    let r = g.add_node(
-        "r",
-        Op::Reshape { allowzero: false },
-        vec![Some(values[3])],
-        vec![Some(("r".into(), f32s(&[1024])))],
-    );
-    let r = g.node(r).outputs[0].expect("r");
-    g.add_output("flat", r);
+    // x[1,1024] → Relu a → Exp b → Reshape r[1024] → Relu c → Neg out.
+    let mut g = Graph::new("views");
+    let x = g.add_input("x", f32s(&[1, 1024]));
+    let mut v = x;
+    for (name, op, shape) in [
+        ("a", Op::Unary(Unary::Relu), &[1, 1024][..]),
+        ("b", Op::Unary(Unary::Exp), &[1, 1024]),
+        ("r", Op::Reshape { allowzero: false }, &[1024]),
+        ("c", Op::Unary(Unary::Relu), &[1024]),
+        ("out", Op::Unary(Unary::Neg), &[1024]),
+    ] {
+        let n = g.add_node(name, op, vec![Some(v)], vec![Some((name.into(), f32s(shape)))]);
+        v = g.node(n).outputs[0].expect("output");
+    }
+    g.add_output("out", v);
     let cpu = cpu();
     let p = plan::plan(&g, &[&cpu], &PlanOptions::default()).expect("plans");
     let arena = &p.arenas[0];
-    // Each Relu/Exp writes over its input where that input dies: one 4096-byte buffer serves the whole chain.
+    // a is written over by b and c (each writes over its dead input), r is a view of b: one 4096-byte buffer
+    // serves the chain. Neg writes its own, and as the output it is made outside the arena.
     assert_eq!(arena.peak_bytes, 4096, "{arena:?}");
     assert_eq!(arena.lower_bound_bytes, 4096);
     assert_eq!(arena.buffers.len(), 1);
-    assert_eq!(arena.buffers[0].values, ["v0", "v1", "v2", "r"]);
+    assert_eq!(arena.buffers[0].values, ["a", "b", "r", "c"]);
+    assert_eq!(arena.outside, [("out".to_string(), 4096)]);
+    assert_eq!(arena.buffer_of("a").map(|b| b.offset), Some(0));
+    assert!(arena.buffer_of("b").is_none(), "b shares a's buffer, which a allocates");
+}
+
+/// A backend whose steps are not its nodes: a fused chain is one step writing only its result, so its inner
+/// values get no buffer, and it reads its inputs where it runs.
+#[test]
+fn arenas_follow_the_steps_a_backend_runs() {
+    struct Fused(Fake);
+    impl Backend for Fused {
+        fn spec(&self) -> &TargetSpec {
+            self.0.spec()
+        }
+        fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String> {
+            self.0.supports(graph, node)
+        }
+        fn accepts(&self, graph: &Graph, node: NodeId, input: usize) -> Accepts {
+            self.0.accepts(graph, node, input)
+        }
+        fn kernel_steps(&self, segment: &Graph, _: &[plan::PlanInput]) -> Vec<plan::KernelStep> {
+            // The chain x → v0 → v1 → v2 as one step.
+            vec![plan::KernelStep {
+                node: "n2".into(),
+                reads: vec!["x".into()],
+                writes: vec![segment.value(segment.outputs()[0].value).name.clone()],
+                view: false,
+                in_place: false,
+            }]
+        }
+    }
+    let (g, _) = chain();
+    let fused = Fused(cpu());
+    let p = plan::plan(&g, &[&fused], &PlanOptions::default()).expect("plans");
+    let arena = &p.arenas[0];
+    assert!(arena.buffers.is_empty(), "v0 and v1 are never made, v2 is the output: {arena:?}");
+    assert_eq!((arena.peak_bytes, arena.outside.len()), (0, 1));
 }
 
 #[test]

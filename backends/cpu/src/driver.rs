@@ -9,7 +9,12 @@ use stowage_driver::{
 };
 use stowage_runtime::{Ledger, Tensor};
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::arena::HostArena;
 use crate::jit::Precompiled;
+use crate::program::ArenaUse;
 use crate::{CpuTarget, LowerOptions, Program};
 
 /// The `cpu` target kind: host memory, this process's threads.
@@ -50,7 +55,12 @@ impl TargetKind for CpuKind {
         _graph: &Graph,
     ) -> Result<Box<dyn OpenedTarget>, BackendError> {
         let linked = options.linked.and_then(|l| l.downcast_ref::<&'static [Precompiled]>()).copied();
-        Ok(Box::new(OpenedCpu { target: CpuTarget::new(options.threads), threads: options.threads.max(1), linked }))
+        Ok(Box::new(OpenedCpu {
+            target: CpuTarget::new(options.threads),
+            threads: options.threads.max(1),
+            linked,
+            arena: Default::default(),
+        }))
     }
 }
 
@@ -59,18 +69,20 @@ struct OpenedCpu {
     target: CpuTarget,
     threads: usize,
     linked: Option<&'static [Precompiled]>,
+    /// The session's one host arena, made when the first segment is lowered (`crate::arena`, rule 1).
+    arena: std::sync::OnceLock<Arc<HostArena>>,
 }
 
 impl OpenedCpu {
-    /// How `plan`'s CPU segments are lowered: inputs the plan has host kernels read in the caller's layout get
-    /// kernels compiled for its strides.
-    fn lower_options(&self, whole: &Graph, plan: &Plan) -> LowerOptions {
+    /// How the CPU segments of a plan with `inputs` are lowered: inputs the plan has host kernels read in the
+    /// caller's layout get kernels compiled for its strides. `graph` is the whole graph or a segment.
+    fn lower_options(&self, graph: &Graph, inputs: &[plan::PlanInput]) -> LowerOptions {
         let mut lower = LowerOptions { threads: self.threads, linked: self.linked, ..Default::default() };
-        for i in &plan.inputs {
-            let Some(&v) = whole.inputs().iter().find(|&&v| whole.value(v).name == i.name) else { continue };
+        for i in inputs {
+            let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == i.name) else { continue };
             let in_place = i.access.iter().any(|(s, a)| s == "host" && *a == plan::InputAccess::InPlace);
             if !i.layout.is_packed() && in_place {
-                let ty = whole.ty(v);
+                let ty = graph.ty(v);
                 lower.input_strides.insert(i.name.clone(), i.layout.strides(ty.dt, &ty.shape));
             }
         }
@@ -90,6 +102,63 @@ impl Backend for OpenedCpu {
     fn accepts(&self, graph: &Graph, node: stowage_compiler::ir::NodeId, input: usize) -> Accepts {
         self.target.accepts(graph, node, input)
     }
+
+    fn kernel_steps(&self, segment: &Graph, inputs: &[plan::PlanInput]) -> Vec<plan::KernelStep> {
+        crate::lower::memory_steps(segment, &self.lower_options(segment, inputs))
+    }
+}
+
+impl OpenedCpu {
+    /// The session's arena, made at the plan's host peak the first time.
+    fn arena(&self, plan: &Plan) -> Result<Arc<HostArena>, BackendError> {
+        if let Some(a) = self.arena.get() {
+            return Ok(Arc::clone(a));
+        }
+        let space = &self.spec().space;
+        let peak = plan.arenas.iter().find(|a| a.space == *space).map_or(0, |a| a.peak_bytes);
+        let made = HostArena::new(peak)?;
+        Ok(Arc::clone(self.arena.get_or_init(|| made)))
+    }
+}
+
+/// Where `program`'s values live in `arena` as `plan` placed them, and which of its slots the plan keeps out of
+/// every arena.
+fn arena_use(
+    program: &Program,
+    graph: &Graph,
+    plan: &Plan,
+    space: &str,
+    arena: Arc<HostArena>,
+) -> (ArenaUse, Vec<bool>) {
+    let planned = plan.arenas.iter().find(|a| a.space == space);
+    let mut buffer_of: HashMap<&str, &plan::Buffer> = HashMap::new();
+    let mut outside: HashSet<&str> = HashSet::new();
+    if let Some(a) = planned {
+        for b in &a.buffers {
+            for v in &b.values {
+                buffer_of.insert(v.as_str(), b);
+            }
+        }
+        outside.extend(a.outside.iter().chain(&a.persistent).map(|(v, _)| v.as_str()));
+    }
+    let bytes: HashMap<&str, usize> =
+        graph.values().map(|(v, d)| (d.name.as_str(), graph.ty(v).byte_len().unwrap_or(0))).collect();
+    let names = program.slot_names();
+    let (mut offers, mut places) = (Vec::new(), Vec::new());
+    for step in program.steps() {
+        let (mut offer, mut place) = (Vec::new(), Vec::new());
+        for slot in &step.outputs {
+            let name = slot.map(|s| names[s].as_str());
+            let b = name.and_then(|n| buffer_of.get(n));
+            let first = |b: &&&plan::Buffer| b.values.first().map(String::as_str) == name;
+            offer.push(b.filter(first).map(|b| (b.offset, name.and_then(|n| bytes.get(n)).copied().unwrap_or(0))));
+            place.push(b.map(|b| (b.offset, b.offset + b.bytes)));
+        }
+        offers.push(offer);
+        places.push(place);
+    }
+    let outside = names.iter().map(|n| outside.contains(n.as_str())).collect();
+    (ArenaUse { arena, offers, places }, outside)
 }
 
 impl OpenedTarget for OpenedCpu {
@@ -104,8 +173,10 @@ impl OpenedTarget for OpenedCpu {
         plan: &Plan,
         _setup: &Ledger,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        let mut program = crate::lower_with(&segment.graph, &self.lower_options(whole, plan))?;
+        let mut program = crate::lower_with(&segment.graph, &self.lower_options(whole, &plan.inputs))?;
         program.threads = self.threads;
+        let (memory, outside) = arena_use(&program, &segment.graph, plan, &self.spec().space, self.arena(plan)?);
+        program.use_arena(memory, outside);
         Ok(Box::new(CpuExecutable(program)))
     }
 
@@ -116,7 +187,7 @@ impl OpenedTarget for OpenedCpu {
         plan: &Plan,
         prefix: &str,
     ) -> Result<Option<ObjectCode>, BackendError> {
-        let options = self.lower_options(whole, plan);
+        let options = self.lower_options(whole, &plan.inputs);
         let specs: Vec<(String, crate::jit::Loops)> =
             segments.iter().flat_map(|s| crate::kernel_specs(&s.graph, &options)).collect();
         let loops: Vec<crate::jit::Loops> = specs.iter().map(|(_, l)| l.clone()).collect();

@@ -1,12 +1,17 @@
 //! A compiled CPU program: steps in order, each a kernel reading and writing value slots, and the executor that
-//! runs it. Intermediate values are freed after their last reader, and the executor measures the peak of live
-//! intermediate bytes.
+//! runs it. Intermediate values are freed after their last reader. Given the plan's arena ([`Program::use_arena`]),
+//! kernels write each value the plan placed there at its offset (`crate::arena`), and the executor measures the
+//! arena's high-water mark plus the most bytes of intermediates held elsewhere: the planned peak when everything
+//! landed where the plan put it.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use stowage_runtime::{DatumType, Tensor};
 
+use crate::arena::{self, HostArena};
 use crate::error::{CpuError, Result};
+use crate::storage::HostBuffer;
 
 /// What a kernel gets besides its inputs.
 #[derive(Clone, Copy, Debug)]
@@ -55,9 +60,28 @@ pub struct RunOutput {
     pub profile: Vec<(String, &'static str, f64)>,
 }
 
+/// Where a program's values live in the session's arena.
+pub struct ArenaUse {
+    /// The arena.
+    pub arena: Arc<HostArena>,
+    /// Per step, per output: the offset and the value's bytes where the step allocates it in the arena (what the
+    /// kernel is offered).
+    pub offers: Vec<Vec<Option<(usize, usize)>>>,
+    /// Per step, per output: the arena buffer its memory must be (offset, end), views included; `None` where the
+    /// plan keeps it out of the arena.
+    pub places: Vec<Vec<Option<(usize, usize)>>>,
+}
+
 /// A program ready to run.
 pub struct Program {
     pub(crate) slots: usize,
+    /// Per slot, the value's name in the lowered graph.
+    pub(crate) slot_names: Vec<String>,
+    /// Per slot, true when the plan keeps the value out of every arena (a graph output, handed to the caller):
+    /// not counted in the peak.
+    pub(crate) outside: Vec<bool>,
+    /// The arena and where values live in it, when a plan placed them.
+    pub(crate) memory: Option<ArenaUse>,
     pub(crate) consts: Vec<(usize, Tensor<'static>)>,
     /// The constants again, indexed by slot (`None` for other slots).
     pub(crate) const_slots: Vec<Option<Tensor<'static>>>,
@@ -91,6 +115,17 @@ impl Program {
     /// The steps, in execution order.
     pub fn steps(&self) -> &[Step] {
         &self.steps
+    }
+
+    /// The value names of its slots, and per step the slots it writes, for placing them in an arena.
+    pub fn slot_names(&self) -> &[String] {
+        &self.slot_names
+    }
+
+    /// Runs with values in `memory` from now on; `outside` names the slots the plan keeps out of every arena.
+    pub fn use_arena(&mut self, memory: ArenaUse, outside: Vec<bool>) {
+        self.memory = Some(memory);
+        self.outside = outside;
     }
 
     /// Bytes of constants the program holds, those packed inside kernels included.
@@ -146,7 +181,10 @@ impl Program {
             values[b.slot] = Some(t);
         }
         let ctx = Ctx { threads: self.threads.max(1) };
-        let (mut live, mut peak) = (0usize, 0usize);
+        let lease = self.memory.as_ref().and_then(|m| m.arena.lease());
+        // Bytes of intermediates held outside the arena (alive now, at most), and the arena's high-water mark.
+        let (mut live, mut peak, mut high) = (0usize, 0usize, 0usize);
+        let mut held_outside = vec![false; self.slots];
         let mut timings = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let start = profile.then(Instant::now);
@@ -156,6 +194,10 @@ impl Program {
                     .iter()
                     .map(|s| s.and_then(|s| self.const_slots[s].as_ref().or(values[s].as_ref())))
                     .collect();
+                let _offer = match (&lease, &self.memory) {
+                    (Some(l), Some(m)) => Some(arena::offer(l.arena(), m.offers[i].clone())),
+                    _ => None,
+                };
                 (step.kernel)(&args, &ctx).map_err(|e| CpuError::Step {
                     node: step.name.clone(),
                     op: step.op,
@@ -165,21 +207,45 @@ impl Program {
             if let Some(start) = start {
                 timings.push((step.name.clone(), step.op, start.elapsed().as_secs_f64()));
             }
-            for (slot, t) in step.outputs.iter().zip(outs) {
-                if let Some(slot) = slot {
-                    live += t.len() * t.dt().size_of();
-                    values[*slot] = Some(t);
-                }
+            for (k, (slot, t)) in step.outputs.iter().zip(outs).enumerate() {
+                let Some(slot) = *slot else { continue };
+                let place = self.memory.as_ref().and_then(|m| m.places[i][k]);
+                let at = lease.as_ref().and_then(|l| arena_offset(&t, l.arena()));
+                let t = match (place, at) {
+                    (Some((offset, end)), Some(a)) if a == offset => {
+                        high = high.max(end);
+                        t
+                    }
+                    _ => {
+                        // Not where the plan put it: memory of its own if it is in the arena (rule 3).
+                        let t = if at.is_some() { own_copy(&t)? } else { t };
+                        let shared = step.inputs.iter().flatten().any(|&s| {
+                            self.const_slots[s]
+                                .as_ref()
+                                .or(values[s].as_ref())
+                                .is_some_and(|x| x.shares_storage_with(&t))
+                        });
+                        if !self.outside[slot] && !shared {
+                            live += t.len() * t.dt().size_of();
+                            held_outside[slot] = true;
+                        }
+                        t
+                    }
+                };
+                values[slot] = Some(t);
             }
             peak = peak.max(live);
             for s in step.inputs.iter().flatten() {
                 if self.last_use[*s] == i {
                     if let Some(t) = values[*s].take() {
-                        live = live.saturating_sub(t.len() * t.dt().size_of());
+                        if std::mem::take(&mut held_outside[*s]) {
+                            live = live.saturating_sub(t.len() * t.dt().size_of());
+                        }
                     }
                 }
             }
         }
+        let peak = high + peak;
         let outputs = self
             .outputs
             .iter()
@@ -192,4 +258,16 @@ impl Program {
             .collect::<Result<_>>()?;
         Ok(RunOutput { outputs, peak_bytes: peak, profile: timings })
     }
+}
+
+/// The offset in `arena` of the memory `t` is a view of, when it is a region of it.
+fn arena_offset(t: &Tensor<'static>, arena: &Arc<HostArena>) -> Option<usize> {
+    let host = t.storage().as_any()?.downcast_ref::<HostBuffer>()?;
+    host.arena_offset(arena).filter(|_| t.layout().offset() == 0)
+}
+
+/// `t` in memory of its own (made while no region is offered).
+fn own_copy(t: &Tensor<'static>) -> Result<Tensor<'static>> {
+    let packed = t.to_row_major()?;
+    Ok(crate::storage::tensor_from_bytes(packed.dt(), packed.shape(), packed.as_bytes()?)?)
 }

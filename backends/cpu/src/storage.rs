@@ -4,19 +4,47 @@
 
 use stowage_runtime::{DatumType, Layout, PlainStorage, Result, Tensor, TensorStorage};
 
-/// Aligned host bytes (the runtime's `PlainStorage`), as the byte buffer the derive reads and writes.
-#[derive(Clone)]
-pub struct Bytes(PlainStorage);
+use crate::arena::{ArenaSlice, HostArena};
+
+/// Aligned host bytes, as the byte buffer the derive reads and writes: the runtime's `PlainStorage`, or a region
+/// of the session's arena where the plan put the value (`crate::arena`).
+pub enum Bytes {
+    /// Bytes of its own.
+    Own(PlainStorage),
+    /// A region of the arena.
+    Arena(ArenaSlice),
+}
+
+/// A clone is bytes of its own: a region of the arena has one owner.
+impl Clone for Bytes {
+    fn clone(&self) -> Self {
+        match self {
+            Bytes::Own(p) => Bytes::Own(p.clone()),
+            Bytes::Arena(a) => {
+                let mut own = PlainStorage::zeroed_aligned(a.as_ref().len(), HostBuffer::DESCRIPTOR.alignment)
+                    .unwrap_or_else(|_| std::alloc::handle_alloc_error(std::alloc::Layout::new::<u8>()));
+                own.as_bytes_mut().copy_from_slice(a.as_ref());
+                Bytes::Own(own)
+            }
+        }
+    }
+}
 
 impl AsRef<[u8]> for Bytes {
     fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
+        match self {
+            Bytes::Own(p) => p.as_bytes(),
+            Bytes::Arena(a) => a.as_ref(),
+        }
     }
 }
 
 impl AsMut<[u8]> for Bytes {
     fn as_mut(&mut self) -> &mut [u8] {
-        self.0.as_bytes_mut()
+        match self {
+            Bytes::Own(p) => p.as_bytes_mut(),
+            Bytes::Arena(a) => a.as_mut(),
+        }
     }
 }
 
@@ -48,14 +76,23 @@ pub fn padded_pitch(dt: DatumType, shape: &[usize]) -> usize {
 }
 
 impl HostBuffer {
-    /// Zeroed packed row-major storage for a `dt` tensor of `shape`.
+    /// Zeroed packed row-major storage for a `dt` tensor of `shape`: the region the running step was offered for
+    /// it in the arena, or bytes of its own.
     pub fn zeroed(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
         let bytes = Layout::row_major(dt, shape)?.span_bytes(dt, shape)?;
-        Ok(HostBuffer {
-            bytes: Bytes(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
-            dt,
-            shape: shape.to_vec(),
-        })
+        let bytes = match crate::arena::take(bytes) {
+            Some(region) => Bytes::Arena(region),
+            None => Bytes::Own(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
+        };
+        Ok(HostBuffer { bytes, dt, shape: shape.to_vec() })
+    }
+
+    /// Its offset in `arena`, when it is a region of it.
+    pub fn arena_offset(&self, arena: &std::sync::Arc<HostArena>) -> Option<usize> {
+        match &self.bytes {
+            Bytes::Arena(a) if a.is_in(arena) => Some(a.offset()),
+            _ => None,
+        }
     }
 
     /// A zeroed tensor of `shape` whose rows (last axis) start every [`padded_pitch`] bytes, for kernels that
@@ -69,7 +106,7 @@ impl HostBuffer {
         };
         let bytes = layout.span_bytes(dt, shape)?;
         let buf = HostBuffer {
-            bytes: Bytes(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
+            bytes: Bytes::Own(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
             dt,
             shape: shape.to_vec(),
         };

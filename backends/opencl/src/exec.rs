@@ -153,7 +153,7 @@ impl ClProgram {
         &self.steps
     }
 
-    /// The most bytes of values (not constants or inputs) alive at once on the device in any run so far; scratch
+    /// The most bytes of values (not constants, inputs or outputs) alive at once on the device in any run so far; scratch
     /// inside a step (an im2col buffer) is not counted, as on the CPU.
     pub fn peak_bytes(&self) -> usize {
         self.peak.load(std::sync::atomic::Ordering::Relaxed)
@@ -210,7 +210,15 @@ impl ClProgram {
             };
             slots[b.slot] = Some(buffer);
         }
-        let fixed: Vec<usize> = self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().map(|b| b.slot)).collect();
+        // Constants, inputs and outputs (handed to the caller) are not intermediates: the plan keeps them out of
+        // its arenas too.
+        let fixed: Vec<usize> = self
+            .consts
+            .iter()
+            .map(|(s, _)| *s)
+            .chain(self.inputs.iter().map(|b| b.slot))
+            .chain(self.outputs.iter().map(|b| b.slot))
+            .collect();
         let mut peak = 0;
         let mut events = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {

@@ -33,6 +33,9 @@ pub struct Session {
     pub compile_ms: f64,
     /// In built code: the path of the built plan this one is.
     pub built_path: Option<String>,
+    /// Held by a run: a session's arenas are one per memory space, so its runs take turns (values passed between
+    /// its segments live in them until read).
+    pub(crate) running: std::sync::Mutex<()>,
 }
 
 /// What one run of a [`Session`] produced.
@@ -93,7 +96,17 @@ impl Session {
         for seg in &mut segments {
             seg.graph.release_constant_data();
         }
-        let session = Session { cx, plan, segments, programs, opened, setup, compile_ms: 0.0, built_path };
+        let session = Session {
+            cx,
+            plan,
+            segments,
+            programs,
+            opened,
+            setup,
+            compile_ms: 0.0,
+            built_path,
+            running: Default::default(),
+        };
         session.finish_devices()?;
         progress.finish();
         Ok(Session { compile_ms: start.elapsed().as_secs_f64() * 1e3, ..session })
@@ -115,7 +128,9 @@ impl Session {
     /// Runs once on `inputs` (every graph input by name), recording copies in `ledger`. Inputs the plan relays for
     /// the host are relaid once (the CPU segments read the copy, the devices read the caller's tensor, which their
     /// upload packs, as planned).
+    /// Runs of one session take turns; a second session runs beside it.
     pub fn run(&self, inputs: &[(String, Tensor<'static>)], ledger: &Ledger) -> Result<RunResult> {
+        let _running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let graph = &self.cx.graph;
         let mut values: HashMap<ValueId, Tensor<'static>> = HashMap::new();
         for &v in graph.inputs() {
@@ -134,7 +149,7 @@ impl Session {
             }
         }
         let mut peaks: Vec<(String, usize)> = Vec::new();
-        for (seg, program) in self.segments.iter().zip(&self.programs) {
+        for (k, (seg, program)) in self.segments.iter().zip(&self.programs).enumerate() {
             let target = &self.opened[seg.target];
             let on_host = target.spec().is_host();
             let args: Vec<Tensor<'static>> = seg
@@ -155,6 +170,12 @@ impl Session {
             }
             for (v, t) in seg.outputs.iter().zip(outs) {
                 values.insert(*v, t);
+            }
+            // A device may still be reading host values in place that the host's next steps write over once
+            // they are dead (the arena reuses their bytes): it finishes first.
+            let next_on_host = self.segments.get(k + 1).is_some_and(|n| self.opened[n.target].spec().is_host());
+            if !on_host && next_on_host {
+                target.finish().map_err(|e| DriverError::Run { backend: target.kind(), message: e.to_string() })?;
             }
         }
         self.finish_devices()?;

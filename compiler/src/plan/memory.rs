@@ -1,33 +1,38 @@
-//! Memory planning: per memory space, one arena. Each value a space holds (a node's output, or a copy into it)
-//! lives from the step that makes it to the last step that reads it there; values alive at the same time get
-//! disjoint offsets, rounded to the space's alignment. Reshape-like views share their input's buffer, and an
-//! elementwise node writes over an input of its size that nothing reads after it (in place). The plan reports the
-//! arena's size (the peak) against the lower bound: the most bytes alive at any one step.
+//! Memory planning: per memory space, one arena, planned over the steps each backend says its lowering runs
+//! ([`Backend::kernel_steps`]: a fused chain is one step, and its inner values get no buffer). Each value a step
+//! writes lives from that step to the last step that reads it, in any space; values alive at the same time get
+//! disjoint offsets, rounded to the space's alignment. A view (Reshape, Flatten…) shares its input's buffer, and a
+//! backend whose step writes its result over a dead input of its size ([`KernelStep::in_place`]) shares
+//! that one. The plan reports the arena's size (the peak) against the lower bound: the most bytes alive at any one
+//! step.
+//!
+//! Outside the arena, listed with it: graph outputs and every buffer that shares memory with one (handed to the
+//! caller, who keeps them after the run), copies arriving in the space (each made by its transfer) and fed-back
+//! state outputs (kept across runs). Executors take every other value's memory from the arena at its offset, so
+//! the peak they measure is the planned one.
 //!
 //! Offsets are chosen largest buffer first, each at the lowest offset free for its whole lifetime: the usual
 //! greedy for this interval-packing problem, within a few percent of the bound on the model suite (`docs/planning.md`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cranelift_entity::SecondaryMap;
 
-use crate::ir::{Graph, Op, ValueDef, ValueId};
+use crate::ir::{Graph, ValueId};
 
 use super::copies::{PlannedCopy, When};
-use super::cost::is_view;
-use super::placement::Placed;
-use super::target::Backend;
+use super::target::{Backend, KernelStep};
 
 /// One buffer of an arena.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Buffer {
-    /// The values it holds (several when views or in-place nodes share it).
+    /// The values it holds (several when views or in-place steps share it), the one that allocates it first.
     pub values: Vec<String>,
     /// Offset in the arena, bytes.
     pub offset: usize,
     /// Size, bytes (rounded up to the alignment).
     pub bytes: usize,
-    /// First and last step (node index in plan order) it is alive.
+    /// First and last step (in the order the backends run their steps) it is alive.
     pub live: (usize, usize),
 }
 
@@ -46,6 +51,16 @@ pub struct Arena {
     pub lower_bound_bytes: usize,
     /// Buffers that live across runs, outside the arena: fed-back state outputs.
     pub persistent: Vec<(String, usize)>,
+    /// Buffers made on each run outside the arena, by the first value each holds: graph outputs (with what
+    /// shares their memory) and copies arriving in the space.
+    pub outside: Vec<(String, usize)>,
+}
+
+impl Arena {
+    /// The buffer `value` allocates (it is the first value the buffer holds), if it is in the arena.
+    pub fn buffer_of(&self, value: &str) -> Option<&Buffer> {
+        self.buffers.iter().find(|b| b.values.first().is_some_and(|v| v == value))
+    }
 }
 
 struct Interval {
@@ -55,21 +70,29 @@ struct Interval {
     end: usize,
 }
 
-/// Plans the arenas of every space `placed` uses.
+/// Plans the arenas of every space that `steps` (each segment's target and its kernel steps, in run order) use.
 pub fn plan(
     graph: &Graph,
     targets: &[&dyn Backend],
-    placed: &[Placed],
+    steps: &[(usize, Vec<KernelStep>)],
     copies: &[PlannedCopy],
     states: &[(String, String)],
 ) -> Vec<Arena> {
-    let steps = placed.len();
+    let by_name: HashMap<String, ValueId> =
+        graph.values().map(|(v, _)| (super::segments::value_name(graph, v), v)).collect();
+    let flat: Vec<(usize, &KernelStep)> = steps.iter().flat_map(|(t, s)| s.iter().map(move |s| (*t, s))).collect();
     let space_of_target = |t: usize| targets[t].spec().space.clone();
     let mut spaces: Vec<String> = Vec::new();
-    for p in placed {
-        let t = &targets[p.target];
-        if !spaces.contains(&t.spec().space) {
-            spaces.push(t.spec().space.clone());
+    for (t, _) in &flat {
+        if !spaces.contains(&space_of_target(*t)) {
+            spaces.push(space_of_target(*t));
+        }
+    }
+    // A value read in another space stays alive until that reader's step (its copy out happens by then).
+    let mut last_read: HashMap<ValueId, usize> = HashMap::new();
+    for (i, (_, step)) in flat.iter().enumerate() {
+        for v in step.reads.iter().filter_map(|r| by_name.get(r)) {
+            last_read.insert(*v, i);
         }
     }
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
@@ -81,41 +104,26 @@ pub fn plan(
         // Intervals by root value; `root` maps views and in-place outputs to the buffer they share.
         let mut root: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
         let mut intervals: BTreeMap<ValueId, Interval> = BTreeMap::new();
-        let mut kept = Vec::new();
-        let last_read = |v: ValueId| -> usize {
-            // A value read in another space stays alive until that reader's step (its copy out happens by then).
-            placed.iter().rposition(|p| graph.node(p.node).inputs.contains(&Some(v))).unwrap_or(0)
-        };
-        for (i, p) in placed.iter().enumerate() {
-            if space_of_target(p.target) != space {
+        let (mut kept, mut outside) = (Vec::new(), Vec::new());
+        for (i, (t, step)) in flat.iter().enumerate() {
+            if space_of_target(*t) != space {
                 continue;
             }
-            let node = graph.node(p.node);
-            for v in node.inputs.iter().flatten() {
-                // Copies into this space: alive from their first reader here to their last.
-                let arrives = copies.iter().any(|c| c.id == *v && c.to == space && c.when != When::Setup);
-                if arrives && root[*v].is_none() && !intervals.contains_key(v) {
-                    let end = last_read(*v);
-                    intervals.insert(
-                        *v,
-                        Interval { values: vec![*v], bytes: graph.ty(*v).byte_len().unwrap_or(0), start: i, end },
-                    );
-                }
-            }
-            let view = is_view(graph, p.node);
-            for v in node.outputs.iter().flatten() {
-                let name = graph.value(*v).name.as_str();
-                let bytes = graph.ty(*v).byte_len().unwrap_or(0);
-                let mut end = if outputs.contains(v) { steps } else { last_read(*v).max(i) };
+            let source = step.reads.first().and_then(|r| by_name.get(r)).copied();
+            let in_place = step.in_place && !step.view && step.writes.len() == 1;
+            for v in step.writes.iter().filter_map(|w| by_name.get(w)).copied() {
+                let name = graph.value(v).name.as_str();
+                let bytes = graph.ty(v).byte_len().unwrap_or(0);
                 if persistent.contains(&name) {
                     kept.push((name.to_string(), bytes));
                     continue;
                 }
-                let source = node.inputs.first().copied().flatten();
+                let mut end =
+                    if outputs.contains(&v) { flat.len() } else { last_read.get(&v).copied().unwrap_or(i).max(i) };
                 let shared = match source.and_then(|s| root[s].or(intervals.contains_key(&s).then_some(s))) {
-                    Some(r) if view => Some(r),
+                    Some(r) if step.view => Some(r),
                     Some(r)
-                        if in_place(&node.op)
+                        if in_place
                             && intervals[&r].end <= i
                             && intervals[&r].bytes == bytes
                             && !outputs.contains(&r) =>
@@ -126,27 +134,31 @@ pub fn plan(
                 };
                 match shared {
                     Some(r) => {
-                        root[*v] = Some(r);
+                        root[v] = Some(r);
                         let iv = intervals.get_mut(&r).expect("root has an interval");
-                        iv.values.push(*v);
+                        iv.values.push(v);
                         end = end.max(iv.end);
                         iv.end = end;
                     }
-                    None if view && source.is_some_and(|s| !matches!(graph.value(s).def, ValueDef::Node(..))) => {}
+                    // A view of memory outside the arena (a graph input, a constant, a copy that arrived): none.
+                    None if step.view && source.is_some() => {}
                     None => {
-                        intervals.insert(*v, Interval { values: vec![*v], bytes, start: i, end });
+                        intervals.insert(v, Interval { values: vec![v], bytes, start: i, end });
                     }
                 }
             }
         }
-        arenas.push(pack(graph, space, alignment, intervals.into_values().collect(), kept));
+        let (held, out): (Vec<Interval>, Vec<Interval>) =
+            intervals.into_values().partition(|iv| !iv.values.iter().any(|v| outputs.contains(v)));
+        outside.extend(out.iter().map(|iv| (super::segments::value_name(graph, iv.values[0]), iv.bytes)));
+        outside.extend(
+            copies.iter().filter(|c| c.to == space && c.when != When::Setup).map(|c| (c.value.clone(), c.bytes)),
+        );
+        let mut arena = pack(graph, space, alignment, held, kept);
+        arena.outside = outside;
+        arenas.push(arena);
     }
     arenas
-}
-
-/// Elementwise ops that may write over an input of their size.
-fn in_place(op: &Op) -> bool {
-    matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Clip)
 }
 
 /// A greedy order of buffers.
@@ -209,7 +221,7 @@ fn pack(
         .iter()
         .zip(offsets)
         .map(|(iv, offset)| Buffer {
-            values: iv.values.iter().map(|&v| graph.value(v).name.clone()).collect(),
+            values: iv.values.iter().map(|&v| super::segments::value_name(graph, v)).collect(),
             offset,
             bytes: size(iv),
             live: (iv.start, iv.end),
@@ -222,5 +234,5 @@ fn pack(
         .map(|s| buffers.iter().filter(|b| b.live.0 <= s && s <= b.live.1).map(|b| b.bytes).sum::<usize>())
         .max()
         .unwrap_or(0);
-    Arena { space, alignment, buffers, peak_bytes, lower_bound_bytes, persistent }
+    Arena { space, alignment, buffers, peak_bytes, lower_bound_bytes, persistent, outside: Vec::new() }
 }

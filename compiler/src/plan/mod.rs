@@ -7,7 +7,8 @@
 //! 2. [`layout`]: packed row-major values, graph inputs in the caller's layout;
 //! 3. [`copies`]: a transfer or relayout only where producer and consumer disagree, at most one per value and
 //!    destination; outputs stay where they were made;
-//! 4. [`memory`]: per space, arena offsets from liveness, against the lower bound;
+//! 4. [`memory`]: per space, arena offsets from liveness over the steps each backend will run
+//!    ([`Backend::kernel_steps`]), against the lower bound;
 //! 5. the copy budget, checked last, so its error names the copies.
 //!
 //! Backends take part through [`Backend`]; [`show`] prints a plan as text or Graphviz; [`serial`] writes one out for
@@ -31,7 +32,7 @@ pub use memory::{Arena, Buffer};
 pub use placement::Placed;
 pub use segments::{segments, Segment};
 pub use serial::PlanReadError;
-pub use target::{Accepts, Backend, TargetSpec};
+pub use target::{one_step_per_node, Accepts, Backend, KernelStep, TargetSpec};
 
 use crate::ir::{Graph, ValueDef};
 
@@ -179,8 +180,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
     let options = &simplified;
     let nodes = placement::place(graph, targets, &options.pins)?;
     let inserted = copies::insert(graph, targets, &nodes, options);
-    let arenas = memory::plan(graph, targets, &nodes, &inserted.copies, &options.states);
-    let inputs = graph
+    let inputs: Vec<PlanInput> = graph
         .inputs()
         .iter()
         .map(|&v| {
@@ -196,6 +196,11 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
             PlanInput { name, layout, access }
         })
         .collect();
+    let steps: Vec<(usize, Vec<KernelStep>)> = segments::segments_of(graph, &nodes)
+        .iter()
+        .map(|seg| (seg.target, targets[seg.target].kernel_steps(&seg.graph, &inputs)))
+        .collect();
+    let arenas = memory::plan(graph, targets, &steps, &inserted.copies, &options.states);
     let plan = Plan {
         graph: graph.name.clone(),
         targets: targets.iter().map(|t| t.spec().clone()).collect(),

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::ir::{Graph, NodeId, ValueDef, ValueId};
 
-use super::Plan;
+use super::{Placed, Plan};
 
 /// One segment of a plan.
 pub struct Segment {
@@ -33,8 +33,13 @@ pub fn value_name(graph: &Graph, v: ValueId) -> String {
 
 /// The segments of `plan` over `graph`. A plan on one target is one segment: the whole graph.
 pub fn segments(graph: &Graph, plan: &Plan) -> Vec<Segment> {
+    segments_of(graph, &plan.nodes)
+}
+
+/// The segments of the placement `nodes` over `graph`.
+pub fn segments_of(graph: &Graph, nodes: &[Placed]) -> Vec<Segment> {
     let mut runs: Vec<(usize, Vec<NodeId>)> = Vec::new();
-    for p in &plan.nodes {
+    for p in nodes {
         match runs.last_mut() {
             Some((t, nodes)) if *t == p.target => nodes.push(p.node),
             _ => runs.push((p.target, vec![p.node])),

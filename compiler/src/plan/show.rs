@@ -76,6 +76,17 @@ pub fn text(plan: &Plan) -> String {
             a.buffers.len(),
             a.alignment
         );
+        if !a.outside.is_empty() {
+            let bytes: usize = a.outside.iter().map(|o| o.1).sum();
+            let names: Vec<&str> = a.outside.iter().map(|o| o.0.as_str()).collect();
+            let _ = writeln!(
+                s,
+                "    outside the arena, made on each run: {bytes} bytes in {} buffer{} (outputs and arriving copies: {})",
+                a.outside.len(),
+                if a.outside.len() == 1 { "" } else { "s" },
+                names.join(", ")
+            );
+        }
         for (name, bytes) in &a.persistent {
             let _ = writeln!(s, "    {name}: {bytes} bytes kept across runs, outside the arena");
         }

@@ -6,6 +6,8 @@ use stowage_runtime::{LayoutSupport, StorageDescriptor};
 
 use crate::ir::{Graph, NodeId};
 
+use super::PlanInput;
+
 /// One target as the planner sees it.
 #[derive(Clone, Debug)]
 pub struct TargetSpec {
@@ -51,4 +53,49 @@ pub trait Backend {
     fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String>;
     /// What the kernel of `node` reads in place for its input `input`.
     fn accepts(&self, graph: &Graph, node: NodeId, input: usize) -> Accepts;
+
+    /// The steps this backend's lowering of `segment` (a graph of its nodes, as [`super::segments`] cuts it, whose
+    /// graph `inputs` the plan reads as given) will run, in order, each with the values it reads and writes by
+    /// name: what the memory pass plans buffers over. A fused chain is one step that writes only its result, so
+    /// its inner values get no buffer, and it reads its inputs at its own position. The default is one step per
+    /// node, as the node reads and writes.
+    fn kernel_steps(&self, segment: &Graph, inputs: &[PlanInput]) -> Vec<KernelStep> {
+        let _ = inputs;
+        one_step_per_node(segment)
+    }
+}
+
+/// One step a backend runs: a kernel, or a view of its first input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelStep {
+    /// The node it is written at (the root of a fused chain), by name.
+    pub node: String,
+    /// Values it reads, by name (constants included).
+    pub reads: Vec<String>,
+    /// Values it writes, by name.
+    pub writes: Vec<String>,
+    /// True when its one output is its first input's memory seen with another shape (Reshape, Flatten…).
+    pub view: bool,
+    /// True when its kernel writes its one output over its first input where that input is of the output's size
+    /// and read by nothing after it (the memory pass may then give both one buffer).
+    pub in_place: bool,
+}
+
+/// One [`KernelStep`] per node of `graph`, in order, reading and writing what the node does.
+pub fn one_step_per_node(graph: &Graph) -> Vec<KernelStep> {
+    let name = |v: crate::ir::ValueId| super::segments::value_name(graph, v);
+    graph
+        .order()
+        .iter()
+        .map(|&n| {
+            let node = graph.node(n);
+            KernelStep {
+                node: node.name.clone(),
+                reads: node.inputs.iter().flatten().map(|&v| name(v)).collect(),
+                writes: node.outputs.iter().flatten().map(|&v| name(v)).collect(),
+                view: super::cost::is_view(graph, n),
+                in_place: false,
+            }
+        })
+        .collect()
 }

@@ -47,15 +47,13 @@ pub fn lower(graph: &Graph, threads: usize) -> Result<Program> {
 /// Lowers `graph` to a program.
 pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let threads = options.threads;
-    let Generated { relu_after, absorbed, strided, planned, kernels: generated } = generated(graph, options);
-    let fused_members: std::collections::HashSet<ir::NodeId> =
-        planned.values().flat_map(|p| p.members.iter().copied()).collect();
+    let gen = generated(graph, options);
     let mut kernel_index: HashMap<ir::NodeId, usize> = HashMap::new();
-    let code = if generated.is_empty() {
+    let code = if gen.kernels.is_empty() {
         None
     } else {
         let mut jit = Jit::new(options.linked)?;
-        for (n, loops) in &generated {
+        for (n, loops) in &gen.kernels {
             kernel_index.insert(*n, jit.add(loops)?);
         }
         Some(jit.finish()?)
@@ -76,30 +74,16 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         .collect();
     let mut steps = Vec::new();
     let mut packed_bytes = 0;
-    for &n in graph.order() {
+    for shape in shapes(graph, &gen) {
+        let n = shape.node;
         let node = graph.node(n);
-        if fused_members.contains(&n) && !planned.contains_key(&n) || absorbed.contains(&n) {
-            continue; // computed inside its chain's root step, or inside its Conv's step
-        }
-        let chain = planned.get(&n);
-        let node_inputs: Vec<Option<ValueId>> = match chain {
-            Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
-            None => node.inputs.clone(),
-        };
-        // A Conv that packs its weights when lowered does not read them: the program does not keep the constant.
-        let packed_weights = match &node.op {
-            Op::Conv(c) if chain.is_none() => nn::packs_weights(graph, c, &node.inputs, out_dt_of(graph, node)),
-            _ => false,
-        };
-        if let (true, Op::Conv(c), Some(w)) = (packed_weights, &node.op, node.inputs.get(1).copied().flatten()) {
+        let chain = gen.planned.get(&n);
+        let node_inputs = &shape.reads;
+        if let (true, Op::Conv(c), Some(w)) = (shape.packed_weights, &node.op, node.inputs.get(1).copied().flatten()) {
             packed_bytes += crate::kernels::conv::PackedWeights::bytes_for(&graph.ty(w).shape, c.group);
         }
         let mut ins = Vec::with_capacity(node_inputs.len());
-        for (i, input) in node_inputs.iter().enumerate() {
-            if packed_weights && i == 1 {
-                ins.push(None);
-                continue;
-            }
+        for input in node_inputs.iter() {
             ins.push(input.map(|v| {
                 let s = slot(v);
                 if let ValueDef::Const(t) = &graph.value(v).def {
@@ -110,10 +94,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                 s
             }));
         }
-        let out_values = match relu_after.get(&n) {
-            Some(&r) => &graph.node(r).outputs,
-            None => &node.outputs,
-        };
+        let out_values = &shape.writes;
         let outs: Vec<Option<usize>> = out_values.iter().map(|o| o.map(&mut slot)).collect();
         let (op_name, kernel) = match (kernel_index.get(&n), &code) {
             (Some(&index), Some(code)) => {
@@ -127,7 +108,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                             options
                                 .input_strides
                                 .get(&graph.value(v).name)
-                                .filter(|_| strided.contains_key(&v))
+                                .filter(|_| gen.strided.contains_key(&v))
                                 .cloned()
                         })
                     })
@@ -137,7 +118,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
             }
             _ => {
                 let step_err = |e| CpuError::Step { node: node.name.clone(), op: node.op.name(), source: Box::new(e) };
-                match (&node.op, relu_after.contains_key(&n)) {
+                match (&node.op, gen.relu_after.contains_key(&n)) {
                     (Op::Conv(c), true) => {
                         let out = out_shape(graph, &node.outputs, 0);
                         let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, true).map_err(step_err)?;
@@ -177,8 +158,19 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     for (s, t) in &consts {
         const_slots[*s] = Some(t.clone());
     }
+    let mut slot_names = vec![String::new(); slots];
+    for (v, s) in &slot_of {
+        slot_names[*s] = graph.value(*v).name.clone();
+    }
+    let mut outside = vec![false; slots];
+    for b in &outputs {
+        outside[b.slot] = true;
+    }
     Ok(Program {
         slots,
+        slot_names,
+        outside,
+        memory: None,
         consts,
         const_slots,
         packed_bytes,
@@ -190,6 +182,75 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         profile: false,
         pool: Default::default(),
     })
+}
+
+/// One step as lowering makes it, before its kernel.
+struct Shape {
+    /// The node it is written at (a chain's root).
+    node: ir::NodeId,
+    /// What it reads: a chain's inputs for a chain, the node's inputs otherwise, but the weights of a Conv that
+    /// packs them when lowered (`None` there: the program does not keep the constant).
+    reads: Vec<Option<ValueId>>,
+    /// What it writes: the ReLU's value for a Conv that runs its ReLU.
+    writes: Vec<Option<ValueId>>,
+    /// True for a Conv that packs its weights.
+    packed_weights: bool,
+}
+
+/// The steps [`lower_with`] makes of `graph`, in order.
+fn shapes(graph: &Graph, gen: &Generated) -> Vec<Shape> {
+    let fused_members: std::collections::HashSet<ir::NodeId> =
+        gen.planned.values().flat_map(|p| p.members.iter().copied()).collect();
+    let mut shapes = Vec::new();
+    for &n in graph.order() {
+        let node = graph.node(n);
+        if fused_members.contains(&n) && !gen.planned.contains_key(&n) || gen.absorbed.contains(&n) {
+            continue; // computed inside its chain's root step, or inside its Conv's step
+        }
+        let chain = gen.planned.get(&n);
+        let packed_weights = match &node.op {
+            Op::Conv(c) if chain.is_none() => nn::packs_weights(graph, c, &node.inputs, out_dt_of(graph, node)),
+            _ => false,
+        };
+        let mut reads: Vec<Option<ValueId>> = match chain {
+            Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
+            None => node.inputs.clone(),
+        };
+        if packed_weights {
+            reads[1] = None;
+        }
+        let writes = match gen.relu_after.get(&n) {
+            Some(&r) => graph.node(r).outputs.clone(),
+            None => node.outputs.clone(),
+        };
+        shapes.push(Shape { node: n, reads, writes, packed_weights });
+    }
+    shapes
+}
+
+/// The steps [`lower_with`] will run for `graph`, as the planner's memory pass plans over them: a chain is one
+/// step at its root reading the chain's inputs; a Conv with its ReLU writes the ReLU's value; a Reshape-like
+/// node is a view of its input, but of a graph input in a caller's strides, which it copies.
+pub fn memory_steps(graph: &Graph, options: &LowerOptions) -> Vec<stowage_compiler::plan::KernelStep> {
+    let gen = generated(graph, options);
+    let name = |v: ValueId| graph.value(v).name.clone();
+    shapes(graph, &gen)
+        .into_iter()
+        .map(|s| {
+            let node = graph.node(s.node);
+            let first = s.reads.first().copied().flatten();
+            let view = !gen.planned.contains_key(&s.node)
+                && stowage_compiler::plan::cost::is_view(graph, s.node)
+                && first.is_none_or(|v| !gen.strided.contains_key(&v));
+            stowage_compiler::plan::KernelStep {
+                node: node.name.clone(),
+                reads: s.reads.iter().flatten().map(|&v| name(v)).collect(),
+                writes: s.writes.iter().flatten().map(|&v| name(v)).collect(),
+                view,
+                in_place: false,
+            }
+        })
+        .collect()
 }
 
 /// What lowering generates code for, before generating it.

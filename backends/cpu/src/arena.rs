@@ -1,0 +1,288 @@
+//! The host arena: the CPU target's one allocation per session for the values its plan places there
+//! (`stowage_compiler::plan::memory`), and how kernels come to write into it.
+//!
+//! The contract, each rule with the code that keeps it and the test that checks it:
+//!
+//! 1. **One allocation, the plan's size.** A session's CPU target allocates its arena once, at the planned peak of
+//!    the `host` space, 128-byte aligned, when it lowers its first segment ([`HostArena::new`]; `driver.rs`);
+//!    every CPU segment of the session shares it. Test: the model suite (rule 4).
+//! 2. **A kernel's output lands at its offset.** Before each step the executor offers the step's planned regions,
+//!    one per output in order ([`offer`]); the k-th packed buffer the kernel allocates through
+//!    [`crate::HostBuffer::zeroed`] (what [`crate::storage::output`] and the `tensor_from_*` helpers call) is the
+//!    k-th region, zeroed, when its size is the value's. Tests: `outputs_land_at_their_planned_offsets`,
+//!    `a_region_is_zeroed_when_it_is_taken_again`.
+//! 3. **Nothing lands where the plan did not put it.** After the step, each output's memory is checked against its
+//!    planned place ([`ArenaSlice::offset`] through [`crate::HostBuffer::arena_offset`]); a value that ended
+//!    elsewhere in the arena (a kernel that allocated a temporary first) is moved to memory of its own, and one
+//!    the plan keeps outside the arena (a graph output) never stays in it. Correctness never depends on the
+//!    offer being taken, and a clone of a region is bytes of its own. Tests:
+//!    `a_graph_output_never_stays_in_the_arena`, `a_clone_of_a_region_is_bytes_of_its_own`.
+//! 4. **The measured peak is what was used.** The executor's peak is the arena's high-water mark over the
+//!    buffers that landed in place plus the most bytes of intermediate values that did not (held elsewhere): equal
+//!    to the planned peak exactly when every planned buffer landed and nothing else was allocated. Test: the model
+//!    suite (`tests/tests/models.rs`) compares the two on every model.
+//! 5. **One run at a time.** A run takes the arena ([`HostArena::lease`]); a second run of a program while one is
+//!    under way (another thread) gets no lease and allocates as it would without a plan. The driver runs one
+//!    session's segments under one lock, so values passed between its segments stay put. Test:
+//!    `a_second_run_under_way_allocates_its_own`.
+//!
+//! The region of a value is written only by the step that makes it, while that step's output is its one owner
+//! (rule 2), and read only between that step and the last one reading it, when no other live value is planned over
+//! it (the plan's invariant, which the planner's tests check): that is what makes the raw slices below sound.
+
+use std::alloc::Layout;
+use std::cell::RefCell;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use stowage_runtime::{Result, RuntimeError};
+
+/// Alignment of the arena's base: the CPU storage's (`HostBuffer::DESCRIPTOR.alignment`).
+pub const ARENA_ALIGNMENT: usize = 128;
+
+/// One allocation holding the planned values of a session's CPU segments.
+pub struct HostArena {
+    base: NonNull<u8>,
+    len: usize,
+    busy: AtomicBool,
+}
+
+// SAFETY: the arena is plain bytes; which thread writes which region when is governed by the lease (rule 5) and
+// the plan's disjoint lifetimes (rule 2), not by thread identity.
+unsafe impl Send for HostArena {}
+// SAFETY: as above: shared references only hand out raw regions through `ArenaSlice`, each written by one owner.
+unsafe impl Sync for HostArena {}
+
+impl HostArena {
+    /// An arena of `len` bytes (at least one, so the base is a real allocation).
+    pub fn new(len: usize) -> Result<Arc<HostArena>> {
+        let oom = || RuntimeError::OutOfMemory { tensor: "the host arena".into(), bytes: len };
+        let layout = Layout::from_size_align(len.max(1), ARENA_ALIGNMENT).map_err(|_| oom())?;
+        // SAFETY: `layout` has a non-zero size.
+        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(oom)?;
+        Ok(Arc::new(HostArena { base, len, busy: AtomicBool::new(false) }))
+    }
+
+    /// Bytes of the arena.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an arena of no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The arena for one run, or `None` while another run holds it.
+    pub fn lease(self: &Arc<Self>) -> Option<Lease> {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then(|| Lease(Arc::clone(self)))
+    }
+
+    /// The region `[offset, offset + len)`, zeroed, as bytes a buffer can own; `None` if it is not inside.
+    fn slice(self: &Arc<Self>, offset: usize, len: usize) -> Option<ArenaSlice> {
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: the region is inside the allocation (checked above) and, by rule 2, owned by the one value
+        // being made now, so nothing reads it while it is zeroed.
+        unsafe { self.base.as_ptr().add(offset).write_bytes(0, len) };
+        Some(ArenaSlice { arena: Arc::clone(self), offset, len })
+    }
+}
+
+impl Drop for HostArena {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.len.max(1), ARENA_ALIGNMENT).expect("checked in new");
+        // SAFETY: allocated in `new` with this layout; every `ArenaSlice` holds an `Arc`, so none outlives it.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), layout) };
+    }
+}
+
+impl std::fmt::Debug for HostArena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostArena({} bytes)", self.len)
+    }
+}
+
+/// The arena held by one run; released when dropped.
+pub struct Lease(Arc<HostArena>);
+
+impl Lease {
+    /// The arena.
+    pub fn arena(&self) -> &Arc<HostArena> {
+        &self.0
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.busy.store(false, Ordering::Release);
+    }
+}
+
+/// A region of an arena owned by one value's buffer.
+pub struct ArenaSlice {
+    arena: Arc<HostArena>,
+    offset: usize,
+    len: usize,
+}
+
+impl ArenaSlice {
+    /// Its offset in the arena.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// True when it is in `arena`.
+    pub fn is_in(&self, arena: &Arc<HostArena>) -> bool {
+        Arc::ptr_eq(&self.arena, arena)
+    }
+}
+
+impl AsRef<[u8]> for ArenaSlice {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: inside the allocation (checked when made); read only while its value is alive (module docs).
+        unsafe { std::slice::from_raw_parts(self.arena.base.as_ptr().add(self.offset), self.len) }
+    }
+}
+
+impl AsMut<[u8]> for ArenaSlice {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: inside the allocation; `&mut self` is the one owner of the region while its value is made
+        // (rule 2), and no other live value is planned over it.
+        unsafe { std::slice::from_raw_parts_mut(self.arena.base.as_ptr().add(self.offset), self.len) }
+    }
+}
+
+/// The regions offered to the step running on this thread.
+struct Offer {
+    arena: Arc<HostArena>,
+    /// Per output, in order: offset and the value's bytes.
+    regions: Vec<Option<(usize, usize)>>,
+    next: usize,
+}
+
+thread_local! {
+    static OFFER: RefCell<Option<Offer>> = const { RefCell::new(None) };
+}
+
+/// While the returned guard lives, packed buffers this thread allocates take `regions` of `arena` in order
+/// (rule 2): the k-th allocation gets the k-th region when its size is the region's value's.
+pub fn offer(arena: &Arc<HostArena>, regions: Vec<Option<(usize, usize)>>) -> OfferGuard {
+    OFFER.with(|o| *o.borrow_mut() = Some(Offer { arena: Arc::clone(arena), regions, next: 0 }));
+    OfferGuard(())
+}
+
+/// Ends an [`offer`] when dropped, also when the kernel fails.
+pub struct OfferGuard(());
+
+impl Drop for OfferGuard {
+    fn drop(&mut self) {
+        OFFER.with(|o| *o.borrow_mut() = None);
+    }
+}
+
+/// The next offered region, when it is of `len` bytes.
+pub(crate) fn take(len: usize) -> Option<ArenaSlice> {
+    OFFER.with(|o| {
+        let mut o = o.borrow_mut();
+        let offer = o.as_mut()?;
+        let region = offer.regions.get(offer.next).copied().flatten();
+        offer.next += 1;
+        match region {
+            Some((offset, bytes)) if bytes == len => offer.arena.slice(offset, len),
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{output, HostBuffer};
+    use stowage_runtime::{DatumType, TensorStorage};
+
+    fn offset_of(t: &stowage_runtime::Tensor<'static>, arena: &Arc<HostArena>) -> Option<usize> {
+        t.storage().as_any()?.downcast_ref::<HostBuffer>()?.arena_offset(arena)
+    }
+
+    #[test]
+    fn outputs_land_at_their_planned_offsets() {
+        let arena = HostArena::new(1024).expect("arena");
+        {
+            let _offer = offer(&arena, vec![Some((128, 64)), None, Some((512, 32))]);
+            let first = output(DatumType::F32, &[16]).expect("first");
+            let second = output(DatumType::F32, &[16]).expect("second");
+            let third = output(DatumType::F32, &[4]).expect("third: 16 bytes, not the region's 32");
+            assert_eq!(offset_of(&first, &arena), Some(128), "the first region");
+            assert_eq!(offset_of(&second, &arena), None, "no region for the second output");
+            assert_eq!(offset_of(&third, &arena), None, "a size other than the value's is not offered");
+            assert!(first.to_vec::<f32>().expect("read").iter().all(|&x| x == 0.0), "zeroed");
+        }
+        let after = output(DatumType::F32, &[16]).expect("after");
+        assert_eq!(offset_of(&after, &arena), None, "nothing is offered once the step is over");
+    }
+
+    #[test]
+    fn a_region_is_zeroed_when_it_is_taken_again() {
+        let arena = HostArena::new(256).expect("arena");
+        let mut t = {
+            let _offer = offer(&arena, vec![Some((0, 16))]);
+            output(DatumType::F32, &[4]).expect("t")
+        };
+        t.as_slice_mut::<f32>().expect("write").copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        drop(t);
+        let _offer = offer(&arena, vec![Some((0, 16))]);
+        let again = output(DatumType::F32, &[4]).expect("again");
+        assert_eq!(again.to_vec::<f32>().expect("read"), [0.0; 4]);
+    }
+
+    #[test]
+    fn a_second_run_under_way_allocates_its_own() {
+        let arena = HostArena::new(64).expect("arena");
+        let first = arena.lease().expect("free");
+        assert!(arena.lease().is_none(), "held by the first run");
+        drop(first);
+        assert!(arena.lease().is_some(), "free again");
+    }
+
+    #[test]
+    fn a_clone_of_a_region_is_bytes_of_its_own() {
+        let arena = HostArena::new(64).expect("arena");
+        let _offer = offer(&arena, vec![Some((0, 16))]);
+        let b = HostBuffer::zeroed(DatumType::F32, &[4]).expect("buffer");
+        assert_eq!(b.arena_offset(&arena), Some(0));
+        assert_eq!(b.clone().arena_offset(&arena), None);
+        assert_eq!(b.clone().host_bytes(), b.host_bytes());
+    }
+
+    /// A plan that wrongly offers a graph output's region: the output is moved out of the arena, and the peak
+    /// counts nothing (the output is the caller's).
+    #[cfg(feature = "compile")]
+    #[test]
+    fn a_graph_output_never_stays_in_the_arena() {
+        use stowage_compiler::ir::{Graph, Op, Unary, ValueType};
+        let mut g = Graph::new("relu");
+        let ty = ValueType::new(DatumType::F32, [4]);
+        let x = g.add_input("x", ty.clone());
+        let n = g.add_node("n", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("y".into(), ty))]);
+        let y = g.node(n).outputs[0].expect("y");
+        g.add_output("y", y);
+        let mut program = crate::lower(&g, 1).expect("lowers");
+        let arena = HostArena::new(256).expect("arena");
+        let steps = program.steps().len();
+        let offers = vec![vec![Some((0, 16))]; steps];
+        let places = vec![vec![None]; steps];
+        let outside = program.slot_names().iter().map(|n| n == "y").collect();
+        program.use_arena(crate::program::ArenaUse { arena: Arc::clone(&arena), offers, places }, outside);
+        let input = crate::storage::tensor_from(&[4], &[-1.0f32, 2.0, -3.0, 4.0]).expect("x");
+        let ran = program.run(vec![input]).expect("runs");
+        assert_eq!(ran.outputs[0].to_vec::<f32>().expect("y"), [0.0, 2.0, 0.0, 4.0]);
+        assert_eq!(offset_of(&ran.outputs[0], &arena), None, "the output left the arena");
+        assert_eq!(ran.peak_bytes, 0, "an output is not an intermediate");
+    }
+}
