@@ -111,6 +111,15 @@ pub enum ImportErrorKind {
         /// What is wrong.
         message: String,
     },
+    /// An initializer's external data cannot be read: missing, short, outside the model's folder, not a regular
+    /// file.
+    #[error("initializer '{name}': {source}")]
+    ExternalData {
+        /// Initializer name.
+        name: String,
+        /// Why.
+        source: crate::onnx::external::ExternalDataError,
+    },
     /// A graph input's declared type is unusable or needs the caller's help.
     #[error("input '{input}': {message}")]
     Input {

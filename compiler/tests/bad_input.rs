@@ -273,3 +273,23 @@ fn an_unsupported_element_type() {
     let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
     check(&err, &["input 'x'", "STRING", "not supported"]);
 }
+
+#[test]
+fn a_pool_pad_not_smaller_than_its_kernel_names_the_node_and_attribute() {
+    // onnxruntime refuses these too: a window could lie wholly in the padding (the CPU kernel indexed past the row).
+    let pool = |kernel: &[i64], pads: &[i64]| {
+        build::model(
+            13,
+            vec![node("MaxPool", &["x"], &["y"], vec![build::ints("kernel_shape", kernel), build::ints("pads", pads)])],
+            vec![value("x", &[1, 1, 4, 4])],
+            vec![value("y", &[1, 1, 4, 4])],
+            vec![],
+        )
+    };
+    let err = error_of(&build::bytes(&pool(&[2, 2], &[0, 3, 0, 3])), &[], &ImportConfig::new());
+    check(&err, &["node 'MaxPool_y' (MaxPool)", "attribute 'pads' [0, 3, 0, 3]", "spatial axis 1", "kernel (2"]);
+    let err = error_of(&build::bytes(&pool(&[3, 3], &[0, 0, 3, 0])), &[], &ImportConfig::new());
+    check(&err, &["attribute 'pads'", "pad of 3 on spatial axis 0", "smaller than the kernel (3"]);
+    // A pad one short of the kernel is taken.
+    onnx::load_bytes(&build::bytes(&pool(&[3, 3], &[2, 2, 2, 2])), &ImportConfig::new()).expect("imports");
+}

@@ -50,6 +50,14 @@ pub enum DriverError {
         /// The descriptor's memory space name.
         descriptor: String,
     },
+    /// More kernel threads than a run takes ([`crate::flags::MAX_THREADS`]).
+    #[error("{threads} kernel threads asked for: at most {max} are taken")]
+    TooManyThreads {
+        /// The number asked for.
+        threads: usize,
+        /// The most taken.
+        max: u32,
+    },
     /// A backend could not open a target.
     #[error("{message}")]
     Open {

@@ -108,7 +108,7 @@ pub fn main(built: &'static Built) -> ExitCode {
         Ok(None) => {
             println!(
                 "{}: a model compiled by stowage build. Takes the run-time flags of `stowage run`.",
-                built.model_name
+                crate::run::shown(built.model_name)
             );
             println!("{EXE_USAGE}");
             return ExitCode::SUCCESS;

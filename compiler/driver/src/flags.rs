@@ -3,6 +3,21 @@
 
 use std::path::PathBuf;
 
+/// The most kernel threads a run takes (`--threads`, [`crate::model::Model::with_threads`]'s argument). It is fixed
+/// rather than derived from the machine, so that a flag means the same wherever an executable runs; it is above
+/// the hardware threads of the largest hosts (a few hundred), and beyond the cores more threads only cost memory
+/// and start-up time: tens of thousands of them take minutes to start, or exhaust the process's limits.
+pub const MAX_THREADS: u32 = 1024;
+
+/// Parses `--threads`: a whole number from 1 to [`MAX_THREADS`].
+pub fn parse_threads(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+        Ok(n) if n > MAX_THREADS => Err(format!("at most {MAX_THREADS} kernel threads are taken")),
+        _ => Err(format!("a whole number from 1 to {MAX_THREADS}")),
+    }
+}
+
 /// The run-time flags of `stowage run`, which a built executable takes too.
 #[derive(Debug)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
@@ -19,8 +34,8 @@ pub struct RunFlags {
     /// Run this many times (timings report the median).
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..)))]
     pub repeat: u32,
-    /// Kernel threads.
-    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..)))]
+    /// Kernel threads (at most 1024).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_parser = parse_threads))]
     pub threads: u32,
 }
 
@@ -53,7 +68,11 @@ impl RunFlags {
                 Long("output-dir") => flags.output_dir = Some(parser.value().map_err(|e| e.to_string())?.into()),
                 Long("report") => flags.report = Some(parser.value().map_err(|e| e.to_string())?.into()),
                 Long("repeat") => flags.repeat = count("repeat", parser.value().map_err(|e| e.to_string())?)?,
-                Long("threads") => flags.threads = count("threads", parser.value().map_err(|e| e.to_string())?)?,
+                Long("threads") => {
+                    let text = parser.value().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
+                    flags.threads =
+                        parse_threads(&text).map_err(|e| format!("invalid value '{text}' for '--threads <N>': {e}"))?;
+                }
                 Short('h') | Long("help") => return Ok(None),
                 other => return Err(other.unexpected().to_string()),
             }

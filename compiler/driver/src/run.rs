@@ -1,13 +1,14 @@
 //! `stowage run` (and a built executable, which takes its flags): reads inputs from TensorProto files, runs, writes `output_N.pb` files and a JSON report.
-//! Outputs and report are written under temporary names and renamed only when all of them are complete; when any of
-//! them cannot be written, none is, and no temporary file or folder the command created is left behind.
+//! Outputs and report are staged and committed together ([`Staging`]): when any of them cannot be written, none is,
+//! every file that was there before is left as it was, and no temporary file or folder the command created is
+//! left behind.
 
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use crate::flags::RunFlags;
 use crate::pipeline::{self as session, RunOptions};
+pub use crate::staging::Staging;
 use prost::Message;
 use stowage_compiler::onnx;
 use stowage_compiler::onnx::proto::TensorProto;
@@ -75,65 +76,30 @@ fn read_input(path: &Path) -> Result<Tensor<'static>, String> {
     onnx::tensor::decode(&proto, path.parent()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Files written under temporary names beside their final ones, renamed into place together by [`Staging::commit`].
-/// Dropped before that, it removes its temporary files and the folders it created.
-#[derive(Default)]
-pub struct Staging {
-    /// Temporary path, final path, and what the file is (for errors).
-    files: Vec<(PathBuf, PathBuf, String)>,
-    /// Folders created, outermost first.
-    created: Vec<PathBuf>,
+/// Refuses a report that would be written over an output, before anything runs: `output_N.pb` in the output folder.
+fn check_report_path(dir: &Path, report: &Path) -> Result<(), String> {
+    let name = report.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let index = name.strip_prefix("output_").and_then(|n| n.strip_suffix(".pb"));
+    let is_output = index.and_then(|n| n.parse::<usize>().ok()).is_some_and(|i| index == Some(i.to_string().as_str()));
+    let report_dir = report.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if is_output && crate::staging::same_folder(report_dir, dir) {
+        return Err(format!(
+            "--report {}: that is the path of an output of --output-dir {} (outputs are written there as \
+             output_N.pb); give the report another name",
+            report.display(),
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
-impl Staging {
-    /// Creates `dir` and its missing parents, remembering which it created.
-    fn create_dir(&mut self, dir: &Path) -> io::Result<()> {
-        let mut missing = Vec::new();
-        let mut level = Some(dir);
-        while let Some(d) = level.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-            missing.push(d.to_path_buf());
-            level = d.parent();
-        }
-        self.created.extend(missing.into_iter().rev());
-        std::fs::create_dir_all(dir)
-    }
-
-    /// Writes `bytes` for `path` under a temporary name; `what` names the file in errors.
-    pub fn stage(&mut self, path: &Path, what: String, bytes: &[u8]) -> Result<(), String> {
-        let name = path.file_name().ok_or_else(|| format!("{what}: not a file name"))?;
-        let tmp = path.with_file_name(format!(".{}.{}.partial", name.to_string_lossy(), std::process::id()));
-        self.files.push((tmp.clone(), path.to_path_buf(), what));
-        std::fs::write(&tmp, bytes).map_err(|e| format!("{}: {e}", self.files[self.files.len() - 1].2))
-    }
-
-    /// Renames every file into place; when one cannot be, those already renamed are removed.
-    pub fn commit(mut self) -> Result<(), String> {
-        if let Some((_, path, what)) = self.files.iter().find(|(_, path, _)| path.is_dir()) {
-            return Err(format!("{what}: {} is a directory", path.display()));
-        }
-        for (i, (tmp, path, what)) in self.files.iter().enumerate() {
-            if let Err(e) = std::fs::rename(tmp, path) {
-                for (_, done, _) in &self.files[..i] {
-                    let _ = std::fs::remove_file(done);
-                }
-                return Err(format!("{what}: {e}"));
-            }
-        }
-        self.files.clear();
-        self.created.clear();
-        Ok(())
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        for (tmp, _, _) in &self.files {
-            let _ = std::fs::remove_file(tmp);
-        }
-        for dir in self.created.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
+/// Text as a terminal is shown it (names in summary lines, error lines): control and invisible characters
+/// (newlines, CR, escape, U+202E…) escaped as Rust would (`\n`, `\u{202e}`), so that a name can neither forge a
+/// line nor reorder or recolour a terminal's text. Quotes and backslashes are kept as they are.
+pub(crate) fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| if matches!(c, '\'' | '"' | '\\') { c.to_string() } else { c.escape_debug().to_string() })
+        .collect()
 }
 
 /// The JSON report of DESIGN.md's CLI contract.
@@ -201,7 +167,7 @@ pub fn finish(result: Result<String, String>) -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", shown(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -222,6 +188,9 @@ pub fn run_model(
     start: Instant,
 ) -> Result<String, String> {
     let (output_dir, report_path) = (flags.output_dir.as_deref(), flags.report.as_deref());
+    if let (Some(dir), Some(report)) = (output_dir, report_path) {
+        check_report_path(dir, report)?;
+    }
     // The model's input names; the decoded model is dropped at once (its weights are decoded again to compile).
     let names: Vec<String> = match &options.built_graph {
         Some(built) => built.inputs.iter().map(|n| n.to_string()).collect(),
@@ -272,14 +241,14 @@ pub fn run_model(
 
     let mut summary = String::new();
     for (name, t) in &outcome.outputs {
-        summary.push_str(&format!("output '{name}': {}{:?}\n", t.dt(), t.shape()));
+        summary.push_str(&format!("output '{}': {}{:?}\n", shown(name), t.dt(), t.shape()));
     }
     let copies = outcome.ledger.entries();
     if let Some(path) = &outcome.path {
         summary.push_str(&format!("ran on {}: {path}\n", outcome.ran_on));
     }
     for m in &copies {
-        summary.push_str(&format!("copy: {m}\n"));
+        summary.push_str(&format!("copy: {}\n", shown(&m.to_string())));
     }
     summary.push_str(&format!(
         "compile {:.1} ms, first run {:.2} ms, median run {:.2} ms over {} runs, peak {} bytes, {} copies ({} planned per run)\n",

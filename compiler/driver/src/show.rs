@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use crate::pipeline::{self as session, RunOptions};
 use stowage_compiler::plan::{self, Plan, When};
 
-use crate::run::Staging;
+use crate::staging::Staging;
 
 /// The formats of `stowage plan`.
 #[derive(Clone, Copy, Debug)]

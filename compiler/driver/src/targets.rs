@@ -20,7 +20,8 @@ pub fn check(registry: &Registry, list: &str) -> Result<Vec<String>> {
 }
 
 /// Opens every target of `list` for `graph`, with `threads` kernel threads. Two targets of one memory space (one
-/// device reached twice) are an error, and so is a target whose space is not named for its storage descriptor.
+/// device reached twice) are an error, and so is a target whose space is not named for its storage descriptor;
+/// more than [`crate::flags::MAX_THREADS`] threads are refused before any target is opened (or thread started).
 pub fn open(
     registry: &Registry,
     list: &str,
@@ -28,6 +29,10 @@ pub fn open(
     linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
     graph: &Graph,
 ) -> Result<Vec<Box<dyn OpenedTarget>>> {
+    let max = crate::flags::MAX_THREADS;
+    if threads > max as usize {
+        return Err(DriverError::TooManyThreads { threads, max });
+    }
     let options = OpenOptions { threads, linked };
     let mut opened: Vec<Box<dyn OpenedTarget>> = Vec::new();
     for name in check(registry, list)? {

@@ -323,6 +323,15 @@ fn window_output(w: &mut Window, input: &[usize], pooling: bool) -> Result<Vec<u
                     w.pads[i] = 0;
                     w.pads[n + i] = 0;
                 }
+                // As onnxruntime: a pool's pad at least its kernel could make a window of padding alone.
+                let pad = w.pads[i].max(w.pads[n + i]);
+                if pooling && pad as i128 >= k {
+                    return invalid(format!(
+                        "attribute 'pads' {:?}: the pad of {pad} on spatial axis {i} must be smaller than the \
+                         kernel ({k}, kernel_shape {:?}), or a window could lie wholly in the padding",
+                        w.pads, w.kernel
+                    ));
+                }
                 let padded = d + w.pads[i] as i128 + w.pads[n + i] as i128;
                 if padded < span {
                     return invalid(format!(

@@ -134,7 +134,7 @@ impl<'a> Attrs<'a> {
         match self.get(name, AttributeType::Tensor)? {
             None => Ok(None),
             Some(a) => match &a.t {
-                Some(t) => super::tensor::decode(t, None).map(Some).map_err(|m| AttrError::new(name, m)),
+                Some(t) => super::tensor::decode(t, None).map(Some).map_err(|m| AttrError::new(name, m.to_string())),
                 None => Err(AttrError::new(name, "has no tensor")),
             },
         }

@@ -8,6 +8,7 @@ use std::path::Path;
 use super::attrs::Attrs;
 use super::ops::{self, ParseError, Parsed, Slot};
 use super::proto::{type_proto, ModelProto, NodeProto, ValueInfoProto};
+use super::tensor::TensorError;
 use super::{ImportConfig, MAX_OPSET, MIN_OPSET};
 use crate::error::ImportErrorKind as E;
 use crate::eval;
@@ -46,8 +47,11 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     let mut names: HashMap<String, ValueId> = HashMap::new();
 
     for init in &g.initializer {
-        let t =
-            super::tensor::decode(init, dir).map_err(|message| E::Initializer { name: init.name().into(), message })?;
+        let name = || init.name().to_string();
+        let t = super::tensor::decode(init, dir).map_err(|e| match e {
+            TensorError::External(source) => E::ExternalData { name: name(), source },
+            TensorError::Data(message) => E::Initializer { name: name(), message },
+        })?;
         if names.insert(init.name().into(), graph.add_const(init.name(), t)).is_some() {
             return Err(E::Duplicate { name: init.name().into() });
         }

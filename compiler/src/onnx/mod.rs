@@ -10,6 +10,7 @@
 //! ```
 
 mod attrs;
+pub mod external;
 mod import;
 mod ops;
 pub mod proto;

@@ -5,6 +5,7 @@ use std::path::Path;
 use half::{bf16, f16};
 use stowage_runtime::{DatumType, Tensor};
 
+use super::external::ExternalDataError;
 use super::proto::{tensor_proto::DataType, TensorProto};
 use crate::infer::MAX_ELEMENTS;
 
@@ -48,8 +49,26 @@ pub fn onnx_type(dt: DatumType) -> DataType {
     }
 }
 
-/// Decodes a tensor. `dir` is the model's folder, where external data files are looked up.
-pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, String> {
+/// Why a `TensorProto` could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum TensorError {
+    /// Its type, shape or data do not make a tensor stowage takes.
+    #[error("{0}")]
+    Data(String),
+    /// Its external data cannot be read.
+    #[error(transparent)]
+    External(#[from] ExternalDataError),
+}
+
+impl From<String> for TensorError {
+    fn from(message: String) -> Self {
+        TensorError::Data(message)
+    }
+}
+
+/// Decodes a tensor. `dir` is the model's folder, where external data files are looked up
+/// ([`super::external`]).
+pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, TensorError> {
     let dt = datum_type(t.data_type())?;
     let shape: Vec<usize> = t
         .dims
@@ -62,7 +81,7 @@ pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, St
         .filter(|&n| n <= MAX_ELEMENTS)
         .ok_or_else(|| format!("shape {shape:?} is too large"))?;
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
-        external(t, dir, count * dt.size_of())?.into()
+        super::external::read(t, dir, count * dt.size_of())?.into()
     } else if let Some(raw) = &t.raw_data {
         raw.as_slice().into()
     } else {
@@ -70,9 +89,9 @@ pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, St
     };
     let expected = count * dt.size_of();
     if bytes.len() != expected {
-        return Err(format!("holds {} bytes of data, {dt}{shape:?} needs {expected}", bytes.len()));
+        return Err(format!("holds {} bytes of data, {dt}{shape:?} needs {expected}", bytes.len()).into());
     }
-    Tensor::from_bytes(dt, &shape, &bytes).map_err(|e| e.to_string())
+    Ok(Tensor::from_bytes(dt, &shape, &bytes).map_err(|e| e.to_string())?)
 }
 
 fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>, String> {
@@ -103,29 +122,6 @@ fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>,
         DatumType::BF16 => t.int32_data.iter().for_each(|&x| out.extend(bf16::from_bits(x as u16).to_le_bytes())),
     }
     Ok(out)
-}
-
-fn external(t: &TensorProto, dir: Option<&Path>, len: usize) -> Result<Vec<u8>, String> {
-    let entry = |key: &str| t.external_data.iter().find(|e| e.key() == key).map(|e| e.value().to_string());
-    let location = entry("location").ok_or("external data without a location")?;
-    let rel = Path::new(&location);
-    if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-        return Err(format!("external data location '{location}' must be a relative path inside the model's folder"));
-    }
-    let dir = dir.ok_or("external data, but the model was not loaded from a file")?;
-    let path = dir.join(rel);
-    let number = |key: &str| -> Result<Option<u64>, String> {
-        entry(key)
-            .map(|v| v.parse::<u64>().map_err(|_| format!("external data {key} '{v}' is not a number")))
-            .transpose()
-    };
-    let offset = number("offset")?.unwrap_or(0);
-    let length = number("length")?.unwrap_or(len as u64);
-    let data = std::fs::read(&path).map_err(|e| format!("external data file {}: {e}", path.display()))?;
-    let end = offset.checked_add(length).filter(|&e| e <= data.len() as u64).ok_or_else(|| {
-        format!("external data file {} has {} bytes, needs {length} from offset {offset}", path.display(), data.len())
-    })?;
-    Ok(data[offset as usize..end as usize].to_vec())
 }
 
 /// Encodes a tensor as a `TensorProto` with `raw_data` (for writing outputs and test data).

@@ -46,7 +46,8 @@ use std::path::{Path, PathBuf};
 
 use stowage_compiler::onnx::ImportConfig;
 
-use super::module::{field_name, module_rs};
+use super::module::module_rs;
+use super::names;
 use super::{compile, write_if_changed};
 use crate::pipeline::{Planning, RunOptions};
 use crate::{Registry, TargetKind};
@@ -206,7 +207,7 @@ impl Build {
     pub fn generate(&self, model: impl AsRef<Path>) -> Result<GeneratedModule, BuildError> {
         let model = model.as_ref();
         let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-        let name = field_name(self.module_name.as_deref().unwrap_or(&stem));
+        let name = names::snake(self.module_name.as_deref().unwrap_or(&stem));
         let c = compile(model, &self.options()?, &format!("stowage_{name}_k")).map_err(BuildError::Model)?;
         let files: Vec<(String, String)> =
             c.values.iter().map(|(input, file, _)| (input.clone(), format!("{name}_{file}"))).collect();

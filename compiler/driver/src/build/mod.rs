@@ -10,6 +10,7 @@
 
 mod api;
 mod module;
+mod names;
 mod source;
 
 use std::path::{Path, PathBuf};
@@ -371,15 +372,42 @@ fn cargo_build(dir: &Path, target_dir: &Path, name: &str) -> Result<PathBuf, Str
     Ok(target_dir.join("release").join(name))
 }
 
-/// Copies `built` to `output` under a temporary name, then renames it into place.
+/// Copies `built` to a temporary file beside `output` (a random name opened with `O_EXCL`, never through a
+/// planted symlink), with `built`'s permissions, then renames it into place.
 fn install(built: &Path, output: &Path) -> Result<u64, String> {
     let name = output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = output.with_file_name(format!(".{name}.{}.partial", std::process::id()));
-    let result = std::fs::copy(built, &tmp)
-        .and_then(|size| std::fs::rename(&tmp, output).map(|_| size))
-        .map_err(|e| format!("-o {}: cannot write it: {e}", output.display()));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let dir = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let copy = || {
+        let mut tmp = crate::staging::temporary(dir, &name)?;
+        let size = std::io::copy(&mut std::fs::File::open(built)?, tmp.as_file_mut())?;
+        tmp.as_file().set_permissions(std::fs::metadata(built)?.permissions())?;
+        tmp.persist(output).map_err(|e| e.error)?;
+        Ok::<_, std::io::Error>(size)
+    };
+    copy().map_err(|e| format!("-o {}: cannot write it: {e}", output.display()))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    #[test]
+    fn install_follows_no_symlink_planted_at_the_old_temporary_name() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let (built, outside, output) =
+            (tmp.path().join("built"), tmp.path().join("precious"), tmp.path().join("bin/model"));
+        std::fs::create_dir(tmp.path().join("bin")).expect("mkdir");
+        std::fs::write(&built, b"\x7fELF").expect("writes");
+        let mode = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o751);
+        std::fs::set_permissions(&built, mode).expect("chmod");
+        std::fs::write(&outside, b"precious").expect("writes");
+        let old = tmp.path().join(format!("bin/.model.{}.partial", std::process::id()));
+        std::os::unix::fs::symlink(&outside, &old).expect("symlink");
+        assert_eq!(super::install(&built, &output), Ok(4));
+        assert_eq!(std::fs::read(&outside).expect("reads"), b"precious");
+        assert_eq!(std::fs::read(&output).expect("reads"), b"\x7fELF");
+        let installed = std::fs::symlink_metadata(&output).expect("installed");
+        use std::os::unix::fs::PermissionsExt;
+        assert!(installed.is_file() && installed.permissions().mode() & 0o777 == 0o751, "{installed:?}");
+        let entries = std::fs::read_dir(tmp.path().join("bin")).expect("lists").count();
+        assert_eq!(entries, 2, "the executable and the planted link, nothing else");
     }
-    result
 }

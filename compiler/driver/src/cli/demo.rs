@@ -28,7 +28,7 @@ pub fn run(threads: usize, defaults: RunOptions) -> Result<String, String> {
         start,
     )?;
     let reference = onnx::proto::TensorProto::decode(REFERENCE).map_err(|e| e.to_string())?;
-    let reference = onnx::tensor::decode(&reference, None)?;
+    let reference = onnx::tensor::decode(&reference, None).map_err(|e| e.to_string())?;
     let (name, got) = &outcome.outputs[0];
     let (g, w) =
         (got.to_vec::<f32>().map_err(|e| e.to_string())?, reference.to_vec::<f32>().map_err(|e| e.to_string())?);

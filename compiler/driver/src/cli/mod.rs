@@ -54,8 +54,8 @@ enum Command {
         /// Write the plan here instead of to stdout (written whole or not at all).
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
-        /// Kernel threads (the CPU's throughput estimate scales with them).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        /// Kernel threads (the CPU's throughput estimate scales with them; at most 1024).
+        #[arg(long, default_value_t = 1, value_parser = crate::flags::parse_threads)]
         threads: u32,
         #[command(flatten)]
         shapes: ShapeOptions,
@@ -95,8 +95,8 @@ enum Command {
     Targets,
     /// Compile and run a bundled model, and show what ran where and what moved.
     Demo {
-        /// Kernel threads.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        /// Kernel threads (at most 1024).
+        #[arg(long, default_value_t = 1, value_parser = crate::flags::parse_threads)]
         threads: u32,
     },
 }
