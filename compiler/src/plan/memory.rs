@@ -7,7 +7,7 @@
 //! Offsets are chosen largest buffer first, each at the lowest offset free for its whole lifetime: the usual
 //! greedy for this interval-packing problem, within a few percent of the bound on the model suite (`docs/planning.md`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use cranelift_entity::SecondaryMap;
 
@@ -15,6 +15,7 @@ use crate::ir::{Graph, Op, ValueDef, ValueId};
 
 use super::copies::{PlannedCopy, When};
 use super::cost::is_view;
+use super::overlap::Overlaps;
 use super::placement::Placed;
 use super::target::Backend;
 
@@ -72,8 +73,23 @@ pub fn plan(
             spaces.push(t.spec().space.clone());
         }
     }
-    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
-    let persistent: Vec<&str> = states.iter().map(|(o, _)| o.as_str()).collect();
+    let mut outputs: SecondaryMap<ValueId, bool> = SecondaryMap::new();
+    for o in graph.outputs() {
+        outputs[o.value] = true;
+    }
+    let persistent: HashSet<&str> = states.iter().map(|(o, _)| o.as_str()).collect();
+    // The last step that reads each value, in any space (a value read in another space stays alive until that
+    // reader's step: its copy out happens by then); 0 when none does.
+    let mut last_reader: SecondaryMap<ValueId, usize> = SecondaryMap::new();
+    for (i, p) in placed.iter().enumerate() {
+        for &v in graph.node(p.node).inputs.iter().flatten() {
+            last_reader[v] = i;
+        }
+    }
+    let last_read = |v: ValueId| last_reader[v];
+    // Values copied into each space to be read there (setup uploads are constants, outside the arenas).
+    let arrivals: HashSet<(ValueId, &str)> =
+        copies.iter().filter(|c| c.when != When::Setup).map(|c| (c.id, c.to.as_str())).collect();
     let mut arenas = Vec::new();
     for space in spaces {
         let alignment =
@@ -82,10 +98,6 @@ pub fn plan(
         let mut root: SecondaryMap<ValueId, Option<ValueId>> = SecondaryMap::new();
         let mut intervals: BTreeMap<ValueId, Interval> = BTreeMap::new();
         let mut kept = Vec::new();
-        let last_read = |v: ValueId| -> usize {
-            // A value read in another space stays alive until that reader's step (its copy out happens by then).
-            placed.iter().rposition(|p| graph.node(p.node).inputs.contains(&Some(v))).unwrap_or(0)
-        };
         for (i, p) in placed.iter().enumerate() {
             if space_of_target(p.target) != space {
                 continue;
@@ -93,7 +105,7 @@ pub fn plan(
             let node = graph.node(p.node);
             for v in node.inputs.iter().flatten() {
                 // Copies into this space: alive from their first reader here to their last.
-                let arrives = copies.iter().any(|c| c.id == *v && c.to == space && c.when != When::Setup);
+                let arrives = arrivals.contains(&(*v, space.as_str()));
                 if arrives && root[*v].is_none() && !intervals.contains_key(v) {
                     let end = last_read(*v);
                     intervals.insert(
@@ -106,8 +118,8 @@ pub fn plan(
             for v in node.outputs.iter().flatten() {
                 let name = graph.value(*v).name.as_str();
                 let bytes = graph.ty(*v).byte_len().unwrap_or(0);
-                let mut end = if outputs.contains(v) { steps } else { last_read(*v).max(i) };
-                if persistent.contains(&name) {
+                let mut end = if outputs[*v] { steps } else { last_read(*v).max(i) };
+                if persistent.contains(name) {
                     kept.push((name.to_string(), bytes));
                     continue;
                 }
@@ -118,7 +130,7 @@ pub fn plan(
                         if in_place(&node.op)
                             && intervals[&r].end <= i
                             && intervals[&r].bytes == bytes
-                            && !outputs.contains(&r) =>
+                            && !outputs[r] =>
                     {
                         Some(r)
                     }
@@ -154,7 +166,8 @@ type Order = dyn Fn(&Interval, &Interval) -> std::cmp::Ordering;
 
 /// Offsets for `intervals`. A few greedy orders (largest first; earliest first; longest-lived first) each place
 /// every buffer at the lowest aligned offset free for its whole lifetime, or in the tightest free gap; the
-/// smallest arena wins. Each try is O(n²) in buffers, milliseconds for the model zoo's graphs.
+/// smallest arena wins. Each try looks, per buffer, only at the placed buffers whose lifetimes overlap its own
+/// ([`Overlaps`]): O(n log n) in buffers when few are alive at once, as on a long chain.
 fn pack(
     graph: &Graph,
     space: String,
@@ -168,21 +181,19 @@ fn pack(
         &|a, b| a.start.cmp(&b.start).then(b.bytes.cmp(&a.bytes)),
         &|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(b.bytes.cmp(&a.bytes)),
     ];
+    let lifetimes: Vec<(usize, usize)> = intervals.iter().map(|iv| (iv.start, iv.end)).collect();
     let mut best: Option<(usize, Vec<usize>)> = None;
     for order in orders {
         for tightest in [false, true] {
             let mut idx: Vec<usize> = (0..intervals.len()).collect();
             idx.sort_by(|&a, &b| order(&intervals[a], &intervals[b]));
             let mut offsets = vec![0; intervals.len()];
-            let mut placed: Vec<usize> = Vec::new();
+            let mut placed = Overlaps::new(&lifetimes);
             for &i in &idx {
                 let iv = &intervals[i];
                 let bytes = size(iv);
-                let mut busy: Vec<(usize, usize)> = placed
-                    .iter()
-                    .filter(|&&p| intervals[p].start <= iv.end && iv.start <= intervals[p].end)
-                    .map(|&p| (offsets[p], offsets[p] + size(&intervals[p])))
-                    .collect();
+                let mut busy: Vec<(usize, usize)> = Vec::new();
+                placed.each(iv.start, iv.end, |p| busy.push((offsets[p], offsets[p] + size(&intervals[p]))));
                 busy.sort_unstable();
                 // Free gaps between busy ranges, and the open end.
                 let (mut gaps, mut at) = (Vec::new(), 0);
@@ -196,7 +207,7 @@ fn pack(
                 let offset =
                     if tightest { fitting.min_by_key(|g| g.1).map(|g| g.0) } else { fitting.map(|g| g.0).next() };
                 offsets[i] = offset.unwrap_or(at);
-                placed.push(i);
+                placed.place(i, iv.end);
             }
             let peak = (0..intervals.len()).map(|i| offsets[i] + size(&intervals[i])).max().unwrap_or(0);
             if best.as_ref().is_none_or(|b| peak < b.0) {
@@ -217,10 +228,17 @@ fn pack(
         .collect();
     buffers.sort_by_key(|b| (b.offset, b.live.0));
     let peak_bytes = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
+    // The bytes alive at each step, in one sweep: each buffer counts from its first step to its last.
     let last = buffers.iter().map(|b| b.live.1).max().unwrap_or(0);
-    let lower_bound_bytes = (0..=last)
-        .map(|s| buffers.iter().filter(|b| b.live.0 <= s && s <= b.live.1).map(|b| b.bytes).sum::<usize>())
-        .max()
-        .unwrap_or(0);
+    let (mut starting, mut ended) = (vec![0usize; last + 2], vec![0usize; last + 2]);
+    for b in buffers.iter().filter(|b| b.live.0 <= b.live.1) {
+        starting[b.live.0] += b.bytes;
+        ended[b.live.1 + 1] += b.bytes;
+    }
+    let (mut alive, mut lower_bound_bytes) = (0usize, 0usize);
+    for s in 0..=last {
+        alive = alive + starting[s] - ended[s];
+        lower_bound_bytes = lower_bound_bytes.max(alive);
+    }
     Arena { space, alignment, buffers, peak_bytes, lower_bound_bytes, persistent }
 }
