@@ -204,7 +204,8 @@ impl Graph {
         }
     }
 
-    /// Removes a node from the live order. Its outputs must have no remaining users.
+    /// Removes a node from the live order. Its outputs must have no remaining users. This walks the order: a pass
+    /// that removes many nodes uses [`super::Edit`].
     pub fn remove_node(&mut self, n: NodeId) {
         self.order.retain(|&m| m != n);
     }
@@ -239,7 +240,18 @@ impl Graph {
         released
     }
 
-    /// Makes every user of `old` (node inputs and graph outputs) use `new` instead.
+    /// Replaces the live order (by [`super::Edit::finish`]).
+    pub(crate) fn set_order(&mut self, order: Vec<NodeId>) {
+        self.order = order;
+    }
+
+    /// Makes graph output number `i` hold `v` (by [`super::Edit`]).
+    pub(crate) fn set_output_value(&mut self, i: usize, v: ValueId) {
+        self.outputs[i].value = v;
+    }
+
+    /// Makes every user of `old` (node inputs and graph outputs) use `new` instead. This walks every live node: a
+    /// pass that redirects many values uses [`super::Edit`].
     pub fn replace_uses(&mut self, old: ValueId, new: ValueId) {
         for &n in &self.order {
             for input in self.nodes[n].inputs.iter_mut().flatten() {
@@ -270,6 +282,7 @@ impl Graph {
     }
 
     /// Inserts `node` (already created with [`Graph::add_node`], thus last) right before `before` in the order.
+    /// This walks the order: a pass that inserts many nodes uses [`super::Edit`].
     pub fn move_before(&mut self, node: NodeId, before: NodeId) {
         self.order.retain(|&m| m != node);
         let at = self.order.iter().position(|&m| m == before).unwrap_or(self.order.len());

@@ -2,9 +2,10 @@
 //!
 //! A [`Graph`] owns [`ValueData`] and [`NodeData`] in primary maps indexed by [`ValueId`] and [`NodeId`]; nodes
 //! refer to values by id only. Live nodes are kept in a topological order; passes rewrite by adding nodes,
-//! redirecting uses ([`Graph::replace_uses`]) and dropping nodes from the order. Every value has a static
-//! [`ValueType`] once imported.
+//! redirecting uses ([`Graph::replace_uses`]) and dropping nodes from the order, many at a time through an [`Edit`]
+//! so that a pass stays linear in the graph's size. Every value has a static [`ValueType`] once imported.
 
+mod edit;
 mod entities;
 mod graph;
 mod op;
@@ -13,6 +14,7 @@ pub mod serial;
 mod types;
 pub mod verify;
 
+pub use edit::Edit;
 pub use entities::{NodeId, ValueId};
 pub use graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
 pub use op::{

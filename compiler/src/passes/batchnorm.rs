@@ -9,7 +9,7 @@
 use stowage_runtime::{DatumType, Tensor};
 
 use crate::consts;
-use crate::ir::{Binary, Graph, Op};
+use crate::ir::{Binary, Edit, Graph, Op};
 
 /// Folds every eligible Conv + BatchNormalization pair, then turns the other constant ones into a scale and shift.
 pub fn run(g: &mut Graph) -> usize {
@@ -18,6 +18,7 @@ pub fn run(g: &mut Graph) -> usize {
 
 fn decompose(g: &mut Graph) -> usize {
     let mut count = 0;
+    let mut edit = Edit::new(g);
     for bn in g.order().to_vec() {
         let node = g.node(bn);
         let Op::BatchNorm { epsilon, training: false, .. } = node.op else { continue };
@@ -43,27 +44,37 @@ fn decompose(g: &mut Graph) -> usize {
         let out_name = g.value(y).name.clone();
         let sv = g.add_const(format!("{name}.scale"), st);
         let tv = g.add_const(format!("{name}.shift"), tt);
-        let mul = g.add_node(
+        let mul = edit.insert_before(
+            g,
+            bn,
             format!("{name}.mul"),
             Op::Binary(Binary::Mul),
             vec![Some(x), Some(sv)],
             vec![Some((format!("{out_name}.scaled"), ty.clone()))],
         );
-        g.move_before(mul, bn);
         let Some(Some(scaled)) = g.node(mul).outputs.first().copied() else { continue };
-        let add = g.add_node(name, Op::Binary(Binary::Add), vec![Some(scaled), Some(tv)], vec![Some((out_name, ty))]);
-        g.move_before(add, bn);
+        let add = edit.insert_before(
+            g,
+            bn,
+            name,
+            Op::Binary(Binary::Add),
+            vec![Some(scaled), Some(tv)],
+            vec![Some((out_name, ty))],
+        );
         let Some(Some(shifted)) = g.node(add).outputs.first().copied() else { continue };
-        g.replace_uses(y, shifted);
-        g.remove_node(bn);
+        edit.replace_uses(g, y, shifted);
+        edit.remove(g, bn);
         count += 1;
     }
+    edit.finish(g);
     count
 }
 
 fn fold_into_conv(g: &mut Graph) -> usize {
     let mut folded = 0;
+    // Decisions read the use counts from before the pass, as they always have; `edit` keeps the order changes.
     let uses = g.use_counts();
+    let mut edit = Edit::new(g);
     for bn in g.order().to_vec() {
         let node = g.node(bn);
         let Op::BatchNorm { epsilon, training: false, .. } = node.op else { continue };
@@ -91,12 +102,13 @@ fn fold_into_conv(g: &mut Graph) -> usize {
         let name = cn.name.clone();
         let w_id = g.add_const(format!("{name}.weight_bn"), new_w);
         let b_id = g.add_const(format!("{name}.bias_bn"), new_b);
-        let conv_node = g.node_mut(conv);
-        conv_node.inputs.truncate(1);
-        conv_node.inputs.push(Some(w_id));
-        conv_node.inputs.push(Some(b_id));
-        g.replace_uses(y, x);
-        g.remove_node(bn);
+        let mut inputs = g.node(conv).inputs.clone();
+        inputs.truncate(1);
+        inputs.push(Some(w_id));
+        inputs.push(Some(b_id));
+        edit.set_inputs(g, conv, inputs);
+        edit.replace_uses(g, y, x);
+        edit.remove(g, bn);
         // The unfolded weights had no other reader: their bytes go now, not when the graph does.
         if let Some(v) = old_w {
             if let Ok(empty) = Tensor::zeros(g.ty(v).dt, &[0]) {
@@ -105,6 +117,7 @@ fn fold_into_conv(g: &mut Graph) -> usize {
         }
         folded += 1;
     }
+    edit.finish(g);
     folded
 }
 

@@ -3,7 +3,7 @@
 //! weights. Results over [`MAX_FOLD_BYTES`] stay in the graph, computed at run time.
 
 use crate::eval::fold_node;
-use crate::ir::Graph;
+use crate::ir::{Edit, Graph};
 
 /// Largest result folded, in bytes (1 GiB).
 pub const MAX_FOLD_BYTES: usize = 1 << 30;
@@ -11,6 +11,7 @@ pub const MAX_FOLD_BYTES: usize = 1 << 30;
 /// Folds every foldable node, in order (so chains fold in one run).
 pub fn run(g: &mut Graph) -> usize {
     let mut folded = 0;
+    let mut edit = Edit::new(g);
     for n in g.order().to_vec() {
         let node = g.node(n);
         let outs: Vec<_> = node.outputs.iter().flatten().copied().collect();
@@ -26,8 +27,9 @@ pub fn run(g: &mut Graph) -> usize {
                 g.make_const(v, t);
             }
         }
-        g.remove_node(n);
+        edit.remove(g, n);
         folded += 1;
     }
+    edit.finish(g);
     folded
 }

@@ -3,13 +3,14 @@
 //! no other user. Backends then see one op for a dense layer, bias included.
 
 use crate::infer::broadcast;
-use crate::ir::{Binary, Gemm, Graph, Op, ValueDef};
+use crate::ir::{Binary, Edit, Gemm, Graph, Op, ValueDef};
 
 /// Fuses every eligible product + Add pair.
 pub fn run(g: &mut Graph) -> usize {
     let mut fused = 0;
+    // Use counts as they stand after each fusion, kept up to date rather than counted again per node.
+    let mut edit = Edit::new(g);
     for add in g.order().to_vec() {
-        let uses = g.use_counts();
         let node = g.node(add);
         if !matches!(node.op, Op::Binary(Binary::Add)) {
             continue;
@@ -27,7 +28,7 @@ pub fn run(g: &mut Graph) -> usize {
                 _ => return None,
             };
             let prod = g.ty(p);
-            let ok = uses[p] == 1
+            let ok = edit.uses(p) == 1
                 && prod.rank() == 2
                 && g.node(mm).inputs.iter().flatten().all(|&v| g.ty(v).rank() == 2)
                 && g.ty(c).dt == prod.dt
@@ -39,14 +40,15 @@ pub fn run(g: &mut Graph) -> usize {
         let name = g.node(add).name.clone();
         let ty = g.ty(out).clone();
         let out_name = g.value(out).name.clone();
-        let fused_node = g.add_node(name, Op::Gemm(gemm), vec![a, b, Some(c)], vec![Some((out_name, ty))]);
-        g.move_before(fused_node, add);
+        let fused_node =
+            edit.insert_before(g, add, name, Op::Gemm(gemm), vec![a, b, Some(c)], vec![Some((out_name, ty))]);
         let Some(Some(new_out)) = g.node(fused_node).outputs.first().copied() else { continue };
-        g.replace_uses(out, new_out);
-        g.remove_node(add);
-        g.remove_node(mm);
+        edit.replace_uses(g, out, new_out);
+        edit.remove(g, add);
+        edit.remove(g, mm);
         debug_assert!(matches!(g.value(new_out).def, ValueDef::Node(..)));
         fused += 1;
     }
+    edit.finish(g);
     fused
 }

@@ -3,11 +3,12 @@
 
 use stowage_runtime::Tensor;
 
-use crate::ir::{Graph, Op};
+use crate::ir::{Edit, Graph, Op};
 
 /// Removes every Identity and inference-mode Dropout node.
 pub fn run(g: &mut Graph) -> usize {
     let mut removed = 0;
+    let mut edit = Edit::new(g);
     for n in g.order().to_vec() {
         let node = g.node(n);
         let training = |v: Option<&Option<crate::ir::ValueId>>| {
@@ -30,10 +31,11 @@ pub fn run(g: &mut Graph) -> usize {
             g.make_const(*mask, ones);
         }
         if let Some(Some(out)) = outputs.first() {
-            g.replace_uses(*out, input);
+            edit.replace_uses(g, *out, input);
         }
-        g.remove_node(n);
+        edit.remove(g, n);
         removed += 1;
     }
+    edit.finish(g);
     removed
 }

@@ -2,7 +2,7 @@
 //! value and destination space. Graph inputs are the caller's memory, on the host, in the caller's layout;
 //! outputs stay where they were produced (lazy), and move only when the caller reads their bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use stowage_runtime::MemoryKind;
@@ -109,6 +109,31 @@ pub struct Copies {
     pub input_access: BTreeMap<(String, String), InputAccess>,
 }
 
+/// The copies made so far, as sets, so that asking about them is not a walk of every copy.
+#[derive(Default)]
+struct Seen {
+    /// Values and the spaces copies took them to, but for reads of outputs.
+    arrived: HashSet<(ValueId, String)>,
+    /// Values downloaded to the host every run.
+    downloaded: HashSet<ValueId>,
+}
+
+impl Seen {
+    fn push(&mut self, copies: &mut Vec<PlannedCopy>, c: PlannedCopy) {
+        if c.when != When::WhenRead {
+            self.arrived.insert((c.id, c.to.clone()));
+        }
+        if c.to == "host" && c.when == When::EveryRun {
+            self.downloaded.insert(c.id);
+        }
+        copies.push(c);
+    }
+
+    fn arrived(&self, v: ValueId, space: &str) -> bool {
+        self.arrived.contains(&(v, space.to_string()))
+    }
+}
+
 /// Inserts the copies for `placed`.
 pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], options: &PlanOptions) -> Copies {
     let target_of: BTreeMap<NodeId, usize> = placed.iter().map(|p| (p.node, p.target)).collect();
@@ -124,7 +149,8 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
         }
     }
     let states: BTreeMap<&str, &str> = options.states.iter().map(|(o, i)| (i.as_str(), o.as_str())).collect();
-    let mut setup_done: Vec<(ValueId, String)> = Vec::new();
+    let mut setup_done: HashSet<(ValueId, String)> = HashSet::new();
+    let mut seen = Seen::default();
     for p in placed {
         for v in graph.node(p.node).inputs.iter().flatten() {
             let data = graph.value(*v);
@@ -143,8 +169,7 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
             };
             match &data.def {
                 ValueDef::Const(t) => {
-                    if !here.is_host() && !setup_done.contains(&(*v, here.space.clone())) {
-                        setup_done.push((*v, here.space.clone()));
+                    if !here.is_host() && setup_done.insert((*v, here.space.clone())) {
                         let m = &here.memory;
                         let import = m.import_alignment.filter(|_| m.kind == MemoryKind::Unified);
                         let address = t.storage().host_bytes().map(|b| b.as_ptr() as usize + t.layout().offset());
@@ -168,7 +193,7 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                             ),
                             _ => "a constant, uploaded once when the program is made".to_string(),
                         };
-                        out.copies.push(copy(CopyKind::Upload, "host", reason, When::Setup));
+                        seen.push(&mut out.copies, copy(CopyKind::Upload, "host", reason, When::Setup));
                     }
                 }
                 ValueDef::Input(_) => {
@@ -276,16 +301,15 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                         }
                     };
                     out.input_access.insert(key, access);
-                    out.copies.extend(c);
+                    if let Some(c) = c {
+                        seen.push(&mut out.copies, c);
+                    }
                 }
                 ValueDef::Node(producer, _) => {
                     let from = spec(target_of[producer]);
                     // Already here: made here, or moved here by an earlier reader (a download serves every
                     // host reader: the lazy tensor downloads once).
-                    let arrived = |space: &str| {
-                        out.copies.iter().any(|c| c.id == *v && c.to == space && c.when != When::WhenRead)
-                    };
-                    if from.space == here.space || arrived(&here.space) {
+                    if from.space == here.space || seen.arrived(*v, &here.space) {
                         continue;
                     }
                     let node = graph.node(p.node);
@@ -298,7 +322,7 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                     );
                     if here.is_host() {
                         if from.memory.kind == MemoryKind::Device {
-                            out.copies.push(copy(CopyKind::Download, &from.space, read_by, When::EveryRun));
+                            seen.push(&mut out.copies, copy(CopyKind::Download, &from.space, read_by, When::EveryRun));
                         }
                         // Unified memory is read by the host in place.
                     } else {
@@ -315,12 +339,13 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                         };
                         if !from.is_host() && from.memory.kind == MemoryKind::Device {
                             let reason = format!("{reason}, through the host");
-                            if !arrived("host") {
-                                out.copies.push(copy(CopyKind::Download, &from.space, reason.clone(), When::EveryRun));
+                            if !seen.arrived(*v, "host") {
+                                let down = copy(CopyKind::Download, &from.space, reason.clone(), When::EveryRun);
+                                seen.push(&mut out.copies, down);
                             }
-                            out.copies.push(copy(CopyKind::Upload, "host", reason, When::EveryRun));
+                            seen.push(&mut out.copies, copy(CopyKind::Upload, "host", reason, When::EveryRun));
                         } else {
-                            out.copies.push(copy(CopyKind::Upload, "host", reason, When::EveryRun));
+                            seen.push(&mut out.copies, copy(CopyKind::Upload, "host", reason, When::EveryRun));
                         }
                     }
                 }
@@ -335,7 +360,7 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                 _ => continue,
             };
             // A value some host kernel reads is downloaded every run already; reading it is free.
-            let downloaded = out.copies.iter().any(|c| c.id == o.value && c.to == "host" && c.when == When::EveryRun);
+            let downloaded = seen.downloaded.contains(&o.value);
             if space.memory.kind == MemoryKind::Device && !downloaded {
                 out.copies.push(PlannedCopy {
                     value: o.name.clone(),

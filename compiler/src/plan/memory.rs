@@ -14,13 +14,14 @@
 //! Offsets are chosen largest buffer first, each at the lowest offset free for its whole lifetime: the usual
 //! greedy for this interval-packing problem, within a few percent of the bound on the model suite (`docs/planning.md`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cranelift_entity::SecondaryMap;
 
 use crate::ir::{Graph, ValueId};
 
 use super::copies::{PlannedCopy, When};
+use super::overlap::Overlaps;
 use super::target::{Backend, KernelStep};
 
 /// One buffer of an arena.
@@ -95,8 +96,8 @@ pub fn plan(
             last_read.insert(*v, i);
         }
     }
-    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
-    let persistent: Vec<&str> = states.iter().map(|(o, _)| o.as_str()).collect();
+    let outputs: HashSet<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    let persistent: HashSet<&str> = states.iter().map(|(o, _)| o.as_str()).collect();
     let mut arenas = Vec::new();
     for space in spaces {
         let alignment =
@@ -166,7 +167,8 @@ type Order = dyn Fn(&Interval, &Interval) -> std::cmp::Ordering;
 
 /// Offsets for `intervals`. A few greedy orders (largest first; earliest first; longest-lived first) each place
 /// every buffer at the lowest aligned offset free for its whole lifetime, or in the tightest free gap; the
-/// smallest arena wins. Each try is O(n²) in buffers, milliseconds for the model zoo's graphs.
+/// smallest arena wins. Each try looks, per buffer, only at the placed buffers whose lifetimes overlap its own
+/// ([`Overlaps`]): O(n log n) in buffers when few are alive at once, as on a long chain.
 fn pack(
     graph: &Graph,
     space: String,
@@ -180,21 +182,19 @@ fn pack(
         &|a, b| a.start.cmp(&b.start).then(b.bytes.cmp(&a.bytes)),
         &|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(b.bytes.cmp(&a.bytes)),
     ];
+    let lifetimes: Vec<(usize, usize)> = intervals.iter().map(|iv| (iv.start, iv.end)).collect();
     let mut best: Option<(usize, Vec<usize>)> = None;
     for order in orders {
         for tightest in [false, true] {
             let mut idx: Vec<usize> = (0..intervals.len()).collect();
             idx.sort_by(|&a, &b| order(&intervals[a], &intervals[b]));
             let mut offsets = vec![0; intervals.len()];
-            let mut placed: Vec<usize> = Vec::new();
+            let mut placed = Overlaps::new(&lifetimes);
             for &i in &idx {
                 let iv = &intervals[i];
                 let bytes = size(iv);
-                let mut busy: Vec<(usize, usize)> = placed
-                    .iter()
-                    .filter(|&&p| intervals[p].start <= iv.end && iv.start <= intervals[p].end)
-                    .map(|&p| (offsets[p], offsets[p] + size(&intervals[p])))
-                    .collect();
+                let mut busy: Vec<(usize, usize)> = Vec::new();
+                placed.each(iv.start, iv.end, |p| busy.push((offsets[p], offsets[p] + size(&intervals[p]))));
                 busy.sort_unstable();
                 // Free gaps between busy ranges, and the open end.
                 let (mut gaps, mut at) = (Vec::new(), 0);
@@ -208,7 +208,7 @@ fn pack(
                 let offset =
                     if tightest { fitting.min_by_key(|g| g.1).map(|g| g.0) } else { fitting.map(|g| g.0).next() };
                 offsets[i] = offset.unwrap_or(at);
-                placed.push(i);
+                placed.place(i, iv.end);
             }
             let peak = (0..intervals.len()).map(|i| offsets[i] + size(&intervals[i])).max().unwrap_or(0);
             if best.as_ref().is_none_or(|b| peak < b.0) {
@@ -221,7 +221,7 @@ fn pack(
         .iter()
         .zip(offsets)
         .map(|(iv, offset)| Buffer {
-            values: iv.values.iter().map(|&v| super::segments::value_name(graph, v)).collect(),
+            values: iv.values.iter().map(|&v| graph.value(v).name.clone()).collect(),
             offset,
             bytes: size(iv),
             live: (iv.start, iv.end),
@@ -229,10 +229,17 @@ fn pack(
         .collect();
     buffers.sort_by_key(|b| (b.offset, b.live.0));
     let peak_bytes = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
+    // The bytes alive at each step, in one sweep: each buffer counts from its first step to its last.
     let last = buffers.iter().map(|b| b.live.1).max().unwrap_or(0);
-    let lower_bound_bytes = (0..=last)
-        .map(|s| buffers.iter().filter(|b| b.live.0 <= s && s <= b.live.1).map(|b| b.bytes).sum::<usize>())
-        .max()
-        .unwrap_or(0);
+    let (mut starting, mut ended) = (vec![0usize; last + 2], vec![0usize; last + 2]);
+    for b in buffers.iter().filter(|b| b.live.0 <= b.live.1) {
+        starting[b.live.0] += b.bytes;
+        ended[b.live.1 + 1] += b.bytes;
+    }
+    let (mut alive, mut lower_bound_bytes) = (0usize, 0usize);
+    for s in 0..=last {
+        alive = alive + starting[s] - ended[s];
+        lower_bound_bytes = lower_bound_bytes.max(alive);
+    }
     Arena { space, alignment, buffers, peak_bytes, lower_bound_bytes, persistent, outside: Vec::new() }
 }

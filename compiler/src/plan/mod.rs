@@ -18,6 +18,7 @@ pub mod copies;
 pub mod cost;
 pub mod layout;
 pub mod memory;
+mod overlap;
 pub mod placement;
 pub mod segments;
 pub mod serial;
@@ -187,10 +188,11 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
             let name = graph.value(v).name.clone();
             let layout =
                 options.input_layouts.get(&name).cloned().unwrap_or_else(|| InputLayout::packed(graph.ty(v).rank()));
+            // The keys are (input, space): this input's entries are one range of the map.
             let access = inserted
                 .input_access
-                .iter()
-                .filter(|((input, _), _)| *input == name)
+                .range((name.clone(), String::new())..)
+                .take_while(|((input, _), _)| *input == name)
                 .map(|((_, space), a)| (space.clone(), a.clone()))
                 .collect();
             PlanInput { name, layout, access }

@@ -30,9 +30,14 @@ pub fn place(
     targets: &[&dyn Backend],
     pins: &std::collections::BTreeMap<String, String>,
 ) -> Result<Vec<Placed>, PlanError> {
+    let names: std::collections::HashSet<&str> = if pins.is_empty() {
+        Default::default()
+    } else {
+        graph.order().iter().map(|&n| graph.node(n).name.as_str()).collect()
+    };
     for (node, target) in pins {
         let bad = |message: String| PlanError::BadOption { option: format!("pin {node}={target}"), message };
-        if !graph.order().iter().any(|&n| graph.node(n).name == *node) {
+        if !names.contains(node.as_str()) {
             return Err(bad(format!("the graph has no node '{node}'")));
         }
         if !targets.iter().any(|t| t.spec().name == *target) {

@@ -1,7 +1,8 @@
-//! Shared helpers for the compiler's tests: where the generated ONNX data lives, and a small model builder.
+//! Shared helpers for the compiler's tests: where the generated ONNX data lives, a small model builder, and a long chain model.
 #![allow(dead_code)]
 
 pub mod build;
+pub mod chain;
 
 use std::path::PathBuf;
 
