@@ -45,13 +45,11 @@ fn run_model(dir: &Path, name: &str, target: &str) -> Result<(), String> {
             ));
         }
         memory.push_str(&format!("  {} peak {:>9} bytes {ratio:.3}× bound", a.space, a.peak_bytes));
-        // The CPU's executor takes its values from the arena at the plan's offsets: what it measures is what was
-        // planned. (OpenCL's executor pools its own buffers still: its peak is measured, not compared.)
-        if a.space == "host" {
-            let measured = outcome.peaks.iter().find(|(s, _)| *s == a.space).map_or(0, |p| p.1);
-            if measured != a.peak_bytes {
-                return Err(format!("host: measured peak {measured} bytes, planned {}", a.peak_bytes));
-            }
+        // Every executor takes its values from the arena at the plan's offsets: what it measures is what was
+        // planned.
+        let measured = outcome.peaks.iter().find(|(s, _)| *s == a.space).map_or(0, |p| p.1);
+        if measured != a.peak_bytes {
+            return Err(format!("{}: measured peak {measured} bytes, planned {}", a.space, a.peak_bytes));
         }
     }
     println!(

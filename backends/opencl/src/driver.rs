@@ -3,11 +3,11 @@
 //! driver's executable.
 
 use stowage_compiler::ir::{Graph, NodeId};
-use stowage_compiler::plan::{Accepts, Backend, Plan, Segment, TargetSpec, When};
+use stowage_compiler::plan::{Accepts, Backend, KernelStep, Plan, PlanInput, Segment, TargetSpec, When};
 use stowage_driver::{BackendError, Executable, KindSource, MemoryPath, OpenOptions, OpenedTarget, Ran, TargetKind};
-use stowage_runtime::{Ledger, Tensor};
+use stowage_runtime::{DatumType, Ledger, Tensor};
 
-use crate::{ClProgram, Mode, PlanTarget, Target};
+use crate::{ClBuffer, ClProgram, Mode, PlanTarget, Target};
 
 /// The `opencl` target kind: every OpenCL device the ICD loader finds.
 pub static KIND: OpenClKind = OpenClKind;
@@ -41,7 +41,7 @@ impl TargetKind for OpenClKind {
     fn open(&self, target: &str, _options: &OpenOptions, graph: &Graph) -> Result<Box<dyn OpenedTarget>, BackendError> {
         let device = Target::open(target)?;
         let view = PlanTarget::new(target, device.info(), device.mode(), graph)?;
-        Ok(Box::new(OpenedDevice { device, view }))
+        Ok(Box::new(OpenedDevice { device, view, arena: Default::default() }))
     }
 }
 
@@ -49,6 +49,23 @@ impl TargetKind for OpenClKind {
 struct OpenedDevice {
     device: Target,
     view: PlanTarget,
+    /// The session's one arena on the device, made at the plan's peak when the first segment is lowered (`None`
+    /// when the plan has no intermediate on it).
+    arena: std::sync::OnceLock<Option<ClBuffer>>,
+}
+
+impl OpenedDevice {
+    /// The session's arena, made the first time. A device that cannot make it in one allocation (larger than
+    /// its largest) runs with a buffer per value instead, as without a plan; the report's measured peak then
+    /// differs from the planned one.
+    fn arena(&self, plan: &Plan) -> Option<ClBuffer> {
+        let made = || {
+            let space = self.device.space().name();
+            let peak = plan.arenas.iter().find(|a| a.space == space).map_or(0, |a| a.peak_bytes);
+            (peak > 0).then(|| ClBuffer::allocate(&self.device, DatumType::U8, &[peak]).ok()).flatten()
+        };
+        self.arena.get_or_init(made).clone()
+    }
 }
 
 impl Backend for OpenedDevice {
@@ -62,6 +79,13 @@ impl Backend for OpenedDevice {
 
     fn accepts(&self, graph: &Graph, node: NodeId, input: usize) -> Accepts {
         self.view.accepts(graph, node, input)
+    }
+
+    /// The steps of this backend's lowering; a segment it cannot translate (which the planner would not give
+    /// it) is planned node by node, and fails at lowering.
+    fn kernel_steps(&self, segment: &Graph, _inputs: &[PlanInput]) -> Vec<KernelStep> {
+        crate::lower::memory_steps(segment, self.device.info())
+            .unwrap_or_else(|_| stowage_compiler::plan::one_step_per_node(segment))
     }
 }
 
@@ -87,7 +111,14 @@ impl OpenedTarget for OpenedDevice {
                     && stowage_compiler::plan::segments::value_name(whole, c.id) == name
             })
         };
-        Ok(Box::new(DeviceExecutable(crate::lower_planned(&segment.graph, &self.device, setup, &uploaded)?)))
+        let mut program = crate::lower_planned(&segment.graph, &self.device, setup, &uploaded)?;
+        if let (Some(arena), Some(planned)) = (self.arena(plan), plan.arenas.iter().find(|a| a.space == space)) {
+            let place = |name: &str| planned.buffer_of(name).map(|b| (b.offset, b.bytes));
+            let outside = |name: &str| planned.outside.iter().chain(&planned.persistent).any(|(v, _)| v == name);
+            let memory = crate::exec::ArenaUse::new(&program, &arena, &place, &outside)?;
+            program.use_arena(memory);
+        }
+        Ok(Box::new(DeviceExecutable(program)))
     }
 
     fn path(&self) -> Option<MemoryPath> {

@@ -83,6 +83,12 @@ pub struct ClProgram {
     pub(crate) last_use: Vec<usize>,
     /// Bytes uploaded when the program was made (its constants).
     pub const_bytes: usize,
+    /// Per slot, the name of its value (`%N` for an unnamed one), as the plan names it.
+    pub(crate) slot_names: Vec<String>,
+    /// The plan's places for values, in the session's arena ([`ClProgram::use_arena`]).
+    pub(crate) memory: Option<ArenaUse>,
+    /// Held while a run enqueues its work: two runs at once would write the same places of the arena.
+    pub(crate) running: Mutex<()>,
     /// The most bytes of values alive at once on the device over the runs so far.
     pub(crate) peak: std::sync::atomic::AtomicUsize,
     /// Device buffers of values and scratch that died, by byte length, for later steps and runs to reuse instead
@@ -92,6 +98,50 @@ pub struct ClProgram {
     pub(crate) times: Mutex<(Vec<u64>, usize)>,
     /// Per kernel, what it computes (a product's dimensions), for the profile.
     pub(crate) notes: Vec<String>,
+}
+
+/// Where a program's values live in its session's arena, as the plan placed them.
+pub struct ArenaUse {
+    /// Per slot, its place: a region of the arena at the plan's offset, and the end of the planned buffer (for
+    /// the high-water mark). `None`: the value's memory is its own.
+    places: Vec<Option<(ClBuffer, usize)>>,
+    /// Per slot, true when the plan keeps it out of every arena (outputs, values handed to another space).
+    outside: Vec<bool>,
+}
+
+impl ArenaUse {
+    /// Places in `arena` (one allocation at the plan's peak for the device's space): `planned` gives, by value
+    /// name, the offset and size of the buffer a value allocates; `outside` names the values the plan keeps out
+    /// of the arena.
+    pub fn new(
+        program: &ClProgram,
+        arena: &ClBuffer,
+        planned: &dyn Fn(&str) -> Option<(usize, usize)>,
+        outside: &dyn Fn(&str) -> bool,
+    ) -> Result<ArenaUse> {
+        let written: std::collections::HashSet<usize> = program
+            .steps
+            .iter()
+            .flat_map(|s| match &s.kind {
+                StepKind::Launches { outs, .. } => outs.clone(),
+                StepKind::Alias { .. } => Vec::new(),
+            })
+            .collect();
+        let mut places = Vec::with_capacity(program.types.len());
+        for (s, name) in program.slot_names.iter().enumerate() {
+            let (dt, shape) = &program.types[s];
+            let bytes = shape.iter().product::<usize>() * dt.size_of();
+            let place = match planned(name) {
+                Some((offset, size)) if written.contains(&s) && bytes > 0 && bytes <= size => {
+                    Some((arena.region(offset, bytes, *dt, shape)?, offset + size))
+                }
+                _ => None,
+            };
+            places.push(place);
+        }
+        let outside = program.slot_names.iter().map(|n| outside(n)).collect();
+        Ok(ArenaUse { places, outside })
+    }
 }
 
 /// One step's kernels timed on the device ([`ClProgram::profile`]).
@@ -107,15 +157,17 @@ pub struct StepTime {
     pub micros: f64,
 }
 
-/// Bytes of the distinct device buffers in `slots` other than constants and inputs (aliases share a buffer).
-fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[usize]) -> usize {
+/// Bytes of the distinct device buffers in `slots` other than the `fixed` slots' and the arena's regions (aliases
+/// share a buffer).
+fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool], in_arena: &std::collections::HashSet<usize>) -> usize {
     use opencl3::memory::ClMem as _;
     let mut seen = std::collections::HashSet::new();
     slots
         .iter()
         .enumerate()
-        .filter(|(s, _)| !fixed.contains(s))
+        .filter(|(s, _)| !fixed[*s])
         .filter_map(|(_, b)| b.as_ref())
+        .filter(|b| !in_arena.contains(&(b.mem().get() as usize)))
         .filter(|b| seen.insert(b.mem().get() as usize))
         .map(ClBuffer::byte_len)
         .sum()
@@ -153,14 +205,27 @@ impl ClProgram {
         &self.steps
     }
 
-    /// The most bytes of values (not constants, inputs or outputs) alive at once on the device in any run so far; scratch
-    /// inside a step (an im2col buffer) is not counted, as on the CPU.
+    /// The most bytes of values (not constants, inputs or outputs) alive at once on the device in any run so far:
+    /// with the plan's arena, its high-water mark and any intermediate held elsewhere. Scratch inside a step (an
+    /// im2col buffer) is not counted, as on the CPU.
     pub fn peak_bytes(&self) -> usize {
         self.peak.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Per slot, the name of its value (`%N` for an unnamed one), as the plan names values.
+    pub fn slot_names(&self) -> &[String] {
+        &self.slot_names
+    }
+
+    /// Runs with intermediate values at their places in the session's arena from now on; values the plan did not
+    /// place keep memory of their own, counted in the measured peak beside the arena's high-water mark.
+    pub fn use_arena(&mut self, memory: ArenaUse) {
+        self.memory = Some(memory);
+    }
+
     /// Runs on `inputs` (in [`ClProgram::inputs`] order). Transfers are recorded in `ledger`; outputs are lazy.
     pub fn run(&self, inputs: Vec<Tensor<'static>>, ledger: &Ledger) -> Result<Vec<Tensor<'static>>> {
+        let _running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let bad = |name: &str, m: String| ClError::Input { input: name.into(), message: m };
         if inputs.len() != self.inputs.len() {
             let name = self.inputs.get(inputs.len()).map_or("(extra)", |b| b.name.as_str());
@@ -211,22 +276,39 @@ impl ClProgram {
             slots[b.slot] = Some(buffer);
         }
         // Constants, inputs and outputs (handed to the caller) are not intermediates: the plan keeps them out of
-        // its arenas too.
-        let fixed: Vec<usize> = self
-            .consts
+        // its arenas too, with the values it hands to another space. Values at their places in the arena count
+        // as its high-water mark; any other intermediate counts while it is alive.
+        let mut fixed: Vec<bool> = vec![false; self.types.len()];
+        let planned_outside = self.memory.as_ref().map(|m| &m.outside);
+        for s in self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().map(|b| b.slot)) {
+            fixed[s] = true;
+        }
+        for (s, f) in fixed.iter_mut().enumerate() {
+            *f |= planned_outside.is_some_and(|o| o[s]);
+        }
+        if self.memory.is_none() {
+            for b in &self.outputs {
+                fixed[b.slot] = true;
+            }
+        }
+        let in_arena: std::collections::HashSet<usize> = self
+            .memory
             .iter()
-            .map(|(s, _)| *s)
-            .chain(self.inputs.iter().map(|b| b.slot))
-            .chain(self.outputs.iter().map(|b| b.slot))
+            .flat_map(|m| m.places.iter().flatten().map(|(b, _)| opencl3::memory::ClMem::get(b.mem()) as usize))
             .collect();
-        let mut peak = 0;
+        let (mut peak, mut high_water) = (0, 0);
         let mut events = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let timed = self.run_step(step, &mut slots)?;
             if self.target.inner.profiling {
                 events.extend(timed.into_iter().map(|e| (i, e)));
             }
-            peak = peak.max(live_bytes(&slots, &fixed));
+            if let (Some(m), StepKind::Launches { outs, .. }) = (&self.memory, &step.kind) {
+                for &o in outs {
+                    high_water = high_water.max(m.places[o].as_ref().map_or(0, |p| p.1));
+                }
+            }
+            peak = peak.max(high_water + live_bytes(&slots, &fixed, &in_arena));
             for (s, slot) in slots.iter_mut().enumerate() {
                 if self.last_use[s] == i {
                     if let Some(b) = slot.take() {
@@ -306,8 +388,14 @@ impl ClProgram {
                     message: e.to_string(),
                 };
                 for &o in outs {
-                    let (dt, shape) = &self.types[o];
-                    slots[o] = Some(self.buffer(*dt, shape).map_err(alloc_err)?);
+                    let placed = self.memory.as_ref().and_then(|m| m.places[o].as_ref());
+                    slots[o] = Some(match placed {
+                        Some((region, _)) => region.clone(),
+                        None => {
+                            let (dt, shape) = &self.types[o];
+                            self.buffer(*dt, shape).map_err(alloc_err)?
+                        }
+                    });
                 }
                 let scratch: Vec<ClBuffer> = scratch
                     .iter()

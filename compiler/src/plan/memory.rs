@@ -7,8 +7,9 @@
 //! step.
 //!
 //! Outside the arena, listed with it: graph outputs and every buffer that shares memory with one (handed to the
-//! caller, who keeps them after the run), copies arriving in the space (each made by its transfer) and fed-back
-//! state outputs (kept across runs). Executors take every other value's memory from the arena at its offset, so
+//! caller, who keeps them after the run), values another space reads in place with no copy (handed to its backend
+//! as tensors: unified memory), copies arriving in the space (each made by its transfer) and fed-back state
+//! outputs (kept across runs). Executors take every other value's memory from the arena at its offset, so
 //! the peak they measure is the planned one.
 //!
 //! Offsets are chosen largest buffer first, each at the lowest offset free for its whole lifetime: the usual
@@ -97,6 +98,7 @@ pub fn plan(
         }
     }
     let outputs: HashSet<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    let handed = handed_across(&flat, &by_name, &space_of_target, copies);
     let persistent: HashSet<&str> = states.iter().map(|(o, _)| o.as_str()).collect();
     let mut arenas = Vec::new();
     for space in spaces {
@@ -149,8 +151,9 @@ pub fn plan(
                 }
             }
         }
-        let (held, out): (Vec<Interval>, Vec<Interval>) =
-            intervals.into_values().partition(|iv| !iv.values.iter().any(|v| outputs.contains(v)));
+        let (held, out): (Vec<Interval>, Vec<Interval>) = intervals
+            .into_values()
+            .partition(|iv| !iv.values.iter().any(|v| outputs.contains(v) || handed.contains(v)));
         outside.extend(out.iter().map(|iv| (super::segments::value_name(graph, iv.values[0]), iv.bytes)));
         outside.extend(
             copies.iter().filter(|c| c.to == space && c.when != When::Setup).map(|c| (c.value.clone(), c.bytes)),
@@ -160,6 +163,34 @@ pub fn plan(
         arenas.push(arena);
     }
     arenas
+}
+
+/// The values that a step of another space reads with no copy planned into that space: memory both backends see
+/// (unified memory), handed from one to the other as a tensor, which stays outside its space's arena like an
+/// output. (A backend reads such a tensor in place through the runtime's storage contract, which hands out whole
+/// allocations, not regions of an arena.)
+fn handed_across(
+    flat: &[(usize, &KernelStep)],
+    by_name: &HashMap<String, ValueId>,
+    space_of_target: &dyn Fn(usize) -> String,
+    copies: &[PlannedCopy],
+) -> HashSet<ValueId> {
+    let copied: HashSet<(ValueId, &str)> =
+        copies.iter().filter(|c| c.when != When::Setup).map(|c| (c.id, c.to.as_str())).collect();
+    let mut written_in: HashMap<ValueId, String> = HashMap::new();
+    let mut handed = HashSet::new();
+    for (t, step) in flat {
+        let space = space_of_target(*t);
+        for v in step.reads.iter().filter_map(|r| by_name.get(r)) {
+            if written_in.get(v).is_some_and(|w| *w != space) && !copied.contains(&(*v, space.as_str())) {
+                handed.insert(*v);
+            }
+        }
+        for v in step.writes.iter().filter_map(|w| by_name.get(w)) {
+            written_in.insert(*v, space.clone());
+        }
+    }
+    handed
 }
 
 /// A greedy order of buffers.

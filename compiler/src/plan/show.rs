@@ -81,7 +81,7 @@ pub fn text(plan: &Plan) -> String {
             let names: Vec<&str> = a.outside.iter().map(|o| o.0.as_str()).collect();
             let _ = writeln!(
                 s,
-                "    outside the arena, made on each run: {bytes} bytes in {} buffer{} (outputs and arriving copies: {})",
+                "    outside the arena, made on each run: {bytes} bytes in {} buffer{} (outputs, values handed across and arriving copies: {})",
                 a.outside.len(),
                 if a.outside.len() == 1 { "" } else { "s" },
                 names.join(", ")

@@ -164,6 +164,40 @@ pub fn unsupported_nodes(graph: &Graph, info: &DeviceInfo) -> Result<Vec<(ir::No
     Ok(found)
 }
 
+/// The steps [`lower`] will run for `graph` on a device like `info`, as the planner's memory pass plans over them:
+/// a fused chain is one step at its root reading the chain's inputs, a convolution with its ReLU writes the ReLU's
+/// value, a reshape-like node is a view of its input, and a Dropout's mask is a step of its own.
+pub fn memory_steps(graph: &Graph, info: &DeviceInfo) -> Result<Vec<stowage_compiler::plan::KernelStep>> {
+    let t = translate(graph, info, None)?;
+    let names = slot_names(graph, &t.b);
+    let steps = t.b.steps.iter().zip(&t.b.reads).map(|(step, read)| {
+        let (reads, writes, view): (Vec<usize>, Vec<usize>, bool) = match &step.kind {
+            // The memory pass takes a view's source as its first read.
+            StepKind::Alias { from, to } => {
+                (std::iter::once(*from).chain(read.iter().copied().filter(|s| s != from)).collect(), vec![*to], true)
+            }
+            StepKind::Launches { outs, .. } => (read.clone(), outs.clone(), false),
+        };
+        stowage_compiler::plan::KernelStep {
+            node: step.name.clone(),
+            reads: reads.iter().map(|&s| names[s].clone()).collect(),
+            writes: writes.iter().map(|&s| names[s].clone()).collect(),
+            view,
+            in_place: false,
+        }
+    });
+    Ok(steps.collect())
+}
+
+/// Per slot, the name of its value as the plan writes it (`%N` for an unnamed one).
+fn slot_names(graph: &Graph, b: &Builder<'_>) -> Vec<String> {
+    let mut names = vec![String::new(); b.types.len()];
+    for (&v, &s) in &b.slot_of {
+        names[s] = stowage_compiler::plan::segments::value_name(graph, v);
+    }
+    names
+}
+
 /// A graph translated to OpenCL C and steps, not built yet.
 struct Translation<'g> {
     b: Builder<'g>,
@@ -344,6 +378,7 @@ fn build(
     t: Translation<'_>,
     uploaded: &dyn Fn(&str) -> bool,
 ) -> Result<ClProgram> {
+    let slot_names = slot_names(graph, &t.b);
     let Translation { b, inputs, outputs, last_use } = t;
     let (program, kernels) = if b.kernels.is_empty() {
         (None, Vec::new())
@@ -387,6 +422,9 @@ fn build(
         consts: buffers,
         last_use,
         const_bytes,
+        slot_names,
+        memory: None,
+        running: Default::default(),
         peak: Default::default(),
         pool: Default::default(),
         times: Default::default(),
