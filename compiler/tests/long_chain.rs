@@ -60,6 +60,7 @@ fn gpu() -> Fake {
         bandwidth_gbps: 20.0,
         latency_us: 10.0,
         staged: true,
+        packs_on_upload: true,
         ..StorageDescriptor::HOST
     };
     let spec = TargetSpec { name: "gpu".into(), space: "gpu:0".into(), memory, gflops: 50_000.0, launch_us: 0.1 };

@@ -34,6 +34,7 @@ fn gpu(lacks: Vec<&'static str>) -> Fake {
         bandwidth_gbps: 20.0,
         latency_us: 10.0,
         staged: true,
+        packs_on_upload: true,
         ..StorageDescriptor::HOST
     };
     Fake {
@@ -372,4 +373,32 @@ fn a_unified_device_is_asked_what_its_kernels_read_before_it_imports_a_caller_la
     // Memory that holds packed rows only: one upload, saying so.
     let p = plan::plan(&g, &[&device(&[LayoutSupport::RowMajor], reads_padded)], &options).expect("plans");
     assert!(p.copies[0].reason.contains("gpu:0 imports packed row-major host memory only"), "{}", p.copies[0].reason);
+}
+
+#[test]
+fn a_strided_input_to_a_discrete_device_is_packed_as_it_uploads_or_relaid_first() {
+    use stowage_compiler::plan::InputLayout;
+    // x[4, 256] in rows padded to 2048 bytes → Relu → y, on a discrete device.
+    let mut g = Graph::new("padded");
+    let x = g.add_input("x", f32s(&[4, 256]));
+    let n = g.add_node("n0", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("y".into(), f32s(&[4, 256])))]);
+    g.add_output("y", g.node(n).outputs[0].expect("output"));
+    let layout = InputLayout::parse("row-pitch=2048", 2).expect("parses");
+    let options = PlanOptions::default().input_layout("x", layout);
+    // A backend with `upload_with`: one upload, which packs.
+    let p = plan::plan(&g, &[&gpu(vec![])], &options).expect("plans");
+    assert_eq!(p.copies.len(), 1, "{:?}", p.copies);
+    assert_eq!(p.copies[0].kind, CopyKind::Upload);
+    assert!(p.copies[0].reason.contains("packed as it goes (the caller's "), "{}", p.copies[0].reason);
+    // Without: packed on the host first, then uploaded; both planned, in that order.
+    let mut plain = gpu(vec![]);
+    plain.spec.memory.packs_on_upload = false;
+    let p = plan::plan(&g, &[&plain], &options).expect("plans");
+    let kinds: Vec<(CopyKind, &str, &str)> =
+        p.copies.iter().map(|c| (c.kind, c.from.as_str(), c.to.as_str())).collect();
+    assert_eq!(kinds, [(CopyKind::Relayout, "host", "host"), (CopyKind::Upload, "host", "gpu:0")]);
+    assert!(p.copies[0].reason.contains("no `upload_with`"), "{}", p.copies[0].reason);
+    // A packed input is one upload either way.
+    let p = plan::plan(&g, &[&plain], &PlanOptions::default()).expect("plans");
+    assert_eq!(p.copies.len(), 1, "{:?}", p.copies);
 }

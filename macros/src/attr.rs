@@ -36,7 +36,9 @@ pub const MAP: &str = "map";
 pub const UNMAP: &str = "unmap";
 pub const IS_ON: &str = "is_on";
 pub const SPACE_OF: &str = "space_of";
-pub const FUNCTIONS: [&str; 10] = [ALLOCATE, UPLOAD, DOWNLOAD, WAIT, COPY, SLICE, MAP, UNMAP, IS_ON, SPACE_OF];
+pub const UPLOAD_WITH: &str = "upload_with";
+pub const FUNCTIONS: [&str; 11] =
+    [ALLOCATE, UPLOAD, UPLOAD_WITH, DOWNLOAD, WAIT, COPY, SLICE, MAP, UNMAP, IS_ON, SPACE_OF];
 
 /// Field roles.
 pub const BUFFER: &str = "buffer";
@@ -45,7 +47,8 @@ pub const SHAPE: &str = "shape";
 pub const RUN_SCOPED: &str = "run_scoped";
 
 const STRUCT_KEYS: &str = "space, name, alignment, row_pitch_alignment, layouts, mappable, staging, import_alignment, \
-     bandwidth_gbps, latency_us, context, allocate, upload, download, wait, copy, slice, map, unmap, is_on, space_of";
+     bandwidth_gbps, latency_us, context, allocate, upload, upload_with, download, wait, copy, slice, map, unmap, is_on, \
+     space_of";
 
 /// One attribute value and the key it was given under (for spans).
 pub struct Attr<T> {

@@ -162,6 +162,7 @@ fn descriptor(p: &Parts<'_, '_>) -> TokenStream {
     let latency = Literal::f64_unsuffixed(d.latency_us.as_ref().map_or(0.0, |l| l.value));
     let can_slice = p.space == Space::Host || p.function(attr::SLICE).is_some();
     let staged = d.staging.as_ref().is_some_and(|s| s.value == attr::Staging::Pinned);
+    let packs = p.function(attr::UPLOAD_WITH).is_some();
     quote! {
         ::stowage_runtime::StorageDescriptor {
             name: #name,
@@ -175,6 +176,7 @@ fn descriptor(p: &Parts<'_, '_>) -> TokenStream {
             latency_us: #latency,
             can_slice: #can_slice,
             staged: #staged,
+            packs_on_upload: #packs,
         }
     }
 }
@@ -330,6 +332,15 @@ fn device(p: &Parts<'_, '_>, descriptor: &TokenStream) -> TokenStream {
     let wait = call(attr::WAIT, quote!(&self.#b));
     let download = call(attr::DOWNLOAD, quote!(&self.#b));
     let upload = call(attr::UPLOAD, quote!(cx, bytes));
+    // Without `upload_with`, the bytes are written on the host and uploaded.
+    let upload_with = call(attr::UPLOAD_WITH, quote!(cx, len, fill)).unwrap_or_else(|| {
+        quote! {{
+            let mut host = #rt::PlainStorage::zeroed(len)?;
+            fill(host.as_bytes_mut())?;
+            let bytes = host.as_bytes();
+            #upload
+        }}
+    });
     let allocate = call(attr::ALLOCATE, quote!(cx, len));
     let copy = call(attr::COPY, quote!(&src.#b, &self.#b));
     // Without `is_on`, a buffer is never assumed to be on the caller's device: it is uploaded.
@@ -403,6 +414,16 @@ fn device(p: &Parts<'_, '_>, descriptor: &TokenStream) -> TokenStream {
                 bytes: &[u8],
             ) -> #rt::Result<#rt::Transferred<Self>> {
                 let uploaded = #upload?;
+                #ok(#rt::Transferred { value: #uploaded, copied: uploaded.copied })
+            }
+            fn upload_with(
+                cx: &Self::Context,
+                dt: #rt::DatumType,
+                shape: &[usize],
+                len: usize,
+                fill: &mut dyn FnMut(&mut [u8]) -> #rt::Result<()>,
+            ) -> #rt::Result<#rt::Transferred<Self>> {
+                let uploaded = #upload_with?;
                 #ok(#rt::Transferred { value: #uploaded, copied: uploaded.copied })
             }
             fn is_on(&self, cx: &Self::Context) -> bool {

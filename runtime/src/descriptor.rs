@@ -62,6 +62,10 @@ pub struct StorageDescriptor {
     /// True when transfers pass through a pinned host staging buffer the backend keeps (`staging = pinned`), so
     /// plans say so in a copy's reason; false when they go straight to the device, or for host memory.
     pub staged: bool,
+    /// True when an upload writes a host tensor of any layout straight into device memory (or the staging it goes
+    /// through), packed row-major as it goes: one copy (`upload_with = …`). False when a strided tensor is packed
+    /// on the host first: a relayout, then the upload, both planned and recorded.
+    pub packs_on_upload: bool,
 }
 
 impl StorageDescriptor {
@@ -78,6 +82,7 @@ impl StorageDescriptor {
         latency_us: 0.0,
         can_slice: true,
         staged: false,
+        packs_on_upload: false,
     };
 
     /// True when the storage holds `layout`.

@@ -68,6 +68,18 @@ pub trait DeviceBuffer: Clone + Send + Sync + fmt::Debug + 'static {
     /// A new buffer on the device of `cx` holding `bytes`: packed row-major `shape` of `dt`.
     fn upload(cx: &Self::Context, dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Transferred<Self>>;
 
+    /// A new buffer on the device of `cx` holding packed row-major `shape` of `dt`, `len` bytes that `fill`
+    /// writes. With the backend's `upload_with` ([`StorageDescriptor::packs_on_upload`]) `fill` writes straight
+    /// into device memory or its staging, so a strided host tensor is packed in the one copy of its upload;
+    /// without it, `fill` writes a host buffer that is then uploaded.
+    fn upload_with(
+        cx: &Self::Context,
+        dt: DatumType,
+        shape: &[usize],
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<Transferred<Self>>;
+
     /// True when this buffer lives on the device of `cx`, so it can be used there as is.
     fn is_on(&self, cx: &Self::Context) -> bool;
 
@@ -111,7 +123,9 @@ pub trait DeviceBuffer: Clone + Send + Sync + fmt::Debug + 'static {
 ///
 /// An output of an earlier run on the same device (a lazy host tensor still backed by its
 /// device buffer, not written on the host) is used as is: no readback, no upload. Anything
-/// else is uploaded once, recorded in `ledger` under the tensor's name.
+/// else is uploaded once, recorded in `ledger` under the tensor's name: a strided tensor is
+/// packed as it is uploaded where the backend can (`upload_with`), else packed on the host
+/// first (a relayout, recorded too), as the plan says.
 pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger: &Ledger) -> Result<D> {
     let tag = LedgerTag::new(ledger, input.name_or_unnamed());
     let packed = input.is_row_major();
@@ -120,6 +134,16 @@ pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger
         if packed && buffer.is_on(cx) && input.is_whole_storage() {
             return Ok(buffer.clone());
         }
+    }
+    if !packed && D::DESCRIPTOR.packs_on_upload {
+        let len = input.len() * input.dt().size_of();
+        let uploaded = D::upload_with(cx, input.dt(), input.shape(), len, &mut |dst| input.write_row_major(dst))?;
+        if uploaded.copied {
+            tag.record(MoveKind::Upload, &MemorySpace::HOST, &uploaded.value.space(), len, || {
+                format!("{} input, packed as it is uploaded", input.layout_kind()).into()
+            });
+        }
+        return Ok(uploaded.value);
     }
     let relaid;
     let bytes = if packed {

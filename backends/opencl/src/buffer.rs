@@ -40,6 +40,7 @@ use crate::error::code_name;
     context = Target,
     allocate = raw::allocate,
     upload = raw::upload,
+    upload_with = raw::upload_with,
     download = raw::download,
     wait = raw::wait,
     copy = raw::copy,

@@ -294,6 +294,8 @@ pub fn descriptor_for(info: &DeviceInfo, mode: Mode) -> StorageDescriptor {
         can_slice: true,
         // The discrete path uploads and downloads through one pinned buffer kept per target (`Staging`).
         staged: !unified,
+        // `raw::upload_with`: a strided input is packed as it is written into staging or device-visible memory.
+        packs_on_upload: true,
     }
 }
 

@@ -291,15 +291,32 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
                             None => {
-                                let reason = if here.memory.staged {
+                                let mut reason = if here.memory.staged {
                                     format!("{} is discrete memory: one upload through pinned staging", here.space)
                                 } else {
                                     format!("{} is discrete memory: one upload", here.space)
                                 };
+                                if !layout.is_packed() && m.packs_on_upload {
+                                    reason
+                                        .push_str(&format!(", packed as it goes (the caller's {})", layout.describe()));
+                                }
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
                         }
                     };
+                    // A backend that cannot pack as it uploads gets the caller's strided tensor packed on the
+                    // host first: a relayout, then the upload (`stowage_runtime::device_input`).
+                    let packed_first = !here.is_host() && !layout.is_packed() && !here.memory.packs_on_upload;
+                    if let (true, Some(up)) = (packed_first, &c) {
+                        let reason = format!(
+                            "the caller's {} packed row-major on the host for its upload to {} (its storage has no \
+                             `upload_with`)",
+                            layout.describe(),
+                            here.space
+                        );
+                        let relayout = copy(CopyKind::Relayout, "host", reason, up.when);
+                        out.copies.push(PlannedCopy { to: "host".into(), ..relayout });
+                    }
                     out.input_access.insert(key, access);
                     if let Some(c) = c {
                         seen.push(&mut out.copies, c);

@@ -96,6 +96,7 @@ impl Default for SimDevice {
     context = SimDevice,
     allocate = raw::allocate,
     upload = raw::upload,
+    upload_with = raw::upload_with,
     download = raw::download,
     wait = raw::wait,
     copy = raw::copy,
@@ -205,6 +206,20 @@ pub mod raw {
     pub fn upload(cx: &SimDevice, bytes: &[u8]) -> Result<Transferred<Memory>> {
         let memory = allocate(cx, bytes.len())?;
         memory.write(|b| b.copy_from_slice(bytes));
+        Ok(Transferred { value: memory, copied: true })
+    }
+
+    /// `len` bytes that `fill` writes straight into a new allocation: a strided host tensor is packed as it is
+    /// uploaded, in one copy.
+    pub fn upload_with(
+        cx: &SimDevice,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<Transferred<Memory>> {
+        let memory = allocate(cx, len)?;
+        let mut filled = Ok(());
+        memory.write(|b| filled = fill(b));
+        filled?;
         Ok(Transferred { value: memory, copied: true })
     }
 

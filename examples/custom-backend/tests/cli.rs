@@ -49,20 +49,31 @@ fn copies(report: &serde_json::Value, key: &str) -> Vec<(String, String, u64)> {
 
 /// Runs `model` on `target`; returns its output's values and the report.
 fn run(model: &(String, String), target: &str, dir: &Path) -> (Vec<f32>, serde_json::Value) {
+    run_with(model, target, dir, &[])
+}
+
+/// [`run`] with more flags.
+fn run_with(model: &(String, String), target: &str, dir: &Path, more: &[&str]) -> (Vec<f32>, serde_json::Value) {
     let out = dir.join(target.replace(',', "_"));
     let report = dir.join(format!("{}.json", target.replace(',', "_")));
-    let (code, stdout, stderr) = sim_stowage(&[
-        "run",
-        &model.0,
-        "--target",
-        target,
-        "--input",
-        &model.1,
-        "--output-dir",
-        &out.to_string_lossy(),
-        "--report",
-        &report.to_string_lossy(),
-    ]);
+    let (code, stdout, stderr) = sim_stowage(
+        &[
+            &[
+                "run",
+                &model.0,
+                "--target",
+                target,
+                "--input",
+                &model.1,
+                "--output-dir",
+                &out.to_string_lossy(),
+                "--report",
+                &report.to_string_lossy(),
+            ],
+            more,
+        ]
+        .concat(),
+    );
     assert_eq!(code, 0, "{target}: {stdout} {stderr}");
     (floats(&out.join("output_0.pb")), read_json(&report))
 }
@@ -87,6 +98,31 @@ fn sim_and_cpu_give_the_outputs_of_cpu_alone_with_the_ledger_the_plan_predicts()
         assert_eq!(copies(&report, "planned_copies"), copies(&report, "performed_copies"), "{name}");
         assert!(!copies(&report, "performed_copies").is_empty(), "{name}: the sim device is reached by copies");
     }
+}
+
+/// The caller's input in rows padded to 512 bytes: the sim device packs it as it uploads (`upload_with`), one
+/// copy where a host relayout and an upload were made before, as planned.
+#[test]
+fn a_padded_input_is_packed_as_it_is_uploaded_in_one_copy() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let m = model("transformer_block");
+    let (alone, _) = run(&m, "cpu", tmp.path());
+    let (mixed, report) = run_with(&m, "sim,cpu", tmp.path(), &["--input-layout", "x=row-pitch=512"]);
+    close(&mixed, &alone);
+    assert_eq!(copies(&report, "planned_copies"), copies(&report, "performed_copies"));
+    let to_sim: Vec<&serde_json::Value> = report["planned_copies"]
+        .as_array()
+        .expect("copies")
+        .iter()
+        .filter(|c| c["value"] == "x" && c["to"] == "sim")
+        .collect();
+    assert_eq!(to_sim.len(), 1, "{to_sim:?}");
+    assert!(to_sim[0]["reason"].as_str().is_some_and(|r| r.contains("packed as it goes (the caller's ")), "{to_sim:?}");
+    // The host's own relayout for its kernels (LayerNorm reads packed rows) is another copy, planned as well.
+    let performed = report["performed_copies"].as_array().expect("copies");
+    let up: Vec<&serde_json::Value> = performed.iter().filter(|c| c["value"] == "x" && c["to"] == "sim").collect();
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert!(up[0]["reason"].as_str().is_some_and(|r| r.ends_with("packed as it is uploaded")), "{up:?}");
 }
 
 #[test]
