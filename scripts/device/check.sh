@@ -20,6 +20,8 @@ for dir in "$STAGE"/models/*/; do
   if "$BIN" run "$dir/model.onnx" --input "$dir/test_data_set_0/input_0.pb" --target "$TARGET" --output-dir "$out" \
       --report "$out/report.json" > "$out/log" 2>&1; then
     printf '%-22s %s\n' "$name" "$(python3 scripts/device/pbcmp.py "$out/output_0.pb" "$dir/test_data_set_0/output_0.pb")" || status=1
+    # The executor runs in the plan's arena: the measured peak of each space is the planned one.
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); p, m = r['peak_bytes'], r['measured_peak_bytes']; print('  peak', ', '.join(f'{s}: planned {p[s]}, measured {m.get(s)}' for s in p)); sys.exit(any(m.get(s) != p[s] for s in p))" "$out/report.json" || status=1
   else
     printf '%-22s FAILED: %s\n' "$name" "$(tail -1 "$out/log")"; status=1
   fi

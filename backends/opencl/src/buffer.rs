@@ -201,13 +201,7 @@ impl ClBuffer {
 
     /// `bytes` bytes of this buffer from `offset`, as a buffer of its own holding a `dt` value of `shape`: a
     /// planned place in the session's arena. The offset must be at the device's base alignment.
-    pub(crate) fn region(
-        &self,
-        offset: usize,
-        bytes: usize,
-        dt: DatumType,
-        shape: &[usize],
-    ) -> crate::Result<ClBuffer> {
+    pub fn region(&self, offset: usize, bytes: usize, dt: DatumType, shape: &[usize]) -> crate::Result<ClBuffer> {
         let raw = self.raw.region(offset, bytes).map_err(|e| crate::ClError::Transfer {
             value: "a region of the session's arena".into(),
             message: e.to_string(),

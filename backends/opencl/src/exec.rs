@@ -127,12 +127,17 @@ impl ArenaUse {
                 StepKind::Alias { .. } => Vec::new(),
             })
             .collect();
+        // A plan made for another device (built code carries one made elsewhere) may place values off this one's
+        // base alignment, which regions need: those values keep memory of their own.
+        let align = program.target.info().base_align.max(1);
         let mut places = Vec::with_capacity(program.types.len());
         for (s, name) in program.slot_names.iter().enumerate() {
             let (dt, shape) = &program.types[s];
             let bytes = shape.iter().product::<usize>() * dt.size_of();
             let place = match planned(name) {
-                Some((offset, size)) if written.contains(&s) && bytes > 0 && bytes <= size => {
+                Some((offset, size))
+                    if written.contains(&s) && bytes > 0 && bytes <= size && offset.is_multiple_of(align) =>
+                {
                     Some((arena.region(offset, bytes, *dt, shape)?, offset + size))
                 }
                 _ => None,

@@ -1,6 +1,8 @@
 //! The backend functions the derive calls.
 
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut, Range};
+use std::sync::atomic::AtomicU64;
 
 use stowage_runtime::{Result, RuntimeError, Transferred};
 
@@ -9,20 +11,30 @@ use super::*;
 /// One OpenCL allocation.
 pub struct ClMem {
     pub(super) target: Target,
-    pub(super) mem: Buffer<u8>,
+    /// Released in `Drop`: a region's is handed to its parent instead (see `retired`).
+    pub(super) mem: ManuallyDrop<Buffer<u8>>,
     pub(super) len: usize,
     pub(super) host: Option<Backing>,
     pub(super) last_write: Mutex<Option<Arc<Event>>>,
     /// The last command that reads or writes this buffer: host memory the device uses in place is freed only
     /// after it (the queue runs on while the executor drops values it no longer needs).
     pub(super) last_access: Mutex<Option<Arc<Event>>>,
-    /// The allocation this one is a region of (a sub-buffer of the session's arena), kept alive by it.
-    pub(super) parent: Option<RawCl>,
+    /// The allocation this one is a region of (a sub-buffer of the session's arena), kept alive by it, and the
+    /// region's place in the order regions were made.
+    pub(super) parent: Option<(RawCl, u64)>,
+    /// The regions of this allocation that nothing uses any more, with the order they were made in: released
+    /// together with it, the last made first. NVIDIA's OpenCL (565 on the H200) crashes when a sub-buffer is
+    /// released after an older one that overlaps it, once kernels have used both (`tests/regions.rs`); releasing
+    /// in the reverse of the order they were made in is safe there and everywhere.
+    pub(super) retired: Mutex<Vec<(u64, Buffer<u8>)>>,
 }
+
+/// The order regions are made in, across every allocation.
+static NEXT_REGION: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for ClMem {
     fn drop(&mut self) {
-        if self.host.is_some() || self.parent.as_ref().is_some_and(|p| p.0.host.is_some()) {
+        if self.host.is_some() || self.parent.as_ref().is_some_and(|p| p.0 .0.host.is_some()) {
             let pending = self.last_access.get_mut().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(e) = pending {
                 // A failed wait means the device is gone; its work on this memory is over either way.
@@ -30,6 +42,17 @@ impl Drop for ClMem {
             }
         }
         self.target.inner.live.fetch_sub(1, Ordering::SeqCst);
+        // SAFETY: `mem` is taken or dropped once, here, and never used after.
+        let mem = unsafe { ManuallyDrop::take(&mut self.mem) };
+        match &self.parent {
+            Some((parent, made)) => parent.0.retired.lock().unwrap_or_else(|p| p.into_inner()).push((*made, mem)),
+            None => {
+                let mut retired = std::mem::take(self.retired.get_mut().unwrap_or_else(|p| p.into_inner()));
+                retired.sort_by_key(|r| std::cmp::Reverse(r.0));
+                drop(retired);
+                drop(mem);
+            }
+        }
     }
 }
 
@@ -74,7 +97,8 @@ impl RawCl {
     fn wrap(target: &Target, mem: Buffer<u8>, len: usize, host: Option<Backing>) -> RawCl {
         target.inner.live.fetch_add(1, Ordering::SeqCst);
         let (last_write, last_access) = (Mutex::new(None), Mutex::new(None));
-        RawCl(Arc::new(ClMem { target: target.clone(), mem, len, host, last_write, last_access, parent: None }))
+        let (mem, parent, retired) = (ManuallyDrop::new(mem), None, Mutex::new(Vec::new()));
+        RawCl(Arc::new(ClMem { target: target.clone(), mem, len, host, last_write, last_access, parent, retired }))
     }
 
     /// `len` bytes of this allocation from `offset` as an allocation of their own (`clCreateSubBuffer`), which
@@ -100,8 +124,10 @@ impl RawCl {
         ))?;
         cx.inner.live.fetch_add(1, Ordering::SeqCst);
         let (last_write, last_access) = (Mutex::new(None), Mutex::new(None));
-        let parent = Some(self.clone());
-        Ok(RawCl(Arc::new(ClMem { target: cx.clone(), mem, len, host: None, last_write, last_access, parent })))
+        let parent = Some((self.clone(), NEXT_REGION.fetch_add(1, Ordering::SeqCst)));
+        let (mem, retired) = (ManuallyDrop::new(mem), Mutex::new(Vec::new()));
+        let host = None;
+        Ok(RawCl(Arc::new(ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, retired })))
     }
 
     /// A buffer over host memory the device uses in place (unified memory).
