@@ -401,4 +401,19 @@ fn a_strided_input_to_a_discrete_device_is_packed_as_it_uploads_or_relaid_first(
     // A packed input is one upload either way.
     let p = plan::plan(&g, &[&plain], &PlanOptions::default()).expect("plans");
     assert_eq!(p.copies.len(), 1, "{:?}", p.copies);
+    // Memory that holds padded rows at a pitch of 256, and a kernel compiled for them: the caller's bytes
+    // uploaded as they are (three rows of 2048 bytes and the last one's 1024), read as held.
+    use stowage_runtime::LayoutSupport;
+    let mut holding = gpu(vec![]);
+    holding.spec.memory.layouts = &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows];
+    holding.spec.memory.row_pitch_alignment = 256;
+    holding.reads = Accepts { layouts: &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows], at_lowering: true };
+    let p = plan::plan(&g, &[&holding], &options).expect("plans");
+    assert_eq!(p.inputs[0].access, [("gpu:0".to_string(), plan::InputAccess::Held)]);
+    assert_eq!((p.copies.len(), p.copies[0].kind, p.copies[0].bytes), (1, CopyKind::Upload, 3 * 2048 + 1024));
+    // A pitch off the device's row pitch alignment is not held: packed as it goes.
+    let odd = PlanOptions::default().input_layout("x", InputLayout::parse("row-pitch=1088", 2).expect("parses"));
+    let p = plan::plan(&g, &[&holding], &odd).expect("plans");
+    assert_eq!(p.inputs[0].access, [("gpu:0".to_string(), plan::InputAccess::Copied)]);
+    assert_eq!(p.copies[0].bytes, 4 * 1024);
 }

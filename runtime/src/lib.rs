@@ -45,7 +45,7 @@ mod tensor;
 
 pub use datum::{Datum, DatumType};
 pub use descriptor::{LayoutSupport, MapMode, MapSupport, StorageDescriptor};
-pub use device::{device_input, DeviceBuffer, ReadMapping, Transferred, WriteMapping};
+pub use device::{device_input, device_input_as_held, DeviceBuffer, ReadMapping, Transferred, WriteMapping};
 pub use error::{Result, RuntimeError};
 pub use layout::{Layout, LayoutKind, HOST_ALIGNMENT};
 pub use lazy::LazyHost;

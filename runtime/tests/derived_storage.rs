@@ -45,3 +45,28 @@ fn allocate_and_copy_on_the_device_are_recorded() {
         assert_eq!(cx.counters.downloads() + cx.counters.uploads(), 0, "{mode:?}");
     });
 }
+
+#[test]
+fn a_padded_input_is_uploaded_as_it_is_held_or_packed() {
+    use stowage_runtime::{device_input, device_input_as_held, Layout, PlainStorage, Tensor};
+    // f32[3, 2] in rows of 4 floats: the span is 2 rows of 16 bytes and the last row's 8.
+    let values: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let storage = PlainStorage::copy_from(&bytemuck_bytes(&values)).unwrap();
+    let layout = Layout::padded(DatumType::F32, &[3, 2], 0, 16).unwrap();
+    let x = Tensor::from_storage(DatumType::F32, &[3, 2], layout, storage).unwrap().with_name("x");
+    both_modes(|mode| {
+        let cx = TestContext::new(mode);
+        let ledger = Ledger::recording();
+        let held = device_input_as_held::<TestBuffer>(&x, &cx, &ledger).unwrap();
+        assert_eq!(held.peek(), bytemuck_bytes(&values[..10]), "the caller's bytes, padding and all");
+        let moves = ledger.take();
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!((moves[0].kind, moves[0].bytes), (MoveKind::Upload, 40));
+        // Packed for kernels that read packed rows: a relayout on the host, then the upload (the test device
+        // has no `upload_with`).
+        let packed = device_input::<TestBuffer>(&x, &cx, &ledger).unwrap();
+        assert_eq!(packed.peek(), bytemuck_bytes(&[0.0f32, 1.0, 4.0, 5.0, 8.0, 9.0]));
+        let kinds: Vec<MoveKind> = ledger.take().iter().map(|m| m.kind).collect();
+        assert_eq!(kinds, [MoveKind::Relayout, MoveKind::Upload]);
+    });
+}

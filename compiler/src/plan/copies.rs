@@ -99,6 +99,9 @@ pub enum InputAccess {
     InPlace,
     /// One copy (a relayout on the host, an upload to a device) that every kernel of the space reads.
     Copied,
+    /// One upload of the caller's bytes as they are, padding and all (`stowage_runtime::device_input_as_held`):
+    /// the device's memory holds the caller's layout and every kernel of the space reads it, compiled for it.
+    Held,
 }
 
 /// The copies of a placed graph, and how each input reaches each space.
@@ -290,6 +293,22 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                                 };
                                 (InputAccess::Copied, Some(copy(CopyKind::Upload, "host", fed(reason), when)))
                             }
+                            None if held && !layout.is_packed() && refuser.is_none() && state.is_none() => {
+                                let reason = format!(
+                                    "{} is discrete memory: one upload{} of the caller's {} as it is: the device holds \
+                                     it and its kernels read it",
+                                    here.space,
+                                    if here.memory.staged { " through pinned staging" } else { "" },
+                                    layout.describe()
+                                );
+                                let ty = &data.ty;
+                                let strides = layout.strides(ty.dt, &ty.shape);
+                                let span =
+                                    ty.shape.iter().zip(&strides).map(|(d, s)| d.saturating_sub(1) * s).sum::<usize>();
+                                let bytes = if ty.shape.contains(&0) { 0 } else { (span + 1) * ty.dt.size_of() };
+                                let up = PlannedCopy { bytes, ..copy(CopyKind::Upload, "host", reason, when) };
+                                (InputAccess::Held, Some(up))
+                            }
                             None => {
                                 let mut reason = if here.memory.staged {
                                     format!("{} is discrete memory: one upload through pinned staging", here.space)
@@ -306,7 +325,10 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                     };
                     // A backend that cannot pack as it uploads gets the caller's strided tensor packed on the
                     // host first: a relayout, then the upload (`stowage_runtime::device_input`).
-                    let packed_first = !here.is_host() && !layout.is_packed() && !here.memory.packs_on_upload;
+                    let packed_first = !here.is_host()
+                        && !layout.is_packed()
+                        && !here.memory.packs_on_upload
+                        && access == InputAccess::Copied;
                     if let (true, Some(up)) = (packed_first, &c) {
                         let reason = format!(
                             "the caller's {} packed row-major on the host for its upload to {} (its storage has no \

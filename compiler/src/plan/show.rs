@@ -39,7 +39,11 @@ pub fn text(plan: &Plan) -> String {
             .map(|(space, a)| {
                 format!(
                     "{space} {}",
-                    if *a == super::InputAccess::InPlace { "reads it in place" } else { "reads a copy" }
+                    match a {
+                        super::InputAccess::InPlace => "reads it in place",
+                        super::InputAccess::Copied => "reads a copy",
+                        super::InputAccess::Held => "reads an upload of it as it is held",
+                    }
                 )
             })
             .collect();

@@ -47,13 +47,15 @@ pub enum Kernel {
     Relu,
 }
 
-/// Runs `kernel` for `node` on `inputs`, into a new buffer of `shape`.
+/// Runs `kernel` for `node` on `inputs`, each seen as `views` says (its shape and element strides: Add and Relu
+/// read rows padded as the caller held them), into a new buffer of `shape`.
 pub fn launch(
     device: &SimDevice,
     node: &str,
     op: &'static str,
     kernel: &Kernel,
     inputs: &[&SimBuffer],
+    views: &[(Vec<usize>, Vec<usize>)],
     shape: &[usize],
 ) -> Result<SimBuffer, KernelError> {
     if !device.launch() {
@@ -87,14 +89,14 @@ pub fn launch(
             });
         }
         Kernel::Add => {
-            let (a_shape, b_shape) = (inputs[0].shape().to_vec(), inputs[1].shape().to_vec());
+            let ((a_shape, a_strides), (b_shape, b_strides)) = (&views[0], &views[1]);
             inputs[0].read_f32(|a| {
                 inputs[1].read_f32(|b| {
                     out.write_f32(|y| {
                         let mut index = vec![0; shape.len()];
                         for v in y.iter_mut() {
-                            *v = a[broadcast_index(&index, shape, &a_shape)]
-                                + b[broadcast_index(&index, shape, &b_shape)];
+                            *v = a[strided_index(&index, shape, a_shape, a_strides)]
+                                + b[strided_index(&index, shape, b_shape, b_strides)];
                             next(&mut index, shape);
                         }
                     })
@@ -102,7 +104,16 @@ pub fn launch(
             });
         }
         Kernel::Relu => {
-            inputs[0].read_f32(|x| out.write_f32(|y| y.iter_mut().zip(x).for_each(|(y, x)| *y = x.max(0.0))))
+            let (x_shape, x_strides) = &views[0];
+            inputs[0].read_f32(|x| {
+                out.write_f32(|y| {
+                    let mut index = vec![0; shape.len()];
+                    for v in y.iter_mut() {
+                        *v = x[strided_index(&index, shape, x_shape, x_strides)].max(0.0);
+                        next(&mut index, shape);
+                    }
+                })
+            })
         }
     }
     Ok(out)
@@ -110,13 +121,27 @@ pub fn launch(
 
 /// The offset in a row-major tensor of shape `from`, broadcast to `to`, of the element at `index` of `to`.
 fn broadcast_index(index: &[usize], to: &[usize], from: &[usize]) -> usize {
-    let skip = to.len() - from.len();
-    let mut offset = 0;
-    for (axis, &extent) in from.iter().enumerate() {
-        let i = if extent == 1 { 0 } else { index[skip + axis] };
-        offset = offset * extent + i;
+    strided_index(index, to, from, &packed_strides(from))
+}
+
+/// Element strides of packed row-major `shape`.
+pub(crate) fn packed_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for axis in (0..shape.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1] * shape[axis + 1];
     }
-    offset
+    strides
+}
+
+/// The offset, in elements, in a tensor of shape `from` with element `strides`, broadcast to `to`, of the element
+/// at `index` of `to`.
+fn strided_index(index: &[usize], to: &[usize], from: &[usize], strides: &[usize]) -> usize {
+    let skip = to.len() - from.len();
+    from.iter()
+        .zip(strides)
+        .enumerate()
+        .map(|(axis, (&extent, &s))| if extent == 1 { 0 } else { index[skip + axis] * s })
+        .sum()
 }
 
 /// Steps a row-major index through `shape`.

@@ -3,15 +3,19 @@
 //! segment ([`SimProgram`]).
 //!
 //! What crosses the device's boundary does so through the runtime: inputs through `device_input` (an output of an
-//! earlier sim segment is used as is, a host tensor is uploaded once and recorded), outputs as lazy host tensors
-//! (downloaded once, when first read, and recorded). So the ledger is the plan's copies and nothing else.
+//! earlier sim segment is used as is, a host tensor is uploaded once and recorded; a caller's padded rows, which
+//! the device holds and its Add and Relu read, through `device_input_as_held`: uploaded as they are), outputs as
+//! lazy host tensors (downloaded once, when first read, and recorded). So the ledger is the plan's copies and
+//! nothing else.
 
 use std::collections::HashMap;
 
 use stowage_compiler::ir::{Binary, Graph, NodeId, Op, Unary, ValueId};
-use stowage_compiler::plan::{Accepts, Backend, Plan, Segment, TargetSpec};
+use stowage_compiler::plan::{Accepts, Backend, InputAccess, Plan, Segment, TargetSpec};
 use stowage_driver::{BackendError, Executable, KindSource, OpenOptions, OpenedTarget, Ran, TargetKind};
-use stowage_runtime::{device_input, DatumType, DeviceBuffer, Ledger, LedgerTag, Tensor};
+use stowage_runtime::{
+    device_input, device_input_as_held, DatumType, DeviceBuffer, LayoutSupport, Ledger, LedgerTag, Tensor,
+};
 
 use crate::kernels::{launch, Kernel};
 use crate::storage::{SimBuffer, SimDevice};
@@ -121,8 +125,15 @@ impl Backend for OpenedSim {
         kernel_for(graph, node).map(|_| ())
     }
 
-    fn accepts(&self, _graph: &Graph, _node: NodeId, _input: usize) -> Accepts {
-        Accepts::PACKED
+    /// Add and Relu index their inputs with strides compiled in at lowering, so they read rows padded as the
+    /// device holds them; the product reads packed rows.
+    fn accepts(&self, graph: &Graph, node: NodeId, _input: usize) -> Accepts {
+        match graph.node(node).op {
+            Op::Binary(Binary::Add) | Op::Unary(Unary::Relu) => {
+                Accepts { layouts: &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows], at_lowering: true }
+            }
+            _ => Accepts::PACKED,
+        }
     }
 }
 
@@ -135,10 +146,21 @@ impl OpenedTarget for OpenedSim {
         &self,
         segment: &Segment,
         _whole: &Graph,
-        _plan: &Plan,
+        plan: &Plan,
         setup: &Ledger,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        Ok(Box::new(SimProgram::lower(&segment.graph, &self.device, setup)?))
+        // The inputs the plan uploads as the caller holds them, with their element strides.
+        let held: HashMap<String, Vec<usize>> = plan
+            .inputs
+            .iter()
+            .filter(|i| i.access.iter().any(|(s, a)| *s == self.spec.space && *a == InputAccess::Held))
+            .filter_map(|i| {
+                let v = segment.graph.inputs().iter().find(|&&v| segment.graph.value(v).name == i.name)?;
+                let ty = segment.graph.ty(*v);
+                Some((i.name.clone(), i.layout.strides(ty.dt, &ty.shape)))
+            })
+            .collect();
+        Ok(Box::new(SimProgram::lower(&segment.graph, &self.device, setup, &held)?))
     }
 }
 
@@ -149,6 +171,8 @@ struct Step {
     op: &'static str,
     kernel: Kernel,
     inputs: Vec<usize>,
+    /// Per input, its shape and element strides (row-major but for an input uploaded as the caller holds it).
+    views: Vec<(Vec<usize>, Vec<usize>)>,
     output: usize,
     shape: Vec<usize>,
 }
@@ -158,8 +182,8 @@ pub struct SimProgram {
     device: SimDevice,
     /// Constants, uploaded at lowering: slot and buffer.
     consts: Vec<(usize, SimBuffer)>,
-    /// Inputs: slot and name.
-    inputs: Vec<(usize, String)>,
+    /// Inputs: slot, name, and whether it is uploaded as the caller holds it.
+    inputs: Vec<(usize, String, bool)>,
     steps: Vec<Step>,
     /// Outputs: slot and name.
     outputs: Vec<(usize, String)>,
@@ -192,8 +216,14 @@ pub enum LowerError {
 }
 
 impl SimProgram {
-    /// Lowers `graph` (a segment) for `device`; constants are uploaded now, recorded in `setup`.
-    pub fn lower(graph: &Graph, device: &SimDevice, setup: &Ledger) -> Result<SimProgram, LowerError> {
+    /// Lowers `graph` (a segment) for `device`; constants are uploaded now, recorded in `setup`. The inputs in
+    /// `held` arrive as the caller holds them, read with these element strides.
+    pub fn lower(
+        graph: &Graph,
+        device: &SimDevice,
+        setup: &Ledger,
+        held: &HashMap<String, Vec<usize>>,
+    ) -> Result<SimProgram, LowerError> {
         let mut slot_of: HashMap<ValueId, usize> = HashMap::new();
         let mut program = SimProgram {
             device: device.clone(),
@@ -206,7 +236,8 @@ impl SimProgram {
         };
         for &v in graph.inputs() {
             let slot = program.slot(&mut slot_of, v);
-            program.inputs.push((slot, graph.value(v).name.clone()));
+            let name = graph.value(v).name.clone();
+            program.inputs.push((slot, name.clone(), held.contains_key(&name)));
         }
         for &id in graph.order() {
             let n = graph.node(id);
@@ -215,8 +246,14 @@ impl SimProgram {
                 op: n.op.name(),
                 why,
             })?;
-            let mut inputs = Vec::new();
+            let (mut inputs, mut views) = (Vec::new(), Vec::new());
             for &v in n.inputs.iter().flatten() {
+                let (value, shape) = (graph.value(v), graph.ty(v).shape.clone());
+                let strides = match held.get(&value.name).filter(|_| graph.inputs().contains(&v)) {
+                    Some(s) => s.clone(),
+                    None => crate::kernels::packed_strides(&shape),
+                };
+                views.push((shape, strides));
                 if !slot_of.contains_key(&v) {
                     if let Some(t) = graph.const_value(v) {
                         let name = graph.value(v).name.clone();
@@ -232,7 +269,8 @@ impl SimProgram {
             let Some(out) = n.outputs.first().copied().flatten() else { continue };
             let output = program.slot(&mut slot_of, out);
             let shape = graph.ty(out).shape.clone();
-            program.steps.push(Step { node: n.name.clone(), op: n.op.name(), kernel, inputs, output, shape });
+            let step = Step { node: n.name.clone(), op: n.op.name(), kernel, inputs, views, output, shape };
+            program.steps.push(step);
         }
         for o in graph.outputs() {
             let slot = program.slot(&mut slot_of, o.value);
@@ -244,7 +282,7 @@ impl SimProgram {
                 program.last_use[s] = i;
             }
         }
-        for &(s, _) in program.outputs.iter().chain(&program.inputs) {
+        for s in program.outputs.iter().map(|o| o.0).chain(program.inputs.iter().map(|i| i.0)) {
             program.last_use[s] = usize::MAX;
         }
         Ok(program)
@@ -268,9 +306,12 @@ impl Executable for SimProgram {
         for (s, b) in &self.consts {
             slots[*s] = Some(b.clone());
         }
-        for ((s, name), t) in self.inputs.iter().zip(inputs) {
+        for ((s, name, held), t) in self.inputs.iter().zip(inputs) {
             let t = t.with_name(name.clone());
-            slots[*s] = Some(device_input::<SimBuffer>(&t, &self.device, ledger)?);
+            slots[*s] = Some(match held {
+                true => device_input_as_held::<SimBuffer>(&t, &self.device, ledger)?,
+                false => device_input::<SimBuffer>(&t, &self.device, ledger)?,
+            });
         }
         let (mut live, mut peak) = (0usize, 0usize);
         for (i, step) in self.steps.iter().enumerate() {
@@ -279,7 +320,7 @@ impl Executable for SimProgram {
                 .iter()
                 .map(|&s| slots[s].as_ref().ok_or_else(|| format!("node '{}': an input was not computed", step.node)))
                 .collect::<Result<_, _>>()?;
-            let out = launch(&self.device, &step.node, step.op, &step.kernel, &args, &step.shape)?;
+            let out = launch(&self.device, &step.node, step.op, &step.kernel, &args, &step.views, &step.shape)?;
             live += out.byte_len();
             peak = peak.max(live);
             slots[step.output] = Some(out);

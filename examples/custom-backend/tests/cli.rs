@@ -100,29 +100,50 @@ fn sim_and_cpu_give_the_outputs_of_cpu_alone_with_the_ledger_the_plan_predicts()
     }
 }
 
-/// The caller's input in rows padded to 512 bytes: the sim device packs it as it uploads (`upload_with`), one
-/// copy where a host relayout and an upload were made before, as planned.
-#[test]
-fn a_padded_input_is_packed_as_it_is_uploaded_in_one_copy() {
+/// The planned and performed copies of `x` to the sim device, on the transformer block with `x` in `layout`: the
+/// outputs are those of `cpu` alone, and the ledger is the plan.
+fn uploads_of_x(layout: &str) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let m = model("transformer_block");
     let (alone, _) = run(&m, "cpu", tmp.path());
-    let (mixed, report) = run_with(&m, "sim,cpu", tmp.path(), &["--input-layout", "x=row-pitch=512"]);
+    let (mixed, report) = run_with(&m, "sim,cpu", tmp.path(), &["--input-layout", &format!("x={layout}")]);
     close(&mixed, &alone);
     assert_eq!(copies(&report, "planned_copies"), copies(&report, "performed_copies"));
-    let to_sim: Vec<&serde_json::Value> = report["planned_copies"]
-        .as_array()
-        .expect("copies")
-        .iter()
-        .filter(|c| c["value"] == "x" && c["to"] == "sim")
-        .collect();
-    assert_eq!(to_sim.len(), 1, "{to_sim:?}");
-    assert!(to_sim[0]["reason"].as_str().is_some_and(|r| r.contains("packed as it goes (the caller's ")), "{to_sim:?}");
-    // The host's own relayout for its kernels (LayerNorm reads packed rows) is another copy, planned as well.
-    let performed = report["performed_copies"].as_array().expect("copies");
-    let up: Vec<&serde_json::Value> = performed.iter().filter(|c| c["value"] == "x" && c["to"] == "sim").collect();
-    assert_eq!(up.len(), 1, "{up:?}");
-    assert!(up[0]["reason"].as_str().is_some_and(|r| r.ends_with("packed as it is uploaded")), "{up:?}");
+    let to_sim = |key: &str| -> Vec<serde_json::Value> {
+        let all = report[key].as_array().expect("copies").iter();
+        all.filter(|c| c["value"] == "x" && c["to"] == "sim").cloned().collect()
+    };
+    (to_sim("planned_copies"), to_sim("performed_copies"))
+}
+
+/// Rows padded to 512 bytes, a pitch the device holds (256-byte row pitch alignment), read by its Add: one upload
+/// of the caller's bytes as they are (15 rows of 512 bytes and the last row's 256), no packing.
+#[test]
+fn a_padded_input_the_device_holds_is_uploaded_as_it_is() {
+    let (planned, performed) = uploads_of_x("row-pitch=512");
+    assert_eq!((planned.len(), performed.len()), (1, 1), "{planned:?} {performed:?}");
+    assert_eq!(planned[0]["bytes"], 15 * 512 + 256);
+    assert!(
+        planned[0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("as it is: the device holds it and its kernels read it")),
+        "{planned:?}"
+    );
+    assert!(performed[0]["reason"].as_str().is_some_and(|r| r.ends_with("uploaded as it is held")), "{performed:?}");
+}
+
+/// Rows padded to 320 bytes, a pitch the device does not hold: packed as they are uploaded (`upload_with`), one
+/// copy of the packed bytes, where a host relayout and an upload were made before.
+#[test]
+fn a_padded_input_the_device_does_not_hold_is_packed_as_it_uploads() {
+    let (planned, performed) = uploads_of_x("row-pitch=320");
+    assert_eq!((planned.len(), performed.len()), (1, 1), "{planned:?} {performed:?}");
+    assert_eq!(planned[0]["bytes"], 16 * 64 * 4);
+    assert!(
+        planned[0]["reason"].as_str().is_some_and(|r| r.contains("packed as it goes (the caller's ")),
+        "{planned:?}"
+    );
+    assert!(performed[0]["reason"].as_str().is_some_and(|r| r.ends_with("packed as it is uploaded")), "{performed:?}");
 }
 
 #[test]
