@@ -81,6 +81,21 @@ pub enum ImportErrorKind {
         /// What is wrong.
         message: String,
     },
+    /// A value a node makes, or a graph input, is larger than one allocation may be.
+    #[error(
+        "{what} would be {ty}, {bytes} bytes: more than the {limit}-byte limit on one value (raise it with \
+         --max-value-bytes)"
+    )]
+    TooLarge {
+        /// What makes it: `node 'N' (Op): output 'y'`, or `input 'x'`.
+        what: String,
+        /// Its type.
+        ty: String,
+        /// Its bytes (`usize::MAX` past the address space).
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A node reads a name nothing defines.
     #[error(
         "node '{node}': input '{input}' is not defined (no initializer, graph input or node output has that name)"

@@ -293,3 +293,53 @@ fn a_pool_pad_not_smaller_than_its_kernel_names_the_node_and_attribute() {
     // A pad one short of the kernel is taken.
     onnx::load_bytes(&build::bytes(&pool(&[3, 3], &[2, 2, 2, 2])), &ImportConfig::new()).expect("imports");
 }
+
+/// x[1, 1] and an int64 initializer `s` of `values`, read by `op` (Expand's shape, Tile's repeats, Pad's pads) into
+/// y: a node whose output no machine should allocate.
+fn growing(op: &str, x: &[i64], values: &[i64]) -> Vec<u8> {
+    use stowage_compiler::onnx::proto::tensor_proto::DataType;
+    let s = TensorProto {
+        name: Some("s".into()),
+        dims: vec![values.len() as i64],
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: values.to_vec(),
+        ..Default::default()
+    };
+    let m = build::model(
+        13,
+        vec![node(op, &["x", "s"], &["y"], vec![])],
+        vec![value("x", x)],
+        vec![value("y", &[])],
+        vec![s],
+    );
+    build::bytes(&m)
+}
+
+#[test]
+fn a_node_whose_output_is_larger_than_the_limit_is_refused_naming_it() {
+    let config = ImportConfig::new();
+    let err = error_of(&growing("Expand", &[1, 1], &[100_000, 100_000]), &[], &config);
+    check(
+        &err,
+        &[
+            "node 'Expand_y' (Expand): output 'y' would be f32[100000,100000], 40000000000 bytes",
+            "17179869184-byte limit",
+            "--max-value-bytes",
+        ],
+    );
+    let err = error_of(&growing("Tile", &[1, 1], &[100_000, 100_000]), &[], &config);
+    check(&err, &["node 'Tile_y' (Tile): output 'y' would be f32[100000,100000]"]);
+    let err = error_of(&growing("Pad", &[2, 2], &[100_000; 4]), &[], &config);
+    check(&err, &["node 'Pad_y' (Pad): output 'y' would be f32[200002,200002]"]);
+}
+
+#[test]
+fn an_input_larger_than_the_limit_is_refused_and_the_limit_can_be_moved() {
+    let err = error_of(&build::bytes(&add_model()), &[], &ImportConfig::new().max_value_bytes(16));
+    check(&err, &["input 'x' would be f32[2,3], 24 bytes: more than the 16-byte limit on one value"]);
+    // Raised, the growing Expand imports: nothing of its size is made at import.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, growing("Expand", &[1, 1], &[100_000, 100_000])).expect("write");
+    Context::import(&path, &ImportConfig::new().max_value_bytes(1 << 40)).expect("imports under a raised limit");
+}

@@ -417,3 +417,28 @@ fn a_strided_input_to_a_discrete_device_is_packed_as_it_uploads_or_relaid_first(
     assert_eq!(p.inputs[0].access, [("gpu:0".to_string(), plan::InputAccess::Copied)]);
     assert_eq!(p.copies[0].bytes, 4 * 1024);
 }
+
+#[test]
+fn a_view_in_another_space_keeps_the_value_it_views_alive_to_its_own_readers() {
+    // x → Relu (gpu) → v0 → Flatten (cpu: a view of the lazy device tensor) → f → Exp (gpu) → y. The Exp reads
+    // f, which is v0's device memory: v0 must live until the Exp, not die at the Flatten.
+    let mut g = Graph::new("viewed");
+    let x = g.add_input("x", f32s(&[1, 1024]));
+    let relu = g.add_node("n0", Op::Unary(Unary::Relu), vec![Some(x)], vec![Some(("v0".into(), f32s(&[1, 1024])))]);
+    let v0 = g.node(relu).outputs[0].expect("output");
+    let flat = g.add_node("n1", Op::Flatten { axis: 1 }, vec![Some(v0)], vec![Some(("f".into(), f32s(&[1, 1024])))]);
+    let f = g.node(flat).outputs[0].expect("output");
+    let exp = g.add_node("n2", Op::Unary(Unary::Exp), vec![Some(f)], vec![Some(("e".into(), f32s(&[1, 1024])))]);
+    let e = g.node(exp).outputs[0].expect("output");
+    let last = g.add_node("n3", Op::Unary(Unary::Abs), vec![Some(e)], vec![Some(("y".into(), f32s(&[1, 1024])))]);
+    g.add_output("y", g.node(last).outputs[0].expect("output"));
+    let mut device = gpu(vec!["Flatten"]);
+    device.spec.memory.kind = MemoryKind::Device;
+    let p = plan::plan(&g, &[&device, &cpu()], &PlanOptions::default()).expect("plans");
+    let arena = p.arenas.iter().find(|a| a.space == "gpu:0").expect("a device arena");
+    let v0 = arena.buffer_of("v0").expect("v0 in the arena");
+    let e = arena.buffer_of("e").expect("e in the arena");
+    assert!(v0.live.1 >= e.live.0, "v0 {:?} dies before the Exp that reads its view runs {:?}", v0.live, e.live);
+    let overlap = v0.offset < e.offset + e.bytes && e.offset < v0.offset + v0.bytes;
+    assert!(!overlap, "the Exp writes over the memory it reads: v0 {v0:?}, e {e:?}");
+}

@@ -168,19 +168,35 @@ pub fn device_input<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger
     Ok(uploaded.value)
 }
 
-/// [`device_input`] for kernels compiled for `input`'s own layout (a plan that says the device holds it, as
-/// `InputAccess::Held`): the bytes its elements span, padding included, uploaded as they are in one copy into a
-/// flat buffer of that many elements, which those kernels index with the layout's strides. A packed tensor, one
-/// that is not in host memory, or an output of an earlier run on the device goes through [`device_input`].
-pub fn device_input_as_held<D: DeviceBuffer>(input: &Tensor<'_>, cx: &D::Context, ledger: &Ledger) -> Result<D> {
-    let host = input.storage().host_bytes();
-    let (Some(host), false) = (host, input.is_row_major()) else { return device_input(input, cx, ledger) };
+/// [`device_input`] for kernels compiled for element `strides` (a plan that says the device holds the caller's
+/// layout, as `InputAccess::Held`): the bytes `input`'s elements span, padding included, uploaded as they are in
+/// one copy into a flat buffer of that many elements, which those kernels index with the strides. An input in
+/// other strides than the kernels were compiled for, or not in host memory, is an error naming it: those kernels
+/// would read it wrong. Packed strides are [`device_input`]'s case.
+pub fn device_input_as_held<D: DeviceBuffer>(
+    input: &Tensor<'_>,
+    strides: &[usize],
+    cx: &D::Context,
+    ledger: &Ledger,
+) -> Result<D> {
     let (dt, layout) = (input.dt(), input.layout());
-    let (start, end) = (layout.offset(), layout.span_bytes(dt, input.shape())?);
-    let bytes = host.get(start..end).ok_or_else(|| crate::RuntimeError::Layout {
-        tensor: input.name_or_unnamed().into(),
-        reason: format!("its layout spans bytes {start}..{end} of a {}-byte storage", host.len()),
+    let refuse = |reason: String| crate::RuntimeError::Layout { tensor: input.name_or_unnamed().into(), reason };
+    if layout.strides() != strides {
+        return Err(refuse(format!(
+            "its element strides are {:?}; the kernels reading it were compiled for {strides:?}",
+            layout.strides()
+        )));
+    }
+    if input.is_row_major() {
+        return device_input(input, cx, ledger);
+    }
+    let host = input.storage().host_bytes().ok_or_else(|| {
+        refuse("it is not in host memory, and the device takes it only as the caller lays it out there".into())
     })?;
+    let (start, end) = (layout.offset(), layout.span_bytes(dt, input.shape())?);
+    let bytes = host
+        .get(start..end)
+        .ok_or_else(|| refuse(format!("its layout spans bytes {start}..{end} of a {}-byte storage", host.len())))?;
     let uploaded = D::upload(cx, dt, &[bytes.len() / dt.size_of()], bytes)?;
     if uploaded.copied {
         let tag = LedgerTag::new(ledger, input.name_or_unnamed());

@@ -57,7 +57,7 @@ fn a_padded_input_is_uploaded_as_it_is_held_or_packed() {
     both_modes(|mode| {
         let cx = TestContext::new(mode);
         let ledger = Ledger::recording();
-        let held = device_input_as_held::<TestBuffer>(&x, &cx, &ledger).unwrap();
+        let held = device_input_as_held::<TestBuffer>(&x, &[4, 1], &cx, &ledger).unwrap();
         assert_eq!(held.peek(), bytemuck_bytes(&values[..10]), "the caller's bytes, padding and all");
         let moves = ledger.take();
         assert_eq!(moves.len(), 1, "{moves:?}");
@@ -68,5 +68,8 @@ fn a_padded_input_is_uploaded_as_it_is_held_or_packed() {
         assert_eq!(packed.peek(), bytemuck_bytes(&[0.0f32, 1.0, 4.0, 5.0, 8.0, 9.0]));
         let kinds: Vec<MoveKind> = ledger.take().iter().map(|m| m.kind).collect();
         assert_eq!(kinds, [MoveKind::Relayout, MoveKind::Upload]);
+        // Kernels compiled for other strides would read it wrong: refused, naming it.
+        let err = device_input_as_held::<TestBuffer>(&x, &[2, 1], &cx, &ledger).unwrap_err().to_string();
+        assert!(err.contains("tensor x:") && err.contains("compiled for [2, 1]"), "{err}");
     });
 }

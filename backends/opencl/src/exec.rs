@@ -2,9 +2,10 @@
 //!
 //! Constants are uploaded once, when the program is made. Each run takes the caller's inputs in place where the
 //! target allows (unified memory, aligned) or uploads each once (recorded in the run's ledger), gives each value a
-//! buffer (a dead value's of the same size where there is one: the pool lives as long as the program), returns it
-//! to the pool after its last reader, and returns the outputs as lazy host tensors: nothing is read back until the
-//! caller reads.
+//! buffer: its region of the session's arena where the plan placed it ([`ArenaUse`]), else a dead value's of the
+//! same size where there is one (the pool lives as long as the program, and holds scratch too), returned to the
+//! pool after its last reader; and returns the outputs as lazy host tensors: nothing is read back until the caller
+//! reads.
 
 use std::sync::{Arc, Mutex};
 
@@ -87,7 +88,9 @@ pub struct ClProgram {
     pub(crate) slot_names: Vec<String>,
     /// The plan's places for values, in the session's arena ([`ClProgram::use_arena`]).
     pub(crate) memory: Option<ArenaUse>,
-    /// Held while a run enqueues its work: two runs at once would write the same places of the arena.
+    /// Held while a run enqueues its work: two runs of this program at once would write the same places of the
+    /// arena. (The arena is the session's, shared by its segments on the device: `Session::run` runs one run at a
+    /// time, which is what keeps two programs apart.)
     pub(crate) running: Mutex<()>,
     /// The most bytes of values alive at once on the device over the runs so far.
     pub(crate) peak: std::sync::atomic::AtomicUsize,
@@ -134,11 +137,12 @@ impl ArenaUse {
         for (s, name) in program.slot_names.iter().enumerate() {
             let (dt, shape) = &program.types[s];
             let bytes = shape.iter().product::<usize>() * dt.size_of();
+            // A region the device will not make (out of resources) leaves the value memory of its own too.
             let place = match planned(name) {
                 Some((offset, size))
                     if written.contains(&s) && bytes > 0 && bytes <= size && offset.is_multiple_of(align) =>
                 {
-                    Some((arena.region(offset, bytes, *dt, shape)?, offset + size))
+                    arena.region(offset, bytes, *dt, shape).ok().map(|r| (r, offset + size))
                 }
                 _ => None,
             };
@@ -166,7 +170,13 @@ pub struct StepTime {
 /// share a buffer).
 fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool], in_arena: &std::collections::HashSet<usize>) -> usize {
     use opencl3::memory::ClMem as _;
-    let mut seen = std::collections::HashSet::new();
+    // Memory of a fixed slot is not an intermediate's, whichever slot (an alias) holds it.
+    let mut seen: std::collections::HashSet<usize> = slots
+        .iter()
+        .zip(fixed)
+        .filter_map(|(b, &f)| b.as_ref().filter(|_| f))
+        .map(|b| b.mem().get() as usize)
+        .collect();
     slots
         .iter()
         .enumerate()

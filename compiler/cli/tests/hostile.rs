@@ -154,3 +154,22 @@ fn threads_beyond_the_cap_are_refused_at_once() {
     let err = stowage_cli::session::Session::new(&bytes, &model, &inputs, &options, start).err().expect("refused");
     assert_eq!(err.to_string(), "5000 kernel threads asked for: at most 1024 are taken");
 }
+
+/// The one limit on a value's bytes, through the CLI: an input file larger than it is refused before it is read,
+/// and a model value larger than it at import, each in one line naming it and the flag that moves the limit.
+#[test]
+fn values_and_input_files_over_the_size_limit_are_refused_naming_them() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let (model, _, _) = write_model(tmp.path());
+    let m = s(&model);
+    let small = write_tensor(&tmp.path().join("x.pb"), &[1.0, 2.0]);
+    let huge = tmp.path().join("huge.pb");
+    std::fs::write(&huge, vec![0u8; 200_000]).expect("writes");
+    let (code, _, err) = stowage(&["run", &m, "--input", &small, "--input", &s(&huge), "--max-value-bytes", "16"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the file is 200000 bytes, more than the 16-byte limit on one value"), "{err}");
+    assert!(err.contains("--max-value-bytes") && err.trim_end().lines().count() == 1, "{err}");
+    let (code, _, err) = stowage(&["plan", &m, "--max-value-bytes", "4"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("input 'fn' would be f32[2], 8 bytes: more than the 4-byte limit on one value"), "{err}");
+}

@@ -17,11 +17,13 @@ use stowage_runtime::Tensor;
 
 /// Assigns the `--input` arguments to the model's inputs `names` and reads them. An argument is NAME=FILE when NAME
 /// is one of `names`, else a file for the next input not given yet; inputs in `fixed` (by `--input-value`) are
-/// skipped, as they are not inputs at run time.
+/// skipped, as they are not inputs at run time. A file larger than a value may be (`limit` bytes, and a TensorProto's
+/// few bytes of header) is refused before it is read.
 pub fn resolve_inputs(
     names: &[String],
     fixed: &[&String],
     args: &[String],
+    limit: usize,
 ) -> Result<Vec<(String, Tensor<'static>)>, String> {
     let runtime: Vec<&String> = names.iter().filter(|n| !fixed.contains(n)).collect();
     let mut out: Vec<(String, Tensor<'static>)> = Vec::new();
@@ -58,7 +60,7 @@ pub fn resolve_inputs(
         if fixed.iter().any(|n| **n == name) {
             return Err(format!("input '{name}' is given twice: by --input and by --input-value"));
         }
-        let t = read_input(Path::new(file)).map_err(|e| format!("input '{name}': {e}"))?;
+        let t = read_input(Path::new(file), limit).map_err(|e| format!("input '{name}': {e}"))?;
         out.push((name, t));
     }
     Ok(out)
@@ -66,7 +68,15 @@ pub fn resolve_inputs(
 
 /// Reads a TensorProto file. Protobuf decodes many files that are not tensors (an empty one, most short ones) as a
 /// message without fields: one with no element type is refused as not a TensorProto.
-fn read_input(path: &Path) -> Result<Tensor<'static>, String> {
+fn read_input(path: &Path, limit: usize) -> Result<Tensor<'static>, String> {
+    let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if len > (limit as u64).saturating_add(onnx::TENSOR_HEADER_BYTES) {
+        return Err(format!(
+            "{}: the file is {len} bytes, more than the {limit}-byte limit on one value (raise it with \
+             --max-value-bytes)",
+            path.display()
+        ));
+    }
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let proto =
         TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?;
@@ -205,7 +215,7 @@ pub fn run_model(
         }
     };
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
-    let mut inputs = resolve_inputs(&names, &fixed, &flags.inputs)?;
+    let mut inputs = resolve_inputs(&names, &fixed, &flags.inputs, options.config.value_limit())?;
     // Inputs are read into page-aligned memory, which any device imports in place where it can import at all; an
     // input with a declared layout is placed in memory of that layout, as a caller holding it so would pass it.
     for (_, t) in inputs.iter_mut() {

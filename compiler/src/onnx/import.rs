@@ -69,6 +69,7 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
         let ty = input_type(vi, config)?;
         let v = match config.input_values.get(vi.name()) {
             Some(t) => {
+                check_size(&format!("input '{}'", vi.name()), &ty, config.value_limit())?;
                 if t.dt() != ty.dt || t.shape() != ty.shape.as_slice() {
                     return Err(E::Input {
                         input: vi.name().into(),
@@ -78,7 +79,10 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
                 graph.metadata.assumed_inputs.push(vi.name().into());
                 graph.add_const(vi.name(), t.clone())
             }
-            None => graph.add_input(vi.name(), ty),
+            None => {
+                check_size(&format!("input '{}'", vi.name()), &ty, config.value_limit())?;
+                graph.add_input(vi.name(), ty)
+            }
         };
         if names.insert(vi.name().into(), v).is_some() {
             return Err(E::Duplicate { name: vi.name().into() });
@@ -86,7 +90,7 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     }
 
     for i in topological_order(&g.node, &names)? {
-        add_node(&mut graph, &mut names, &g.node[i], i, opset)?;
+        add_node(&mut graph, &mut names, &g.node[i], i, opset, config.value_limit())?;
     }
     for out in &g.output {
         let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
@@ -251,6 +255,7 @@ fn add_node(
     node: &NodeProto,
     index: usize,
     opset: i64,
+    limit: usize,
 ) -> Result<(), E> {
     let name = node_name(node, index);
     let op_type = node.op_type();
@@ -311,6 +316,10 @@ fn add_node(
             message: format!("has {n_outputs} outputs, the op makes at most {}", types.len()),
         });
     }
+    // Before anything of these sizes is made: folded here, or later, or computed by a kernel.
+    for (o, t) in node.output.iter().zip(&types) {
+        check_size(&format!("node '{name}' ({op_type}): output '{o}'"), t, limit)?;
+    }
     let outputs: Vec<Option<(String, ValueType)>> =
         node.output.iter().zip(&types).map(|(o, t)| (!o.is_empty()).then(|| (o.clone(), t.clone()))).collect();
     let small = types.iter().all(|t| t.element_count().is_some_and(|n| n <= FOLD_AT_IMPORT));
@@ -333,6 +342,14 @@ fn add_node(
         }
     }
     Ok(())
+}
+
+/// `ty`'s bytes against `limit`, naming `what` makes it.
+fn check_size(what: &str, ty: &ValueType, limit: usize) -> Result<(), E> {
+    match ty.byte_len() {
+        Some(bytes) if bytes <= limit => Ok(()),
+        bytes => Err(E::TooLarge { what: what.into(), ty: ty.to_string(), bytes: bytes.unwrap_or(usize::MAX), limit }),
+    }
 }
 
 /// Graph inputs whose values set a shape (Reshape's shape, Resize's sizes, reduction axes…), directly or through

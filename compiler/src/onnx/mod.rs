@@ -118,7 +118,21 @@ pub struct ImportConfig {
     pub input_shapes: BTreeMap<String, Vec<usize>>,
     /// Values for inputs, folded as constants (`--input-value NAME=FILE.pb`).
     pub input_values: BTreeMap<String, Tensor<'static>>,
+    /// The most bytes one value (a node's output, a graph input) may have; `None`: [`DEFAULT_MAX_VALUE_BYTES`]
+    /// (`--max-value-bytes`). Checked as each node is imported, before anything of that size is made.
+    pub max_value_bytes: Option<usize>,
 }
+
+/// What a TensorProto file holds beside its data (name, dims, type), at most, as the size limit counts it: generous,
+/// for names of any sane length.
+pub const TENSOR_HEADER_BYTES: u64 = 1 << 16;
+
+/// The default limit on one value's bytes: 16 GiB. Every value of a static graph has its size known at import, and
+/// every allocation a model or its inputs make (a kernel's output, a folded constant, an arena region, an input
+/// read from a file) is one such value or a part of one, so the limit bounds them all, each checked before it
+/// is made.
+pub const DEFAULT_MAX_VALUE_BYTES: usize =
+    if usize::MAX as u64 >= 16 << 30 { (16u64 << 30) as usize } else { usize::MAX };
 
 impl ImportConfig {
     /// No shapes or values fixed.
@@ -134,6 +148,17 @@ impl ImportConfig {
     /// ```
     pub fn input_shape(mut self, name: impl Into<String>, shape: impl Into<Vec<usize>>) -> Self {
         self.input_shapes.insert(name.into(), shape.into());
+        self
+    }
+
+    /// The limit on one value's bytes in force: [`ImportConfig::max_value_bytes`] or the default.
+    pub fn value_limit(&self) -> usize {
+        self.max_value_bytes.unwrap_or(DEFAULT_MAX_VALUE_BYTES)
+    }
+
+    /// Sets the limit on one value's bytes.
+    pub fn max_value_bytes(mut self, bytes: usize) -> Self {
+        self.max_value_bytes = Some(bytes);
         self
     }
 
@@ -171,7 +196,21 @@ pub fn import(model: &proto::ModelProto, dir: Option<&Path>, config: &ImportConf
 
 /// Reads a `TensorProto` file (the ONNX test-data format used for `--input` and `--input-value`).
 pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor<'static>, String> {
+    read_tensor_within(path, DEFAULT_MAX_VALUE_BYTES)
+}
+
+/// [`read_tensor`], refusing a file larger than a value of `limit` bytes (and a TensorProto's header) may be before
+/// reading it.
+pub fn read_tensor_within(path: impl AsRef<Path>, limit: usize) -> Result<Tensor<'static>, String> {
     let path = path.as_ref();
+    let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if len > (limit as u64).saturating_add(TENSOR_HEADER_BYTES) {
+        return Err(format!(
+            "{}: the file is {len} bytes, more than the {limit}-byte limit on one value (raise it with \
+             --max-value-bytes)",
+            path.display()
+        ));
+    }
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let t = proto::TensorProto::decode(bytes.as_slice())
         .map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?;

@@ -54,7 +54,8 @@ pub struct Arena {
     /// Buffers that live across runs, outside the arena: fed-back state outputs.
     pub persistent: Vec<(String, usize)>,
     /// Buffers made on each run outside the arena, by the first value each holds: graph outputs (with what
-    /// shares their memory) and copies arriving in the space.
+    /// shares their memory, views in other spaces included), values another space reads in place, and copies
+    /// arriving in the space.
     pub outside: Vec<(String, usize)>,
 }
 
@@ -97,7 +98,18 @@ pub fn plan(
             last_read.insert(*v, i);
         }
     }
-    let outputs: HashSet<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    let mut outputs: HashSet<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    // A view in one space of a value made in another (the CPU reshaping a lazy device tensor) reads the value's
+    // memory until the view's own last reader: the value lives as long as its views, and is an output if one is.
+    for (view, source) in cross_space_views(&flat, &by_name, &space_of_target) {
+        if let Some(&end) = last_read.get(&view) {
+            let at = last_read.entry(source).or_insert(end);
+            *at = (*at).max(end);
+        }
+        if outputs.contains(&view) {
+            outputs.insert(source);
+        }
+    }
     let handed = handed_across(&flat, &by_name, &space_of_target, copies);
     let persistent: HashSet<&str> = states.iter().map(|(o, _)| o.as_str()).collect();
     let mut arenas = Vec::new();
@@ -163,6 +175,33 @@ pub fn plan(
         arenas.push(arena);
     }
     arenas
+}
+
+/// Views (and views of views) of values made in another space, each with that value: (view, value).
+fn cross_space_views(
+    flat: &[(usize, &KernelStep)],
+    by_name: &HashMap<String, ValueId>,
+    space_of_target: &dyn Fn(usize) -> String,
+) -> Vec<(ValueId, ValueId)> {
+    let mut written_in: HashMap<ValueId, String> = HashMap::new();
+    let mut view_of: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut found = Vec::new();
+    for (t, step) in flat {
+        let space = space_of_target(*t);
+        let (source, out) =
+            (step.reads.first().and_then(|r| by_name.get(r)), step.writes.first().and_then(|w| by_name.get(w)));
+        if let (true, Some(&s), Some(&v)) = (step.view, source, out) {
+            let root = view_of.get(&s).copied().or((written_in.get(&s).is_some_and(|w| *w != space)).then_some(s));
+            if let Some(r) = root {
+                view_of.insert(v, r);
+                found.push((v, r));
+            }
+        }
+        for v in step.writes.iter().filter_map(|w| by_name.get(w)) {
+            written_in.insert(*v, space.clone());
+        }
+    }
+    found
 }
 
 /// The values that a step of another space reads with no copy planned into that space: memory both backends see

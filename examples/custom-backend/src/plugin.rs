@@ -182,8 +182,9 @@ pub struct SimProgram {
     device: SimDevice,
     /// Constants, uploaded at lowering: slot and buffer.
     consts: Vec<(usize, SimBuffer)>,
-    /// Inputs: slot, name, and whether it is uploaded as the caller holds it.
-    inputs: Vec<(usize, String, bool)>,
+    /// Inputs: slot, name, and the element strides its kernels read it with where it is uploaded as the caller
+    /// holds it.
+    inputs: Vec<(usize, String, Option<Vec<usize>>)>,
     steps: Vec<Step>,
     /// Outputs: slot and name.
     outputs: Vec<(usize, String)>,
@@ -237,7 +238,7 @@ impl SimProgram {
         for &v in graph.inputs() {
             let slot = program.slot(&mut slot_of, v);
             let name = graph.value(v).name.clone();
-            program.inputs.push((slot, name.clone(), held.contains_key(&name)));
+            program.inputs.push((slot, name.clone(), held.get(&name).cloned()));
         }
         for &id in graph.order() {
             let n = graph.node(id);
@@ -309,8 +310,8 @@ impl Executable for SimProgram {
         for ((s, name, held), t) in self.inputs.iter().zip(inputs) {
             let t = t.with_name(name.clone());
             slots[*s] = Some(match held {
-                true => device_input_as_held::<SimBuffer>(&t, &self.device, ledger)?,
-                false => device_input::<SimBuffer>(&t, &self.device, ledger)?,
+                Some(strides) => device_input_as_held::<SimBuffer>(&t, strides, &self.device, ledger)?,
+                None => device_input::<SimBuffer>(&t, &self.device, ledger)?,
             });
         }
         let (mut live, mut peak) = (0usize, 0usize);

@@ -12,6 +12,10 @@ pub struct ShapeOptions {
     /// Fold an input's value as a constant, read from an ONNX TensorProto file: NAME=FILE.pb (repeatable).
     #[arg(long = "input-value", value_name = "NAME=FILE.pb")]
     pub input_values: Vec<String>,
+    /// The most bytes one value may have (a node's output, an input): larger ones are refused at import, before
+    /// anything is allocated [default: 17179869184, 16 GiB].
+    #[arg(long = "max-value-bytes", value_name = "N")]
+    pub max_value_bytes: Option<usize>,
 }
 
 fn split_spec<'a>(flag: &str, spec: &'a str) -> Result<(&'a str, &'a str), String> {
@@ -24,6 +28,7 @@ impl ShapeOptions {
     /// The import configuration these options describe.
     pub fn config(&self) -> Result<ImportConfig, String> {
         let mut config = ImportConfig::new();
+        config.max_value_bytes = self.max_value_bytes;
         for spec in &self.input_shapes {
             let (name, dims) = split_spec("--input-shape", spec)?;
             let shape =
@@ -34,7 +39,8 @@ impl ShapeOptions {
         }
         for spec in &self.input_values {
             let (name, file) = split_spec("--input-value", spec)?;
-            let value = onnx::read_tensor(file).map_err(|e| format!("--input-value {name}: {e}"))?;
+            let limit = self.max_value_bytes.unwrap_or(onnx::DEFAULT_MAX_VALUE_BYTES);
+            let value = onnx::read_tensor_within(file, limit).map_err(|e| format!("--input-value {name}: {e}"))?;
             config = config.input_value(name, value);
         }
         Ok(config)
