@@ -108,8 +108,9 @@ pub struct ArenaUse {
     /// Per slot, its place: a region of the arena at the plan's offset, and the end of the planned buffer (for
     /// the high-water mark). `None`: the value's memory is its own.
     places: Vec<Option<(ClBuffer, usize)>>,
-    /// Per slot, true when the plan keeps it out of every arena (outputs, values handed to another space).
-    outside: Vec<bool>,
+    /// The slots a kernel writes that have no place and are not outside: intermediates held in memory of their
+    /// own, counted beside the arena's high-water mark (none when the plan placed everything).
+    elsewhere: Vec<usize>,
 }
 
 impl ArenaUse {
@@ -148,8 +149,10 @@ impl ArenaUse {
             };
             places.push(place);
         }
-        let outside = program.slot_names.iter().map(|n| outside(n)).collect();
-        Ok(ArenaUse { places, outside })
+        let outside: Vec<bool> = program.slot_names.iter().map(|n| outside(n)).collect();
+        let mut elsewhere: Vec<usize> = written.into_iter().filter(|&s| places[s].is_none() && !outside[s]).collect();
+        elsewhere.sort_unstable();
+        Ok(ArenaUse { places, elsewhere })
     }
 }
 
@@ -166,9 +169,8 @@ pub struct StepTime {
     pub micros: f64,
 }
 
-/// Bytes of the distinct device buffers in `slots` other than the `fixed` slots' and the arena's regions (aliases
-/// share a buffer).
-fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool], in_arena: &std::collections::HashSet<usize>) -> usize {
+/// Bytes of the distinct device buffers in `slots` other than the `fixed` slots' (aliases share a buffer).
+fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool]) -> usize {
     use opencl3::memory::ClMem as _;
     // Memory of a fixed slot is not an intermediate's, whichever slot (an alias) holds it.
     let mut seen: std::collections::HashSet<usize> = slots
@@ -182,7 +184,6 @@ fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool], in_arena: &std::collec
         .enumerate()
         .filter(|(s, _)| !fixed[*s])
         .filter_map(|(_, b)| b.as_ref())
-        .filter(|b| !in_arena.contains(&(b.mem().get() as usize)))
         .filter(|b| seen.insert(b.mem().get() as usize))
         .map(ClBuffer::byte_len)
         .sum()
@@ -293,24 +294,15 @@ impl ClProgram {
         // Constants, inputs and outputs (handed to the caller) are not intermediates: the plan keeps them out of
         // its arenas too, with the values it hands to another space. Values at their places in the arena count
         // as its high-water mark; any other intermediate counts while it is alive.
+        // Without a plan, every buffer alive but theirs is counted (aliases share one), each step.
         let mut fixed: Vec<bool> = vec![false; self.types.len()];
-        let planned_outside = self.memory.as_ref().map(|m| &m.outside);
-        for s in self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().map(|b| b.slot)) {
-            fixed[s] = true;
-        }
-        for (s, f) in fixed.iter_mut().enumerate() {
-            *f |= planned_outside.is_some_and(|o| o[s]);
-        }
         if self.memory.is_none() {
-            for b in &self.outputs {
-                fixed[b.slot] = true;
+            let kept =
+                self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().chain(&self.outputs).map(|b| b.slot));
+            for s in kept {
+                fixed[s] = true;
             }
         }
-        let in_arena: std::collections::HashSet<usize> = self
-            .memory
-            .iter()
-            .flat_map(|m| m.places.iter().flatten().map(|(b, _)| opencl3::memory::ClMem::get(b.mem()) as usize))
-            .collect();
         let (mut peak, mut high_water) = (0, 0);
         let mut events = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
@@ -323,7 +315,13 @@ impl ClProgram {
                     high_water = high_water.max(m.places[o].as_ref().map_or(0, |p| p.1));
                 }
             }
-            peak = peak.max(high_water + live_bytes(&slots, &fixed, &in_arena));
+            // With one, only the intermediates the plan placed nowhere (a few slots, precomputed): per step this is
+            // the enqueueing thread's time, which a GPU's short kernels wait on.
+            let elsewhere = match &self.memory {
+                Some(m) => m.elsewhere.iter().filter_map(|&s| slots[s].as_ref()).map(ClBuffer::byte_len).sum(),
+                None => live_bytes(&slots, &fixed),
+            };
+            peak = peak.max(high_water + elsewhere);
             for (s, slot) in slots.iter_mut().enumerate() {
                 if self.last_use[s] == i {
                     if let Some(b) = slot.take() {
