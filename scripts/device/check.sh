@@ -14,9 +14,7 @@ export STOWAGE_CACHE_DIR=${OUT:-/tmp}/stowage-cache
 command -v clinfo >/dev/null && clinfo -l
 "$BIN" targets
 status=0
-# Correctness and the plan's memory with the executor in the plan's arena (which GPUs leave by default: see
-# docs/opencl.md); the timings below run as a user's would.
-export STOWAGE_OPENCL_ARENA=1
+# Correctness and the plan's memory: the executor runs in the plan's arena, so each measured peak is the planned one.
 for dir in "$STAGE"/models/*/; do
   name=$(basename "$dir")
   out=$(mktemp -d)
@@ -29,7 +27,6 @@ for dir in "$STAGE"/models/*/; do
     printf '%-22s FAILED: %s\n' "$name" "$(tail -1 "$out/log")"; status=1
   fi
 done
-unset STOWAGE_OPENCL_ARENA
 echo "--- one run of squeezenet on $TARGET, its ledger (the output written as a file is the one read):"
 "$BIN" run "$STAGE/models/random_squeezenet/model.onnx" --input "$STAGE/models/random_squeezenet/test_data_set_0/input_0.pb" --target "$TARGET" --output-dir "$(mktemp -d)"
 echo "--- the planner on this device: where each node of the examples goes, and the copies planned and made"

@@ -209,6 +209,11 @@ impl ClBuffer {
         Ok(ClBuffer { raw, dt, shape: shape.to_vec() })
     }
 
+    /// The allocation a kernel reaches this buffer through and its byte offset there (`codegen::offsets`).
+    pub(crate) fn kernel_arg(&self) -> (&Buffer<u8>, u64) {
+        self.raw.kernel_arg()
+    }
+
     /// True when both are the same device memory.
     pub fn same_memory(&self, other: &ClBuffer) -> bool {
         Arc::ptr_eq(&self.raw.0, &other.raw.0)

@@ -112,15 +112,12 @@ impl OpenedTarget for OpenedDevice {
             })
         };
         let mut program = crate::lower_planned(&segment.graph, &self.device, setup, &uploaded)?;
-        // Regions of one allocation cost NVIDIA's OpenCL host time at every launch that takes one: on the H200 a
-        // run of SqueezeNet took 1.35–1.81 ms in the arena against 0.57–0.72 ms with a buffer per value, for the
-        // same device time. So GPUs run with a buffer per value (the pool) until kernels take an offset into
-        // one buffer instead; `STOWAGE_OPENCL_ARENA=1` or `0` overrides, for tests and measuring.
-        let in_arena = match std::env::var("STOWAGE_OPENCL_ARENA").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => !self.device.info().gpu,
-        };
+        // Every device runs in the plan's arena: kernels reach a region through the arena's one buffer and an
+        // offset (`codegen::offsets`), so a launch on it costs what one on own buffers does (on the H200, alternating
+        // in one command: SqueezeNet 0.54-0.75 ms in the arena against 0.57-0.79 ms with a buffer per value,
+        // DenseNet-121 6.2-6.3 ms against 12.4-19.2 ms). `STOWAGE_OPENCL_ARENA=0` runs with a buffer per value
+        // instead (the pool), for measuring.
+        let in_arena = std::env::var("STOWAGE_OPENCL_ARENA").as_deref() != Ok("0");
         let planned = plan.arenas.iter().find(|a| a.space == space).filter(|_| in_arena);
         if let (Some(planned), Some(arena)) = (planned, planned.and_then(|_| self.arena(plan))) {
             let place = |name: &str| planned.buffer_of(name).map(|b| (b.offset, b.bytes));

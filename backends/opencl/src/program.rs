@@ -42,8 +42,15 @@ impl Target {
     /// The program for `source`, built for this target's device: from this process's programs, else the disk cache,
     /// else compiled (and then cached). A source that does not compile is [`ClError::Build`] with the compiler's
     /// log, naming `op`.
+    /// Every kernel's buffer parameters are rewritten to a base and a byte offset first (`codegen::offsets`).
     pub fn program(&self, source: &str, op: &str) -> Result<Arc<Program>> {
         let inner = &self.inner;
+        let rewritten = crate::codegen::offsets::with_offsets(source).map_err(|e| ClError::Build {
+            space: inner.space.to_string(),
+            op: op.into(),
+            log: e.to_string(),
+        })?;
+        let source = rewritten.as_str();
         let mut h = DefaultHasher::new();
         (&inner.info.platform, &inner.info.name, &inner.driver, source).hash(&mut h);
         let key = h.finish();
@@ -128,16 +135,24 @@ impl Target {
                 code: code_name(e.0),
             }
         };
-        for (i, a) in args.iter().enumerate() {
+        // A buffer takes two parameters (its base and its offset), anything else one.
+        let mut next = 0u32;
+        for a in args {
+            let i = next;
+            next += if matches!(a, Arg::Buf(_)) { 2 } else { 1 };
             // SAFETY: each argument is of the type the generated kernel declares at that index (the generators
-            // emit the signature and the argument list together), and buffers are live memory objects.
+            // emit the signature and the argument list together, and `program` made each buffer parameter a
+            // base and a `ulong` offset), and buffers are live memory objects.
             unsafe {
                 match a {
-                    Arg::Buf(b) => kernel.set_arg(i as u32, &b.mem().get()),
-                    Arg::I32(v) => kernel.set_arg(i as u32, v),
-                    Arg::U32(v) => kernel.set_arg(i as u32, v),
-                    Arg::F32(v) => kernel.set_arg(i as u32, v),
-                    Arg::I64(v) => kernel.set_arg(i as u32, v),
+                    Arg::Buf(b) => {
+                        let (mem, offset) = b.kernel_arg();
+                        kernel.set_arg(i, &mem.get()).and_then(|_| kernel.set_arg(i + 1, &offset))
+                    }
+                    Arg::I32(v) => kernel.set_arg(i, v),
+                    Arg::U32(v) => kernel.set_arg(i, v),
+                    Arg::F32(v) => kernel.set_arg(i, v),
+                    Arg::I64(v) => kernel.set_arg(i, v),
                 }
             }
             .map_err(err("clSetKernelArg"))?;
@@ -202,17 +217,48 @@ pub enum Arg<'a> {
 }
 
 /// Writes `bytes` to `file` through a temporary file and a rename, so that a reader never sees half a binary. The
-/// temporary name is unique to the process and the call, so two threads storing one program never share it. A
+/// temporary file is made by `tempfile` in the cache folder: a random name opened with `O_EXCL`, so a name planted
+/// there beforehand (a symlink) is never written through, and two threads storing one program never share one. A
 /// failure only means the next start compiles again.
 fn store(file: &std::path::Path, bytes: &[u8]) {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    use std::io::Write;
     let Some(dir) = file.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = file.with_extension(format!("tmp{}-{call}", std::process::id()));
-    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, file).is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let Ok(mut tmp) = tempfile::Builder::new().prefix(".program").suffix(".partial").tempfile_in(dir) else {
+        return;
+    };
+    if tmp.write_all(bytes).is_ok() {
+        // A failed rename drops `tmp`, which removes it.
+        let _ = tmp.persist(file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A symlink planted at the name the cache used to stage through (`KEY.tmp<pid>-<n>`) is left alone, and no
+    /// temporary file is left beside the stored program.
+    #[cfg(unix)]
+    #[test]
+    fn storing_a_program_follows_no_planted_name() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let (dir, precious) = (tmp.path().join("opencl"), tmp.path().join("precious"));
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(&precious, b"precious").expect("writes");
+        let file = dir.join("00000000000000ab.bin");
+        for n in 0..4 {
+            let old = file.with_extension(format!("tmp{}-{n}", std::process::id()));
+            std::os::unix::fs::symlink(&precious, old).expect("symlink");
+        }
+        super::store(&file, b"binary");
+        super::store(&file, b"binary 2");
+        assert_eq!(std::fs::read(&precious).expect("reads"), b"precious");
+        assert_eq!(std::fs::read(&file).expect("reads"), b"binary 2");
+        let partial = std::fs::read_dir(&dir)
+            .expect("lists")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"));
+        assert_eq!(partial.count(), 0, "a temporary file was left in the cache");
     }
 }

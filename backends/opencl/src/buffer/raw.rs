@@ -22,6 +22,8 @@ pub struct ClMem {
     /// The allocation this one is a region of (a sub-buffer of the session's arena), kept alive by it, and the
     /// region's place in the order regions were made.
     pub(super) parent: Option<(RawCl, u64)>,
+    /// A region's byte offset in its parent (0 for an allocation of its own).
+    pub(super) offset: usize,
     /// The regions of this allocation that nothing uses any more, with the order they were made in: released
     /// together with it, the last made first. NVIDIA's OpenCL (565 on the H200) crashes when a sub-buffer is
     /// released after an older one that overlaps it, once kernels have used both (`tests/regions.rs`); releasing
@@ -98,7 +100,18 @@ impl RawCl {
         target.inner.live.fetch_add(1, Ordering::SeqCst);
         let (last_write, last_access) = (Mutex::new(None), Mutex::new(None));
         let (mem, parent, retired) = (ManuallyDrop::new(mem), None, Mutex::new(Vec::new()));
-        RawCl(Arc::new(ClMem { target: target.clone(), mem, len, host, last_write, last_access, parent, retired }))
+        let offset = 0;
+        RawCl(Arc::new(ClMem {
+            target: target.clone(),
+            mem,
+            len,
+            host,
+            last_write,
+            last_access,
+            parent,
+            offset,
+            retired,
+        }))
     }
 
     /// `len` bytes of this allocation from `offset` as an allocation of their own (`clCreateSubBuffer`), which
@@ -127,7 +140,20 @@ impl RawCl {
         let parent = Some((self.clone(), NEXT_REGION.fetch_add(1, Ordering::SeqCst)));
         let (mem, retired) = (ManuallyDrop::new(mem), Mutex::new(Vec::new()));
         let host = None;
-        Ok(RawCl(Arc::new(ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, retired })))
+        let mem = ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, offset, retired };
+        Ok(RawCl(Arc::new(mem)))
+    }
+
+    /// The allocation a kernel reaches this one through and the byte offset in it: the root of its regions
+    /// (`codegen::offsets`, rule 2), so that no sub-buffer is ever a kernel's argument.
+    pub(crate) fn kernel_arg(&self) -> (&Buffer<u8>, u64) {
+        match &self.0.parent {
+            Some((parent, _)) => {
+                let (mem, base) = parent.kernel_arg();
+                (mem, base + self.0.offset as u64)
+            }
+            None => (&self.0.mem, 0),
+        }
     }
 
     /// A buffer over host memory the device uses in place (unified memory).

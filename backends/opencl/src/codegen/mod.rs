@@ -13,6 +13,7 @@
 
 mod gemm;
 mod index;
+pub(crate) mod offsets;
 mod resize;
 mod rows;
 mod window;
