@@ -53,3 +53,29 @@ pub fn compare(got: &Tensor<'_>, want: &Tensor<'_>, rtol: f64, atol: f64) -> Res
         }
     }
 }
+
+/// Inputs for a model's graph inputs made from their declared types (bytes counting up modulo 7, so integers are
+/// small and non-negative), for fuzzing: `None` when an input is not a static tensor of at most 4,096 elements, or
+/// the bytes are not a model.
+pub fn declared_inputs(model: &[u8]) -> Option<Vec<(String, Tensor<'static>)>> {
+    use stowage_compiler::onnx::proto::{tensor_shape_proto::dimension::Value, type_proto};
+    let model = stowage_compiler::onnx::decode(model).ok()?;
+    let g = model.graph.as_ref()?;
+    let mut out = Vec::new();
+    for vi in g.input.iter().filter(|i| !g.initializer.iter().any(|t| t.name() == i.name())) {
+        let Some(type_proto::Value::TensorType(tt)) = vi.r#type.as_ref()?.value.as_ref() else { return None };
+        let dt = stowage_compiler::onnx::tensor::datum_type(tt.elem_type()).ok()?;
+        let dims = &tt.shape.as_ref()?.dim;
+        let shape: Vec<usize> = dims
+            .iter()
+            .map(|d| match d.value {
+                Some(Value::DimValue(v)) if (0..=4096).contains(&v) => Some(v as usize),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).filter(|&n| n <= 4096)?;
+        let bytes: Vec<u8> = (0..count * dt.size_of()).map(|i| (i % 7) as u8).collect();
+        out.push((vi.name().to_string(), Tensor::from_bytes(dt, &shape, &bytes).ok()?));
+    }
+    Some(out)
+}

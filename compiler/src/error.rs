@@ -15,6 +15,32 @@ pub struct ImportError {
     pub kind: Box<ImportErrorKind>,
 }
 
+/// An op type a model uses that stowage does not know: `ImportErrorKind::Unsupported`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsupportedOp {
+    /// The op type.
+    pub op: String,
+    /// Its domain (`ai.onnx` for the default one).
+    pub domain: String,
+    /// How many nodes use it.
+    pub nodes: usize,
+    /// The first of them, by name.
+    pub first: String,
+}
+
+fn unsupported_text(ops: &[UnsupportedOp]) -> String {
+    let each: Vec<String> = ops
+        .iter()
+        .map(|o| {
+            let domain = if o.domain == "ai.onnx" { String::new() } else { format!(" in domain '{}'", o.domain) };
+            let nodes = if o.nodes == 1 { "1 node".to_string() } else { format!("{} nodes", o.nodes) };
+            format!("{}{domain} ({nodes}, first '{}')", o.op, o.first)
+        })
+        .collect();
+    let (n, types) = (ops.len(), if ops.len() == 1 { "op type is" } else { "op types are" });
+    format!("{n} {types} not supported: {}", each.join(", "))
+}
+
 /// What went wrong in an import. Every variant is a problem with the model or the options, not a bug.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportErrorKind {
@@ -24,6 +50,18 @@ pub enum ImportErrorKind {
     /// The bytes are not a protobuf `ModelProto`.
     #[error("not an ONNX model: {0}")]
     Decode(String),
+    /// Decoding the bytes would take more memory than one value may (packed integers, many empty messages): refused
+    /// before anything is decoded.
+    #[error(
+        "decoding it would take up to {bytes} bytes (its tensors' typed data, nodes and names as stored): more than \
+         the {limit}-byte limit on one value (raise it with --max-value-bytes)"
+    )]
+    DecodesTooLarge {
+        /// The bound on what decoding takes.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A well-formed protobuf message that is not a usable model.
     #[error("not an ONNX model: {0}")]
     NotAModel(String),
@@ -38,6 +76,12 @@ pub enum ImportErrorKind {
         min: i64,
         /// Highest supported.
         max: i64,
+    },
+    /// Op types stowage does not know, every one the graph has, in the order they first appear.
+    #[error("{}", unsupported_text(ops))]
+    Unsupported {
+        /// Each op type with its domain, its count of nodes and the first one's name.
+        ops: Vec<UnsupportedOp>,
     },
     /// An op stowage does not know.
     #[error("node '{node}': unknown op '{op}' in domain '{domain}'")]

@@ -24,4 +24,4 @@ pub mod passes;
 pub mod plan;
 
 pub use context::{Context, Error, PassTiming};
-pub use error::{ImportError, ImportErrorKind};
+pub use error::{ImportError, ImportErrorKind, UnsupportedOp};

@@ -5,7 +5,7 @@ mod common;
 
 use common::build::{self, float, int, node, value};
 use prost::Message;
-use stowage_compiler::onnx::proto::{tensor_proto::DataLocation, StringStringEntryProto, TensorProto};
+use stowage_compiler::onnx::proto::{tensor_proto::DataLocation, NodeProto, StringStringEntryProto, TensorProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 use stowage_compiler::Context;
 
@@ -83,17 +83,27 @@ fn missing_file() {
 }
 
 #[test]
-fn unknown_op_names_node_op_and_domain() {
+fn unknown_ops_are_listed_at_once_with_count_first_node_and_domain() {
     let mut m = add_model();
     let n = &mut m.graph.as_mut().expect("graph").node[0];
     n.op_type = Some("FancyAdd".into());
     let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
-    check(&err, &["node 'Add_y'", "unknown op 'FancyAdd'", "domain 'ai.onnx'"]);
+    check(&err, &["1 op type is not supported: FancyAdd (1 node, first 'Add_y')"]);
 
     let mut m = add_model();
     m.graph.as_mut().expect("graph").node[0].domain = Some("com.example".into());
     let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
-    check(&err, &["node 'Add_y'", "unknown op 'Add'", "domain 'com.example'"]);
+    check(&err, &["1 op type is not supported: Add in domain 'com.example' (1 node, first 'Add_y')"]);
+
+    // Every unknown op type at once, with its count and first node, in the order they first appear.
+    let mut m = add_model();
+    let g = m.graph.as_mut().expect("graph");
+    g.node[0].op_type = Some("LSTM".into());
+    for (k, op) in ["Size", "LSTM", "Size", "Size"].iter().enumerate() {
+        g.node.push(NodeProto { name: Some(format!("n{k}")), ..node(op, &["x"], &[&format!("o{k}")], vec![]) });
+    }
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
+    check(&err, &["2 op types are not supported: LSTM (2 nodes, first 'Add_y'), Size (3 nodes, first 'n0')"]);
 }
 
 #[test]
@@ -336,10 +346,44 @@ fn a_node_whose_output_is_larger_than_the_limit_is_refused_naming_it() {
 #[test]
 fn an_input_larger_than_the_limit_is_refused_and_the_limit_can_be_moved() {
     let err = error_of(&build::bytes(&add_model()), &[], &ImportConfig::new().max_value_bytes(16));
+    check(&err, &["initializer 'w' would be f32[2,3], 24 bytes: more than the 16-byte limit on one value"]);
+    let mut m = add_model();
+    m.graph.as_mut().expect("graph").initializer = vec![build::floats("w", &[1], &[1.0])];
+    let err = error_of(&build::bytes(&m), &[], &ImportConfig::new().max_value_bytes(16));
     check(&err, &["input 'x' would be f32[2,3], 24 bytes: more than the 16-byte limit on one value"]);
     // Raised, the growing Expand imports: nothing of its size is made at import.
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("model.onnx");
     std::fs::write(&path, growing("Expand", &[1, 1], &[100_000, 100_000])).expect("write");
     Context::import(&path, &ImportConfig::new().max_value_bytes(1 << 40)).expect("imports under a raised limit");
+}
+
+/// A model whose protobuf would decode to more than the limit (packed int64s take 8 bytes each once decoded, one
+/// on disk) is refused before it is decoded (a limit under 64 MiB bounds decoding at 64 MiB); an initializer over the limit is refused naming it, before its
+/// external data is read.
+#[test]
+fn a_model_that_would_decode_past_the_limit_and_an_initializer_over_it_are_refused() {
+    use stowage_compiler::onnx::proto::tensor_proto::DataType;
+    let mut m = add_model();
+    let packed = TensorProto {
+        name: Some("k".into()),
+        dims: vec![8 << 20],
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: vec![1; 8 << 20],
+        ..Default::default()
+    };
+    m.graph.as_mut().expect("graph").initializer.push(packed);
+    let bytes = build::bytes(&m);
+    // 8 MiB on disk, 64 MiB decoded (and as much again for a vector's spare capacity).
+    assert!(bytes.len() < (8 << 20) + 4096, "{} bytes", bytes.len());
+    let err = error_of(&bytes, &[], &ImportConfig::new().max_value_bytes(100 << 20));
+    check(&err, &["decoding it would take up to", "more than the 104857600-byte limit", "--max-value-bytes"]);
+    onnx::load_bytes(&bytes, &ImportConfig::new().max_value_bytes(200 << 20)).expect("imports under a raised limit");
+
+    let mut m = add_model();
+    let mut big = external("big.bin");
+    big.dims = vec![1 << 30];
+    m.graph.as_mut().expect("graph").initializer = vec![big];
+    let err = error_of(&build::bytes(&m), &[("big.bin", b"")], &ImportConfig::new().max_value_bytes(1 << 20));
+    check(&err, &["initializer 'w' would be f32[1073741824], 4294967296 bytes", "1048576-byte limit"]);
 }

@@ -156,7 +156,8 @@ fn threads_beyond_the_cap_are_refused_at_once() {
 }
 
 /// The one limit on a value's bytes, through the CLI: an input file larger than it is refused before it is read,
-/// and a model value larger than it at import, each in one line naming it and the flag that moves the limit.
+/// a model value larger than it at import, and a plan's arena larger than it at planning, each in one line naming
+/// it and the flag that moves the limit.
 #[test]
 fn values_and_input_files_over_the_size_limit_are_refused_naming_them() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -172,4 +173,12 @@ fn values_and_input_files_over_the_size_limit_are_refused_naming_them() {
     let (code, _, err) = stowage(&["plan", &m, "--max-value-bytes", "4"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("input 'fn' would be f32[2], 8 bytes: more than the 4-byte limit on one value"), "{err}");
+    // Every value of light SqueezeNet is under 3.5 MB; its CPU arena, one allocation, is 3,928,576 bytes.
+    let squeezenet = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/onnx-models/light/squeezenet/model.onnx");
+    let (code, _, err) = stowage(&["plan", &s(&squeezenet), "--max-value-bytes", "3500000"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the plan's arena on host would be 3928576 bytes: more than the 3500000-byte limit"), "{err}");
+    let (code, _, err) = stowage(&["plan", &s(&squeezenet), "--max-value-bytes", "3928576"]);
+    assert_eq!(code, 0, "{err}");
 }

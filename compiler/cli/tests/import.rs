@@ -74,3 +74,47 @@ fn demo_runs_and_matches_its_reference() {
         assert!(out.contains(needle), "demo output lacks {needle:?}:\n{out}");
     }
 }
+
+/// `--check` lists every op type stowage does not support, one a line, and exits 1; a model it supports imports.
+#[test]
+fn check_lists_every_unsupported_op_type_one_a_line() {
+    use prost::Message;
+    use stowage_compiler::onnx::proto::{GraphProto, ModelProto, NodeProto, OperatorSetIdProto};
+    let node = |op: &str, name: &str, domain: &str| NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        domain: Some(domain.into()),
+        input: vec!["x".into()],
+        output: vec![format!("{name}_out")],
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        graph: Some(GraphProto {
+            node: vec![
+                node("LSTM", "lstm_1", ""),
+                node("Relu", "r", ""),
+                node("Size", "n7", ""),
+                node("LSTM", "lstm_2", ""),
+                node("TreeEnsembleClassifier", "trees", "ai.onnx.ml"),
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, model.encode_to_vec()).expect("writes");
+    let (code, out, err) = stowage(&["import", "--check", &path.to_string_lossy()]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        out,
+        "LSTM\tai.onnx\t2 nodes\tfirst 'lstm_1'\nSize\tai.onnx\t1 nodes\tfirst 'n7'\n\
+         TreeEnsembleClassifier\tai.onnx.ml\t1 nodes\tfirst 'trees'\n"
+    );
+    assert!(err.starts_with("error: ") && err.contains("3 op types are not supported"), "{err}");
+    let (code, out, err) = stowage(&["import", "--check", &light("squeezenet")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("every op is supported"), "{out}");
+}

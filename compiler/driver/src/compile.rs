@@ -26,7 +26,8 @@ pub(crate) fn compile(
     running: bool,
 ) -> Result<Context> {
     targets::check(&options.registry, &options.target)?;
-    let proto = onnx::decode(bytes).map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
+    let proto = onnx::decode_within(bytes, options.config.value_limit())
+        .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
     let graph = proto
         .graph
         .as_ref()
@@ -165,7 +166,18 @@ pub(crate) fn make_plan(
         }
         plan_options.input_layouts.insert(name.clone(), actual);
     }
-    plan::plan(graph, &targets::backends(opened), &plan_options).map_err(|e| DriverError::Plan(e.to_string()))
+    let plan =
+        plan::plan(graph, &targets::backends(opened), &plan_options).map_err(|e| DriverError::Plan(e.to_string()))?;
+    // Each arena is one allocation a model makes stowage do: under the one limit, like every value in it.
+    let limit = options.config.value_limit();
+    if let Some(a) = plan.arenas.iter().find(|a| a.peak_bytes > limit) {
+        return Err(DriverError::Plan(format!(
+            "the plan's arena on {} would be {} bytes: more than the {limit}-byte limit on one allocation (raise it \
+             with --max-value-bytes)",
+            a.space, a.peak_bytes
+        )));
+    }
+    Ok(plan)
 }
 
 /// The layout and alignment of a tensor in host memory, as the planner describes caller memory (`None`: the

@@ -11,7 +11,6 @@ use crate::pipeline::{self as session, RunOptions};
 pub use crate::staging::Staging;
 use prost::Message;
 use stowage_compiler::onnx;
-use stowage_compiler::onnx::proto::TensorProto;
 use stowage_compiler::plan::InputLayout;
 use stowage_runtime::Tensor;
 
@@ -60,30 +59,10 @@ pub fn resolve_inputs(
         if fixed.iter().any(|n| **n == name) {
             return Err(format!("input '{name}' is given twice: by --input and by --input-value"));
         }
-        let t = read_input(Path::new(file), limit).map_err(|e| format!("input '{name}': {e}"))?;
+        let t = onnx::read_tensor_within(file, limit).map_err(|e| format!("input '{name}': {e}"))?;
         out.push((name, t));
     }
     Ok(out)
-}
-
-/// Reads a TensorProto file. Protobuf decodes many files that are not tensors (an empty one, most short ones) as a
-/// message without fields: one with no element type is refused as not a TensorProto.
-fn read_input(path: &Path, limit: usize) -> Result<Tensor<'static>, String> {
-    let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-    if len > (limit as u64).saturating_add(onnx::TENSOR_HEADER_BYTES) {
-        return Err(format!(
-            "{}: the file is {len} bytes, more than the {limit}-byte limit on one value (raise it with \
-             --max-value-bytes)",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let proto =
-        TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?;
-    if proto.data_type.unwrap_or(0) == 0 {
-        return Err(format!("{}: not a TensorProto: it has no element type", path.display()));
-    }
-    onnx::tensor::decode(&proto, path.parent()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Refuses a report that would be written over an output, before anything runs: `output_N.pb` in the output folder.
@@ -205,7 +184,8 @@ pub fn run_model(
     let names: Vec<String> = match &options.built_graph {
         Some(built) => built.inputs.iter().map(|n| n.to_string()).collect(),
         None => {
-            let proto = onnx::decode(bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+            let proto = onnx::decode_within(bytes, options.config.value_limit())
+                .map_err(|e| format!("{}: {e}", model.display()))?;
             let g = proto
                 .graph
                 .as_ref()

@@ -278,6 +278,9 @@ pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, InferError> 
     Ok(shape)
 }
 
+/// The largest stride, dilation, pad or kernel extent a window takes (2^31 − 1).
+const WINDOW_MAX: usize = i32::MAX as usize;
+
 /// Resolves `auto_pad` into explicit pads and computes the spatial output size of a window.
 fn window_output(w: &mut Window, input: &[usize], pooling: bool) -> Result<Vec<usize>, InferError> {
     let n = input.len();
@@ -297,6 +300,14 @@ fn window_output(w: &mut Window, input: &[usize], pooling: bool) -> Result<Vec<u
     }
     if w.pads.len() != 2 * n {
         return invalid(format!("pads {:?} must have {} values", w.pads, 2 * n));
+    }
+    // Kernels compute input coordinates as `o·stride + k·dilation − pad` in isize: bounded here, none overflows.
+    for (name, v) in
+        [("strides", &w.strides), ("dilations", &w.dilations), ("pads", &w.pads), ("kernel_shape", &w.kernel)]
+    {
+        if let Some(big) = v.iter().find(|&&x| x > WINDOW_MAX) {
+            return invalid(format!("{name} {v:?}: {big} is larger than {WINDOW_MAX}, the most stowage takes"));
+        }
     }
     let mut out = Vec::with_capacity(n);
     for (i, &d) in input.iter().enumerate() {

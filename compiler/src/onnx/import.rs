@@ -48,9 +48,15 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
 
     for init in &g.initializer {
         let name = || init.name().to_string();
-        let t = super::tensor::decode(init, dir).map_err(|e| match e {
+        let t = super::tensor::decode_within(init, dir, config.value_limit()).map_err(|e| match e {
             TensorError::External(source) => E::ExternalData { name: name(), source },
             TensorError::Data(message) => E::Initializer { name: name(), message },
+            TensorError::TooLarge { dt, shape, bytes, limit } => E::TooLarge {
+                what: format!("initializer '{}'", name()),
+                ty: ValueType::new(dt, shape).to_string(),
+                bytes,
+                limit,
+            },
         })?;
         if names.insert(init.name().into(), graph.add_const(init.name(), t)).is_some() {
             return Err(E::Duplicate { name: init.name().into() });
@@ -89,8 +95,9 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
         }
     }
 
+    unsupported(&g.node)?;
     for i in topological_order(&g.node, &names)? {
-        add_node(&mut graph, &mut names, &g.node[i], i, opset, config.value_limit())?;
+        add_node(&mut graph, &mut names, &g.node[i], i, opset, config.value_limit(), 0)?;
     }
     for out in &g.output {
         let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
@@ -207,7 +214,8 @@ fn node_name(node: &NodeProto, index: usize) -> String {
 
 /// Node indices in an order where every node comes after the producers of its inputs (the file's order where
 /// it already is one). Names nobody defines and cycles are errors.
-fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> Result<Vec<usize>, E> {
+/// The values a node's subgraphs read from outside them count as its inputs (`branch` rule 1).
+pub(super) fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> Result<Vec<usize>, E> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         for o in n.output.iter().filter(|o| !o.is_empty()) {
@@ -219,16 +227,17 @@ fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> R
     let mut waiting = vec![0usize; nodes.len()];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
-        for input in n.input.iter().filter(|s| !s.is_empty()) {
-            if known.contains_key(input.as_str()) {
+        let outer = super::branch::outer_inputs(n);
+        for input in n.input.iter().map(String::as_str).chain(outer).filter(|s| !s.is_empty()) {
+            if known.contains_key(input) {
                 continue;
             }
-            match producer.get(input.as_str()) {
+            match producer.get(input) {
                 Some(&p) => {
                     waiting[i] += 1;
                     users[p].push(i);
                 }
-                None => return Err(E::Undefined { node: node_name(n, i), input: input.clone() }),
+                None => return Err(E::Undefined { node: node_name(n, i), input: input.to_string() }),
             }
         }
     }
@@ -249,18 +258,24 @@ fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> R
     Ok(order)
 }
 
-fn add_node(
+/// Imports one node at subgraph nesting `depth` (0 in the model's graph): an `If` as its branch
+/// ([`super::branch`]), any other op as itself.
+pub(super) fn add_node(
     graph: &mut Graph,
     names: &mut HashMap<String, ValueId>,
     node: &NodeProto,
     index: usize,
     opset: i64,
     limit: usize,
+    depth: usize,
 ) -> Result<(), E> {
     let name = node_name(node, index);
     let op_type = node.op_type();
     if !is_default_domain(node.domain()) {
         return Err(E::UnknownOp { node: name, op: op_type.into(), domain: node.domain().into() });
+    }
+    if op_type == "If" {
+        return super::branch::inline_if(graph, names, node, &name, opset, limit, depth);
     }
     let onnx_inputs: Vec<Option<ValueId>> =
         node.input.iter().map(|s| if s.is_empty() { None } else { names.get(s.as_str()).copied() }).collect();
@@ -344,6 +359,41 @@ fn add_node(
     Ok(())
 }
 
+/// Every op type of `nodes` stowage does not know, at once ([`E::Unsupported`]), so that a user sees the whole list
+/// rather than one op per attempt. Subgraphs are checked when they are imported: a branch folded away may hold ops
+/// stowage does not run.
+pub(super) fn unsupported(nodes: &[NodeProto]) -> Result<(), E> {
+    let ops = unsupported_ops(nodes);
+    if ops.is_empty() {
+        Ok(())
+    } else {
+        Err(E::Unsupported { ops })
+    }
+}
+
+/// The op types of `nodes` stowage does not know, each with its count and first node, in first-use order.
+pub fn unsupported_ops(nodes: &[NodeProto]) -> Vec<crate::error::UnsupportedOp> {
+    let mut ops: Vec<crate::error::UnsupportedOp> = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let known =
+            is_default_domain(n.domain()) && (n.op_type() == "If" || super::SUPPORTED_OPS.contains(&n.op_type()));
+        if known {
+            continue;
+        }
+        let domain = if is_default_domain(n.domain()) { "ai.onnx" } else { n.domain() };
+        match ops.iter_mut().find(|o| o.op == n.op_type() && o.domain == domain) {
+            Some(o) => o.nodes += 1,
+            None => ops.push(crate::error::UnsupportedOp {
+                op: n.op_type().into(),
+                domain: domain.into(),
+                nodes: 1,
+                first: node_name(n, i),
+            }),
+        }
+    }
+    ops
+}
+
 /// `ty`'s bytes against `limit`, naming `what` makes it.
 fn check_size(what: &str, ty: &ValueType, limit: usize) -> Result<(), E> {
     match ty.byte_len() {
@@ -365,6 +415,11 @@ pub fn value_inputs(model: &ModelProto) -> Vec<String> {
     }
     let mut stack: Vec<&str> = Vec::new();
     for node in g.node.iter().filter(|n| is_default_domain(n.domain())) {
+        // An If's condition selects a branch at import (`branch`).
+        if node.op_type() == "If" {
+            stack.extend(node.input.first().map(String::as_str));
+            continue;
+        }
         let types: Vec<Option<&ValueType>> = vec![None; node.input.len()];
         let Ok(Parsed::Op(op, slots)) = ops::parse(node.op_type(), &Attrs(node), opset, &types) else { continue };
         for &i in op.static_inputs() {

@@ -10,11 +10,13 @@
 //! ```
 
 mod attrs;
+mod branch;
 pub mod external;
 mod import;
 mod ops;
 pub mod proto;
 pub mod tensor;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -169,8 +171,27 @@ impl ImportConfig {
     }
 }
 
-/// Decodes a `ModelProto`.
+/// The op types of the model's graph that stowage does not know, each with its count of nodes and the first one,
+/// in the order they first appear (what `stowage import --check` lists); empty when every op is known. Branches of
+/// an `If` are checked when the branch is imported.
+pub fn unsupported_ops(model: &proto::ModelProto) -> Vec<crate::UnsupportedOp> {
+    model.graph.as_ref().map(|g| import::unsupported_ops(&g.node)).unwrap_or_default()
+}
+
+/// Decodes a `ModelProto`, refusing one whose decoding would take more than [`DEFAULT_MAX_VALUE_BYTES`].
 pub fn decode(bytes: &[u8]) -> Result<proto::ModelProto, ImportErrorKind> {
+    decode_within(bytes, DEFAULT_MAX_VALUE_BYTES)
+}
+
+/// Decodes a `ModelProto`, first bounding the memory that takes from the bytes ([`wire::decoded_bytes`]): a model
+/// whose bound is over `limit` (or [`wire::DECODE_FLOOR`], when that is larger) is
+/// [`ImportErrorKind::DecodesTooLarge`], before anything is allocated.
+pub fn decode_within(bytes: &[u8], limit: usize) -> Result<proto::ModelProto, ImportErrorKind> {
+    let limit = limit.max(wire::DECODE_FLOOR);
+    // Bytes that are not well-formed protobuf have no bound: prost says what is wrong with them.
+    if let Some(bytes) = wire::decoded_bytes(bytes).filter(|&b| b > limit) {
+        return Err(ImportErrorKind::DecodesTooLarge { bytes, limit });
+    }
     proto::ModelProto::decode(bytes).map_err(|e| ImportErrorKind::Decode(e.to_string()))
 }
 
@@ -179,13 +200,14 @@ pub fn load(path: impl AsRef<Path>, config: &ImportConfig) -> Result<Graph, Impo
     let path = path.as_ref();
     let at = |k: ImportErrorKind| k.at(Some(path.to_path_buf()));
     let bytes = std::fs::read(path).map_err(|e| at(e.into()))?;
-    let model = decode(&bytes).map_err(at)?;
+    let model = decode_within(&bytes, config.value_limit()).map_err(at)?;
+    drop(bytes);
     import::import(&model, path.parent(), config).map_err(at)
 }
 
 /// Imports a model from bytes (external data is an error: there is no folder to look in).
 pub fn load_bytes(bytes: &[u8], config: &ImportConfig) -> Result<Graph, ImportError> {
-    let model = decode(bytes).map_err(|k| k.at(None))?;
+    let model = decode_within(bytes, config.value_limit()).map_err(|k| k.at(None))?;
     import::import(&model, None, config).map_err(|k| k.at(None))
 }
 
@@ -211,8 +233,15 @@ pub fn read_tensor_within(path: impl AsRef<Path>, limit: usize) -> Result<Tensor
             path.display()
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let t = proto::TensorProto::decode(bytes.as_slice())
-        .map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?;
-    tensor::decode(&t, path.parent()).map_err(|e| format!("{}: {e}", path.display()))
+    // The file's bytes go before the tensor is made from the message: two copies at most, not three.
+    let t = {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        proto::TensorProto::decode(bytes.as_slice())
+            .map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?
+    };
+    // Protobuf decodes many files that are not tensors (an empty one, most short ones) as a message without fields.
+    if t.data_type.unwrap_or(0) == 0 {
+        return Err(format!("{}: not a TensorProto: it has no element type", path.display()));
+    }
+    tensor::decode_within(&t, path.parent(), limit).map_err(|e| format!("{}: {e}", path.display()))
 }

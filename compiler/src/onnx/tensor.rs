@@ -58,6 +58,21 @@ pub enum TensorError {
     /// Its external data cannot be read.
     #[error(transparent)]
     External(#[from] ExternalDataError),
+    /// It would be larger than one value may be: refused before its data is read or made.
+    #[error(
+        "it is {dt}{shape:?}, {bytes} bytes: more than the {limit}-byte limit on one value (raise it with \
+         --max-value-bytes)"
+    )]
+    TooLarge {
+        /// Its element type.
+        dt: DatumType,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Its bytes.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl From<String> for TensorError {
@@ -67,8 +82,13 @@ impl From<String> for TensorError {
 }
 
 /// Decodes a tensor. `dir` is the model's folder, where external data files are looked up
-/// ([`super::external`]).
+/// ([`super::external`]). A tensor larger than [`super::DEFAULT_MAX_VALUE_BYTES`] is refused.
 pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, TensorError> {
+    decode_within(t, dir, super::DEFAULT_MAX_VALUE_BYTES)
+}
+
+/// [`decode`], refusing a tensor of more than `limit` bytes before its external data is read or its bytes made.
+pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Result<Tensor<'static>, TensorError> {
     let dt = datum_type(t.data_type())?;
     let shape: Vec<usize> = t
         .dims
@@ -80,6 +100,10 @@ pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, Te
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .filter(|&n| n <= MAX_ELEMENTS)
         .ok_or_else(|| format!("shape {shape:?} is too large"))?;
+    let bytes = count * dt.size_of();
+    if bytes > limit {
+        return Err(TensorError::TooLarge { dt, shape, bytes, limit });
+    }
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
         super::external::read(t, dir, count * dt.size_of())?.into()
     } else if let Some(raw) = &t.raw_data {

@@ -178,7 +178,8 @@ impl Compiled {
 /// planned for the target fails here, with the planner's error.
 pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Result<Compiled, String> {
     let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-    let proto = onnx::decode(&bytes).map_err(|e| format!("{}: {e}", model.display()))?;
+    let proto =
+        onnx::decode_within(&bytes, options.config.value_limit()).map_err(|e| format!("{}: {e}", model.display()))?;
     if let Some(t) = proto.graph.iter().flat_map(|g| &g.initializer).find(|t| !t.external_data.is_empty()) {
         return Err(format!(
             "{}: initializer '{}' keeps its data in an external file; stowage build embeds the model whole and \

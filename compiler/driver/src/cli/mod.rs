@@ -90,6 +90,10 @@ enum Command {
         /// Print one timing line per pass to stderr.
         #[arg(long)]
         timings: bool,
+        /// Check only: list every op type the model uses that stowage does not support, one a line (op, domain,
+        /// nodes, first node), and exit 1 if there is one; else import it and say so.
+        #[arg(long)]
+        check: bool,
     },
     /// List the targets this build of stowage can compile for.
     Targets,
@@ -112,7 +116,8 @@ pub fn main(kinds: &[&'static dyn TargetKind]) -> ExitCode {
     let defaults = || RunOptions::new(registry.clone());
     match cli.command {
         Command::Demo { threads } => finish(demo::run(threads as usize, defaults())),
-        Command::Import { model, shapes, raw, timings } => finish(import(&model, &shapes, raw, timings)),
+        Command::Import { model, shapes, check: true, .. } => finish(check_import(&model, &shapes)),
+        Command::Import { model, shapes, raw, timings, .. } => finish(import(&model, &shapes, raw, timings)),
         Command::Run { model, target, run, shapes, planning } => {
             let result = shapes.config().and_then(|config| {
                 let options = RunOptions {
@@ -165,6 +170,24 @@ pub fn main(kinds: &[&'static dyn TargetKind]) -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// `stowage import --check`: the unsupported op types one a line on stdout (and one error line), else an import.
+fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String, String> {
+    let config = shapes.config()?;
+    let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
+    let proto = stowage_compiler::onnx::decode_within(&bytes, config.value_limit())
+        .map_err(|e| format!("{}: {e}", model.display()))?;
+    let missing = stowage_compiler::onnx::unsupported_ops(&proto);
+    if !missing.is_empty() {
+        for o in &missing {
+            println!("{}\t{}\t{} nodes\tfirst '{}'", o.op, o.domain, o.nodes, o.first);
+        }
+        let n = missing.len();
+        return Err(format!("{}: {n} op type{} not supported", model.display(), if n == 1 { " is" } else { "s are" }));
+    }
+    let cx = Context::import(model, &config).map_err(|e| e.to_string())?;
+    Ok(format!("{}: every op is supported; {} nodes imported\n", model.display(), cx.graph.order().len()))
 }
 
 fn import(model: &std::path::Path, shapes: &ShapeOptions, raw: bool, timings: bool) -> Result<String, String> {

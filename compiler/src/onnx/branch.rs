@@ -1,0 +1,143 @@
+//! `If` at import: a condition known when the model is imported selects a branch, whose nodes are imported in the
+//! `If`'s place, so the other branch leaves no trace in the graph, the plan or the report.
+//!
+//! Trained models carry `If`s that exporters wrote for shape checks and options (a sample-rate switch, a guard on a
+//! dimension): their conditions are constants, shape computations (folded as they are imported: `Shape`, `Gather`,
+//! `Equal`…) or inputs a caller fixes with `--input-value`. The rules:
+//! 1. **Outer values are explicit.** A node's subgraphs read values of the scopes around them by name;
+//!    [`outer_inputs`] lists those names, and the importer's dependency order counts them as the node's inputs, so
+//!    an `If` comes after every value its branches read, wherever the file puts it.
+//! 2. **The condition must be known.** A condition the importer could not fold is an error naming the node and its
+//!    condition, and what would fix it (branches chosen at run time are not supported yet).
+//! 3. **Branches agree.** Both branches are present, take no inputs, and make as many outputs as the node has;
+//!    otherwise an error names the node and the branch.
+//! 4. **The branch's names stay in the branch.** Its initializers and node outputs are visible to its own nodes and
+//!    to branches nested in it, not after it; a name that shadows an outer one is an error (ONNX forbids it). The
+//!    `If`'s outputs are the branch's output values.
+//! 5. **Nesting is bounded** by [`MAX_DEPTH`], checked before each level: a deep model is an error, not a stack
+//!    overflow.
+
+use std::collections::{HashMap, HashSet};
+
+use super::proto::{GraphProto, NodeProto};
+use crate::error::ImportErrorKind as E;
+use crate::ir::{Graph, ValueId};
+
+/// How deep subgraphs may nest.
+pub const MAX_DEPTH: usize = 16;
+
+/// The graphs a node's attributes hold.
+fn subgraphs(node: &NodeProto) -> impl Iterator<Item = &GraphProto> {
+    node.attribute.iter().flat_map(|a| a.g.iter().chain(&a.graphs))
+}
+
+/// The names `node`'s subgraphs read from the scopes around the node (rule 1), each once, in first-use order.
+/// Nesting past [`MAX_DEPTH`] is not walked (importing the node fails on its depth, rule 5).
+pub fn outer_inputs(node: &NodeProto) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for g in subgraphs(node) {
+        free_names(g, 0, &mut seen, &mut out);
+    }
+    out
+}
+
+/// Adds to `out` the names `g`'s nodes (and their subgraphs) read that `g` does not define.
+fn free_names<'g>(g: &'g GraphProto, depth: usize, seen: &mut HashSet<&'g str>, out: &mut Vec<&'g str>) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let defined: HashSet<&str> = g
+        .input
+        .iter()
+        .map(|i| i.name())
+        .chain(g.initializer.iter().map(|t| t.name()))
+        .chain(g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)))
+        .collect();
+    for n in &g.node {
+        let mut inner = Vec::new();
+        let mut inner_seen = HashSet::new();
+        for sub in subgraphs(n) {
+            free_names(sub, depth + 1, &mut inner_seen, &mut inner);
+        }
+        for name in n.input.iter().map(String::as_str).chain(inner) {
+            if !name.is_empty() && !defined.contains(name) && seen.insert(name) {
+                out.push(name);
+            }
+        }
+    }
+}
+
+/// Imports `node`, an `If` named `name` at nesting `depth`, as the branch its condition selects (rules 2 to 5).
+pub(super) fn inline_if(
+    graph: &mut Graph,
+    names: &mut HashMap<String, ValueId>,
+    node: &NodeProto,
+    name: &str,
+    opset: i64,
+    limit: usize,
+    depth: usize,
+) -> Result<(), E> {
+    let fail = |message: String| E::Node { node: name.into(), op: "If".into(), message };
+    if depth >= MAX_DEPTH {
+        return Err(fail(format!("its subgraphs nest more than {MAX_DEPTH} deep")));
+    }
+    let branch = |attr: &str| {
+        node.attribute.iter().find(|a| a.name() == attr).and_then(|a| a.g.as_ref()).ok_or_else(|| E::Attribute {
+            node: name.into(),
+            op: "If".into(),
+            attr: attr.into(),
+            message: "is missing (an If needs both branches as graphs)".into(),
+        })
+    };
+    let (then, otherwise) = (branch("then_branch")?, branch("else_branch")?);
+    for (attr, g) in [("then_branch", then), ("else_branch", otherwise)] {
+        if g.output.len() != node.output.len() || !g.input.is_empty() {
+            return Err(fail(format!(
+                "its {attr} takes {} inputs and makes {} outputs; an If's branches take none and make as many as \
+                 the node has ({})",
+                g.input.len(),
+                g.output.len(),
+                node.output.len()
+            )));
+        }
+    }
+    let cond_name = node.input.first().map(String::as_str).unwrap_or_default();
+    let cond = names.get(cond_name).copied().ok_or_else(|| fail("has no condition input".into()))?;
+    let value = graph.const_value(cond).ok_or_else(|| {
+        fail(format!(
+            "its condition '{cond_name}' is known only at run time: stowage takes an If whose condition is known \
+             when the model is imported (a constant, a shape computation, or an input fixed with --input-value); \
+             branches chosen at run time are not supported yet"
+        ))
+    })?;
+    let taken = match value.as_bytes() {
+        Ok([b]) if value.len() == 1 => *b != 0,
+        _ => {
+            return Err(fail(format!("its condition '{cond_name}' is {}{:?}, not one bool", value.dt(), value.shape())))
+        }
+    };
+    let g = if taken { then } else { otherwise };
+    let mut scope = names.clone();
+    for init in &g.initializer {
+        let t = super::tensor::decode_within(init, None, limit)
+            .map_err(|e| fail(format!("initializer '{}' of its branch: {e}", init.name())))?;
+        if scope.insert(init.name().into(), graph.add_const(init.name(), t)).is_some() {
+            return Err(E::Duplicate { name: init.name().into() });
+        }
+    }
+    super::import::unsupported(&g.node)?;
+    for i in super::import::topological_order(&g.node, &scope)? {
+        super::import::add_node(graph, &mut scope, &g.node[i], i, opset, limit, depth + 1)?;
+    }
+    for (out, vi) in node.output.iter().zip(&g.output) {
+        let v = *scope.get(vi.name()).ok_or_else(|| {
+            let which = if taken { "then" } else { "else" };
+            fail(format!("the output '{}' of its {which}_branch is defined by nothing in it", vi.name()))
+        })?;
+        if !out.is_empty() && names.insert(out.clone(), v).is_some() {
+            return Err(E::Duplicate { name: out.clone() });
+        }
+    }
+    Ok(())
+}
