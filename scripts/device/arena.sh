@@ -7,9 +7,7 @@ set -uo pipefail
 STAGE=${1:-target/device}
 TARGET=${2:-opencl}
 BIN=$STAGE/stowage
-export OCL_ICD_VENDORS=$(mktemp -d)
-echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > "$OCL_ICD_VENDORS/nvidia.icd"
-export STOWAGE_CACHE_DIR=${OUT:-/tmp}/stowage-cache
+. "$(dirname "$0")/env.sh"
 median() { "$BIN" run "$1/model.onnx" --input "$1/test_data_set_0/input_0.pb" --target "$TARGET" --repeat 50 2>&1 |
   tail -1 | grep -o 'median run [0-9.]* ms' | head -1 | sed 's/median run //'; }
 for dir in "$STAGE"/models/*/; do

@@ -8,9 +8,7 @@ set -uo pipefail
 STAGE=${1:-target/device}
 TARGET=${2:-opencl}
 BIN=$STAGE/stowage
-export OCL_ICD_VENDORS=$(mktemp -d)
-echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > "$OCL_ICD_VENDORS/nvidia.icd"
-export STOWAGE_CACHE_DIR=${OUT:-/tmp}/stowage-cache
+. "$(dirname "$0")/env.sh"
 command -v clinfo >/dev/null && clinfo -l
 "$BIN" targets
 status=0

@@ -3,8 +3,7 @@
 # own (a driver that crashes on one pattern names it). The test binary is built here and carried:
 #   cp "$(cargo test -p stowage-opencl --test regions --no-run --message-format=json | …)" target/device/regions
 set -uo pipefail
-export OCL_ICD_VENDORS=$(mktemp -d)
-echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > "$OCL_ICD_VENDORS/nvidia.icd"
+. "$(dirname "$0")/env.sh"
 BIN=${1:-target/device/regions}
 for t in $("$BIN" --list 2>/dev/null | sed -n 's/: test$//p'); do
   "$BIN" --exact "$t" -q > /tmp/regions.log 2>&1
