@@ -56,10 +56,10 @@ pub fn compare(got: &Tensor<'_>, want: &Tensor<'_>, rtol: f64, atol: f64) -> Res
 
 /// Inputs for a model's graph inputs made from their declared types (bytes counting up modulo 7, so integers are
 /// small and non-negative), for fuzzing: `None` when an input is not a static tensor of at most 4,096 elements, or
-/// the bytes are not a model.
+/// the bytes are not a model that decodes within 64 MiB.
 pub fn declared_inputs(model: &[u8]) -> Option<Vec<(String, Tensor<'static>)>> {
     use stowage_compiler::onnx::proto::{tensor_shape_proto::dimension::Value, type_proto};
-    let model = stowage_compiler::onnx::decode(model).ok()?;
+    let model = stowage_compiler::onnx::decode_within(model, 64 << 20).ok()?;
     let g = model.graph.as_ref()?;
     let mut out = Vec::new();
     for vi in g.input.iter().filter(|i| !g.initializer.iter().any(|t| t.name() == i.name())) {

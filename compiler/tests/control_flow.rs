@@ -67,7 +67,7 @@ fn a_constant_condition_imports_its_branch_only() {
     let taken = ops_of(&if_model(Some(true)), &ImportConfig::new());
     assert!(taken.contains("Relu") && !taken.contains("Neg") && !taken.contains("If"), "{taken}");
     let other = ops_of(&if_model(Some(false)), &ImportConfig::new());
-    assert!(other.contains("Neg") && !other.contains("Relu"), "{other}");
+    assert!(other.contains("Neg") && !other.contains("Relu") && !other.contains("If"), "{other}");
 }
 
 #[test]
@@ -161,24 +161,49 @@ fn branches_that_disagree_and_nesting_past_the_bound_are_refused() {
         "{err}"
     );
 
-    // Twenty Ifs, each the then_branch of the one around it (within protobuf's own nesting limit).
-    let mut body = node("Relu", &["x"], &["y"], vec![]);
-    for level in 0..20 {
-        body = NodeProto {
-            name: Some(format!("level{level}")),
-            ..node(
-                "If",
-                &["c"],
-                &["y"],
-                vec![
-                    graph_attr("then_branch", branch(vec![body], &["y"])),
-                    graph_attr("else_branch", branch(vec![node("Neg", &["x"], &["y"], vec![])], &["y"])),
-                ],
-            )
-        };
-    }
-    let m =
-        build::model(16, vec![body], vec![value("x", &[2, 3])], vec![value("y", &[2, 3])], vec![bool_const("c", true)]);
-    let err = onnx::load_bytes(&build::bytes(&m), &ImportConfig::new()).expect_err("refused").to_string();
+    // Ifs nested `levels` deep, each the then_branch of the one around it.
+    let nested = |levels: usize| {
+        let mut body = node("Relu", &["x"], &["y"], vec![]);
+        for level in 0..levels {
+            body = NodeProto {
+                name: Some(format!("level{level}")),
+                ..node(
+                    "If",
+                    &["c"],
+                    &["y"],
+                    vec![
+                        graph_attr("then_branch", branch(vec![body], &["y"])),
+                        graph_attr("else_branch", branch(vec![node("Neg", &["x"], &["y"], vec![])], &["y"])),
+                    ],
+                )
+            };
+        }
+        let inputs = vec![value("x", &[2, 3])];
+        build::bytes(&build::model(16, vec![body], inputs, vec![value("y", &[2, 3])], vec![bool_const("c", true)]))
+    };
+    assert!(ops_of(&nested(16), &ImportConfig::new()).contains("Relu"), "16 deep imports");
+    let err = onnx::load_bytes(&nested(17), &ImportConfig::new()).expect_err("refused").to_string();
     assert!(err.contains("(If)") && err.contains("nest more than 16 deep"), "{err}");
+}
+
+/// A branch's names end with it: a node after the If cannot read them, and a branch name that an outer value has
+/// is refused.
+#[test]
+fn branch_names_stay_in_the_branch_and_may_not_shadow() {
+    let otherwise = || branch(vec![node("Neg", &["x"], &["e"], vec![])], &["e"]);
+    let guarded = |then: GraphProto| NodeProto {
+        name: Some("guard".into()),
+        ..node("If", &["c"], &["y"], vec![graph_attr("then_branch", then), graph_attr("else_branch", otherwise())])
+    };
+    let then = branch(vec![node("Relu", &["x"], &["inner"], vec![]), node("Neg", &["inner"], &["t"], vec![])], &["t"]);
+    let nodes = vec![guarded(then), node("Add", &["y", "inner"], &["z"], vec![])];
+    let c = || vec![bool_const("c", true)];
+    let m = build::model(16, nodes, vec![value("x", &[2, 3])], vec![value("z", &[2, 3])], c());
+    let err = onnx::load_bytes(&build::bytes(&m), &ImportConfig::new()).expect_err("refused").to_string();
+    assert!(err.contains("'inner'"), "{err}");
+
+    let shadowing = branch(vec![node("Relu", &["x"], &["x"], vec![])], &["x"]);
+    let m = build::model(16, vec![guarded(shadowing)], vec![value("x", &[2, 3])], vec![value("y", &[2, 3])], c());
+    let err = onnx::load_bytes(&build::bytes(&m), &ImportConfig::new()).expect_err("refused").to_string();
+    assert!(err.contains("'x'"), "{err}");
 }

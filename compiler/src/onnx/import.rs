@@ -97,7 +97,7 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
 
     unsupported(&g.node)?;
     for i in topological_order(&g.node, &names)? {
-        add_node(&mut graph, &mut names, &g.node[i], i, opset, config.value_limit(), 0)?;
+        add_node(&mut graph, &mut names, &g.node[i], i, At { opset, limit: config.value_limit(), dir, depth: 0 })?;
     }
     for out in &g.output {
         let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
@@ -258,24 +258,32 @@ pub(super) fn topological_order(nodes: &[NodeProto], known: &HashMap<String, Val
     Ok(order)
 }
 
-/// Imports one node at subgraph nesting `depth` (0 in the model's graph): an `If` as its branch
-/// ([`super::branch`]), any other op as itself.
+/// Where a node is imported: the model's opset, the limit on one value, the model's folder (for external data) and
+/// the subgraph nesting depth (0 in the model's graph).
+#[derive(Clone, Copy)]
+pub(super) struct At<'a> {
+    pub opset: i64,
+    pub limit: usize,
+    pub dir: Option<&'a Path>,
+    pub depth: usize,
+}
+
+/// Imports one node: an `If` as its branch ([`super::branch`]), any other op as itself.
 pub(super) fn add_node(
     graph: &mut Graph,
     names: &mut HashMap<String, ValueId>,
     node: &NodeProto,
     index: usize,
-    opset: i64,
-    limit: usize,
-    depth: usize,
+    at: At<'_>,
 ) -> Result<(), E> {
+    let At { opset, limit, .. } = at;
     let name = node_name(node, index);
     let op_type = node.op_type();
     if !is_default_domain(node.domain()) {
         return Err(E::UnknownOp { node: name, op: op_type.into(), domain: node.domain().into() });
     }
     if op_type == "If" {
-        return super::branch::inline_if(graph, names, node, &name, opset, limit, depth);
+        return super::branch::inline_if(graph, names, node, &name, at);
     }
     let onnx_inputs: Vec<Option<ValueId>> =
         node.input.iter().map(|s| if s.is_empty() { None } else { names.get(s.as_str()).copied() }).collect();

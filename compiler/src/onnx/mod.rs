@@ -188,9 +188,10 @@ pub fn decode(bytes: &[u8]) -> Result<proto::ModelProto, ImportErrorKind> {
 /// [`ImportErrorKind::DecodesTooLarge`], before anything is allocated.
 pub fn decode_within(bytes: &[u8], limit: usize) -> Result<proto::ModelProto, ImportErrorKind> {
     let limit = limit.max(wire::DECODE_FLOOR);
-    // Bytes that are not well-formed protobuf have no bound: prost says what is wrong with them.
-    if let Some(bytes) = wire::decoded_bytes(bytes).filter(|&b| b > limit) {
-        return Err(ImportErrorKind::DecodesTooLarge { bytes, limit });
+    // Bytes that are not well-formed are bounded on the part prost decodes before it says what is wrong there.
+    let bound = wire::decoded_prefix_bytes(bytes);
+    if bound > limit {
+        return Err(ImportErrorKind::DecodesTooLarge { bytes: bound, limit });
     }
     proto::ModelProto::decode(bytes).map_err(|e| ImportErrorKind::Decode(e.to_string()))
 }
@@ -236,6 +237,15 @@ pub fn read_tensor_within(path: impl AsRef<Path>, limit: usize) -> Result<Tensor
     // The file's bytes go before the tensor is made from the message: two copies at most, not three.
     let t = {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bound = wire::decoded_tensor_bytes(&bytes);
+        let most = limit.saturating_add(TENSOR_HEADER_BYTES as usize).max(wire::DECODE_FLOOR);
+        if bound > most {
+            return Err(format!(
+                "{}: decoding it would take up to {bound} bytes: more than the {limit}-byte limit on one value \
+                 (raise it with --max-value-bytes)",
+                path.display()
+            ));
+        }
         proto::TensorProto::decode(bytes.as_slice())
             .map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?
     };

@@ -11,19 +11,25 @@
 //! 1. **Messages.** Every message the importer's types hold (model, graph, node, attribute, tensor, sparse tensor,
 //!    value info, type, shape, dimension, function, training info, string pairs, opset ids…) costs the size of its
 //!    Rust struct ([`message_bytes`]), plus what its fields cost.
-//! 2. **Strings and bytes** cost a header (`HEADER`) and their length.
+//! 2. **Strings and bytes** cost a header (`HEADER`) and their length, at least 8 (what an allocation takes).
 //! 3. **Numbers in repeated fields** cost their decoded width each (8 for `int64`, `uint64`, `double`; 4 for `int32`,
 //!    `float`): for a packed field, the count of varints (bytes with the high bit clear) or fixed values in it.
 //! 4. **Everything else** (scalars, enums, fields this version of ONNX does not define) costs nothing beyond its
 //!    message: prost stores scalars inline and skips unknown fields.
-//! 5. **Spare capacity.** The total is doubled: a vector grown by pushing holds up to twice what it uses.
+//! 5. **Spare capacity.** The first element of each field of a message costs 4 (the room a vector's first push
+//!    makes), and the total is doubled: a vector grown by pushing holds up to twice what it uses.
 //!
-//! Malformed bytes end the walk without a bound ([`None`]); prost then reports what is wrong with them.
+//! Malformed bytes end the walk; the bound then covers the well-formed part before them, which is what prost decodes
+//! (and allocates) before it reports what is wrong ([`decoded_prefix_bytes`]).
 
 /// What decoding may always take, however low the limit on one value is set.
 pub const DECODE_FLOOR: usize = 64 << 20;
 /// Bytes charged for each string or byte string's header (rule 2).
 pub const HEADER: usize = 24;
+/// The least a string's bytes take once allocated (rule 2).
+const MIN_STRING: usize = 8;
+/// How many elements the first push into a vector makes room for (rule 5).
+const FIRST: usize = 4;
 /// How deep messages may nest (prost's own limit).
 const DEPTH: usize = 100;
 
@@ -195,80 +201,90 @@ fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
     None
 }
 
-/// The memory the fields in `bytes` of a `msg` message take once decoded, beyond the message itself. `group`: the
-/// field number of the group these fields are inside (which prost skips: nothing in it is charged), whose end
-/// closes the walk; the bytes left after it are returned too.
-fn walk_fields(msg: Msg, mut bytes: &[u8], depth: usize, group: Option<u32>) -> Option<(usize, &[u8])> {
+/// The element a field's vector holds, and its cost (rules 1 to 3) for a field whose wire body is `body`.
+fn cost(f: Field, body: Option<&[u8]>) -> (usize, usize) {
+    match (f, body) {
+        (Field::Message(inner), _) => (message_bytes(inner), message_bytes(inner)),
+        (Field::Bytes, body) => (HEADER, HEADER + body.map_or(0, |b| b.len().max(MIN_STRING))),
+        // Packed: every varint ends at a byte with its high bit clear.
+        (Field::Varint(width), Some(body)) => (width, body.iter().filter(|b| *b & 0x80 == 0).count() * width),
+        (Field::Varint(width) | Field::Fixed(width), None) => (width, width),
+        (Field::Fixed(width), Some(body)) => (width, body.len().div_ceil(width) * width),
+        (Field::Scalar, _) => (0, 0),
+    }
+}
+
+/// Adds to `total` the memory the fields in `bytes` of a `msg` message take once decoded, beyond the message
+/// itself; `group`: the field number of the group these fields are inside (which prost skips: nothing in it is
+/// charged), whose end closes the walk. Returns the bytes after the message or group, or `None` at bytes that are not
+/// well-formed, with `total` then holding what the well-formed part before them costs (what prost allocates before
+/// it fails there).
+fn walk<'b>(msg: Msg, mut bytes: &'b [u8], depth: usize, group: Option<u32>, total: &mut usize) -> Option<&'b [u8]> {
     if depth > DEPTH {
         return None;
     }
-    let mut total = 0usize;
+    // The fields met so far: the first element of a vector costs `FIRST` elements (rule 5).
+    let mut seen: Vec<u32> = Vec::new();
     while !bytes.is_empty() {
         let (key, n) = varint(bytes)?;
         bytes = &bytes[n..];
         let number = u32::try_from(key >> 3).ok()?;
         let f = if group.is_some() { Field::Scalar } else { field(msg, number) };
-        let cost = match (key & 7, f) {
-            (3, _) => {
-                let (_, rest) = walk_fields(msg, bytes, depth + 1, Some(number))?;
-                bytes = rest;
-                0
-            }
-            (4, _) => return (group == Some(number)).then_some((total, bytes)),
-            (0, f) => {
-                let (_, n) = varint(bytes)?;
-                bytes = &bytes[n..];
-                if let Field::Varint(width) = f {
-                    width
-                } else {
-                    0
-                }
-            }
-            (1, f) => {
-                bytes = bytes.get(8..)?;
-                if let Field::Fixed(width) = f {
-                    width
-                } else {
-                    0
-                }
-            }
-            (5, f) => {
-                bytes = bytes.get(4..)?;
-                if let Field::Fixed(width) = f {
-                    width
-                } else {
-                    0
-                }
-            }
-            (2, f) => {
+        let mut body = None;
+        match key & 7 {
+            3 => bytes = walk(msg, bytes, depth + 1, Some(number), total)?,
+            4 => return (group == Some(number)).then_some(bytes),
+            0 => bytes = &bytes[varint(bytes)?.1..],
+            1 => bytes = bytes.get(8..)?,
+            5 => bytes = bytes.get(4..)?,
+            2 => {
                 let (len, n) = varint(bytes)?;
                 let end = n.checked_add(usize::try_from(len).ok()?)?;
-                let body = bytes.get(n..end)?;
+                body = Some(bytes.get(n..end)?);
                 bytes = &bytes[end..];
-                match f {
-                    Field::Message(inner) => message_bytes(inner).checked_add(walk(inner, body, depth + 1)?)?,
-                    Field::Bytes => HEADER + body.len(),
-                    // Packed: every varint ends at a byte with its high bit clear.
-                    Field::Varint(width) => body.iter().filter(|b| *b & 0x80 == 0).count() * width,
-                    Field::Fixed(_) => body.len(),
-                    Field::Scalar => 0,
-                }
             }
             _ => return None,
-        };
-        total = total.checked_add(cost)?;
+        }
+        let (element, mut charged) = cost(f, body);
+        if element > 0 && !seen.contains(&number) {
+            seen.push(number);
+            charged = charged.saturating_add((FIRST - 1) * element);
+        }
+        *total = total.saturating_add(charged);
+        if let (Field::Message(inner), Some(body)) = (f, body) {
+            if !walk(inner, body, depth + 1, None, total)?.is_empty() {
+                return None;
+            }
+        }
     }
-    group.is_none().then_some((total, bytes))
+    group.is_none().then_some(bytes)
 }
 
-fn walk(msg: Msg, bytes: &[u8], depth: usize) -> Option<usize> {
-    walk_fields(msg, bytes, depth, None).map(|(total, _)| total)
+/// An upper bound on the memory decoding `bytes` as a `msg` takes (the rules above), and whether the bytes are
+/// well-formed protobuf; for bytes that are not, the bound covers the well-formed part prost decodes before it
+/// fails.
+fn bound(msg: Msg, bytes: &[u8]) -> (usize, bool) {
+    let mut total = message_bytes(msg);
+    let ok = walk(msg, bytes, 0, None, &mut total).is_some();
+    (total.saturating_mul(2), ok)
 }
 
 /// An upper bound on the memory decoding `bytes` as a `ModelProto` takes (the rules above); `None` when the bytes
-/// are not well-formed protobuf.
+/// are not well-formed protobuf (then [`decoded_prefix_bytes`] bounds what prost allocates before failing).
 pub fn decoded_bytes(bytes: &[u8]) -> Option<usize> {
-    walk(Msg::Model, bytes, 0)?.checked_add(message_bytes(Msg::Model))?.checked_mul(2)
+    let (total, ok) = bound(Msg::Model, bytes);
+    ok.then_some(total)
+}
+
+/// An upper bound on the memory decoding `bytes` as a `ModelProto` takes, whether or not they are well-formed: for
+/// bytes that are not, what prost allocates for the fields before the first bad one.
+pub fn decoded_prefix_bytes(bytes: &[u8]) -> usize {
+    bound(Msg::Model, bytes).0
+}
+
+/// [`decoded_prefix_bytes`] for a `TensorProto` (an input file).
+pub fn decoded_tensor_bytes(bytes: &[u8]) -> usize {
+    bound(Msg::Tensor, bytes).0
 }
 
 #[cfg(test)]
@@ -323,7 +339,22 @@ mod tests {
         };
         let bytes = model(graph);
         let bound = decoded_bytes(&bytes).expect("well formed");
-        assert!(bound < 2 * bytes.len() + 4096, "{bound} for {} bytes", bytes.len());
+        assert!(bound < 2 * bytes.len() + 16_384, "{bound} for {} bytes", bytes.len());
+    }
+
+    #[test]
+    fn a_malformed_tail_does_not_hide_what_comes_before_it() {
+        let mut bytes = model(proto::GraphProto { initializer: vec![tensor(100_000)], ..Default::default() });
+        let whole = decoded_bytes(&bytes).expect("well formed");
+        bytes.push(0x0f); // field 1, wire type 7: prost decodes the graph, then fails here
+        assert_eq!(decoded_bytes(&bytes), None);
+        assert!(decoded_prefix_bytes(&bytes) >= whole, "{} < {whole}", decoded_prefix_bytes(&bytes));
+    }
+
+    #[test]
+    fn a_tensor_file_is_bounded_too() {
+        let bytes = tensor(100_000).encode_to_vec();
+        assert!(decoded_tensor_bytes(&bytes) >= 1_600_000, "{}", decoded_tensor_bytes(&bytes));
     }
 
     #[test]

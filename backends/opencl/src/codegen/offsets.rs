@@ -52,24 +52,29 @@ fn pointer(param: &str) -> Option<Pointer<'_>> {
 
 /// `source` with every kernel's `__global` parameters split into a base and a byte offset (rule 1).
 pub fn with_offsets(source: &str) -> Result<String, OffsetError> {
-    const HEAD: &str = "__kernel void ";
+    const HEAD: &str = "__kernel";
     let mut out = String::with_capacity(source.len() + source.len() / 4);
     let mut rest = source;
     while let Some(at) = rest.find(HEAD) {
         let after = &rest[at + HEAD.len()..];
+        // `__kernel void NAME(PARAMS) {`, with no parenthesis inside PARAMS: anything else is refused (rule 4),
+        // never passed over, so no kernel keeps parameters its launches would not match.
+        let unread = |what: &str| OffsetError { kernel: after.chars().take(60).collect(), param: what.into() };
         let (Some(open), Some(close), Some(body)) = (after.find('('), after.find(')'), after.find('{')) else {
-            break;
+            return Err(unread("(a signature without parameters or body)"));
         };
-        if !(open < close && close < body) {
-            break;
+        let head = after[..open].trim();
+        let ordered = open < close && close < body && after[close + 1..body].trim().is_empty();
+        if !ordered || head.strip_prefix("void").is_none() {
+            return Err(unread("(not `__kernel void NAME(...) {`)"));
         }
-        let kernel = after[..open].trim();
+        let kernel = head.trim_start_matches("void").trim();
         out.push_str(&rest[..at + HEAD.len()]);
         out.push_str(&after[..=open]);
         let mut prologue = String::new();
         let mut params = Vec::new();
         for param in after[open + 1..close].split(',').map(str::trim) {
-            if !param.starts_with("__global") {
+            if !param.contains("__global") {
                 params.push(param.to_string());
                 continue;
             }
@@ -133,5 +138,12 @@ mod tests {
         let err = with_offsets("__kernel void k(__global float** p) { }").expect_err("refused");
         assert_eq!(err, OffsetError { kernel: "k".into(), param: "__global float** p".into() });
         assert!(err.to_string().contains("kernel 'k'"));
+        let err = with_offsets("__kernel void k(const __global float* p) { }").expect_err("refused");
+        assert_eq!(err.param, "const __global float* p");
+        // A kernel the rewrite cannot read at all is refused too, not passed over.
+        for src in ["__kernel  __attribute__((x)) void k(__global float* p) { }", "__kernel void k(__global float* p)"]
+        {
+            assert!(with_offsets(src).is_err(), "{src}");
+        }
     }
 }

@@ -92,7 +92,7 @@ enum Command {
         timings: bool,
         /// Check only: list every op type the model uses that stowage does not support, one a line (op, domain,
         /// nodes, first node), and exit 1 if there is one; else import it and say so.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["raw", "timings"])]
         check: bool,
     },
     /// List the targets this build of stowage can compile for.
@@ -179,6 +179,8 @@ fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String
     let proto = stowage_compiler::onnx::decode_within(&bytes, config.value_limit())
         .map_err(|e| format!("{}: {e}", model.display()))?;
     let missing = stowage_compiler::onnx::unsupported_ops(&proto);
+    // The import below reads and decodes the file again: only one decoded copy at a time.
+    drop((proto, bytes));
     if !missing.is_empty() {
         for o in &missing {
             println!("{}\t{}\t{} nodes\tfirst '{}'", o.op, o.domain, o.nodes, o.first);
