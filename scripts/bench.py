@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs stowage and onnxruntime side by side on the model suite and prints, per model, both median latencies and
+"""Runs stowage and onnxruntime side by side on the model suite and the real-model suite (`real/NAME`, from
+scripts/onnx/real_models.py) and prints, per model, both median latencies and
 the ratio stowage / onnxruntime, at 1 thread and at all cores; also compile time (stowage: import to runnable)
 against onnxruntime's session creation.
 
@@ -29,8 +30,18 @@ from onnx import numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "target" / "onnx-models"
 STOWAGE = ROOT / "target" / "release" / "stowage"
+REAL = ROOT / "target" / "real-models"
 DEFAULT = ["random/resnet50", "random/squeezenet", "random/vgg19", "random/densenet121", "random/inception_v1",
            "mlp", "transformer_block"]
+
+
+def model_dir(name):
+    return REAL / name.removeprefix("real/") if name.startswith("real/") else MODELS / name
+
+
+def real_models():
+    manifest = REAL / "manifest.json"
+    return [f"real/{e['name']}" for e in json.loads(manifest.read_text())] if manifest.exists() else []
 
 
 def inputs_of(d):
@@ -84,11 +95,11 @@ def main():
     a = ap.parse_args()
     if not STOWAGE.exists():
         sys.exit(f"{STOWAGE} is missing: cargo build --release")
-    models = a.models or DEFAULT
+    models = a.models or DEFAULT + real_models()
     threads = sorted({int(t) for t in a.threads.split(",")})
     rows = []
     for name in models:
-        d = MODELS / name
+        d = model_dir(name)
         feeds = inputs_of(d)
         for t in threads:
             sess, ort_compile = ort_session(d, t)
@@ -103,6 +114,10 @@ def main():
             rows.append((name, t, s_med, o_med, s_med / o_med, statistics.median(sc), ort_compile))
             print(f"{name:<22} threads {t}  stowage {s_med:9.2f} ms  onnxruntime {o_med:9.2f} ms  ratio {s_med / o_med:5.2f}"
                   f"   compile {statistics.median(sc):8.1f} ms vs session {ort_compile:8.1f} ms", flush=True)
+    for t in threads:
+        ratios = [r for _, tt, _, _, r, _, _ in rows if tt == t]
+        print(f"median ratio stowage / onnxruntime at {t} thread(s) over {len(ratios)} models: "
+              f"{statistics.median(ratios):.2f}")
     if a.markdown:
         lines = ["| model | threads | stowage ms | onnxruntime ms | ratio | stowage compile ms | ort session ms |",
                  "|---|---|---|---|---|---|---|"]

@@ -98,12 +98,12 @@ fn unknown_ops_are_listed_at_once_with_count_first_node_and_domain() {
     // Every unknown op type at once, with its count and first node, in the order they first appear.
     let mut m = add_model();
     let g = m.graph.as_mut().expect("graph");
-    g.node[0].op_type = Some("LSTM".into());
-    for (k, op) in ["Size", "LSTM", "Size", "Size"].iter().enumerate() {
+    g.node[0].op_type = Some("Unique".into());
+    for (k, op) in ["NonZero", "Unique", "NonZero", "NonZero"].iter().enumerate() {
         g.node.push(NodeProto { name: Some(format!("n{k}")), ..node(op, &["x"], &[&format!("o{k}")], vec![]) });
     }
     let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
-    check(&err, &["2 op types are not supported: LSTM (2 nodes, first 'Add_y'), Size (3 nodes, first 'n0')"]);
+    check(&err, &["2 op types are not supported: Unique (2 nodes, first 'Add_y'), NonZero (3 nodes, first 'n0')"]);
 }
 
 #[test]
@@ -386,4 +386,49 @@ fn a_model_that_would_decode_past_the_limit_and_an_initializer_over_it_are_refus
     m.graph.as_mut().expect("graph").initializer = vec![big];
     let err = error_of(&build::bytes(&m), &[("big.bin", b"")], &ImportConfig::new().max_value_bytes(1 << 20));
     check(&err, &["initializer 'w' would be f32[1073741824], 4294967296 bytes", "1048576-byte limit"]);
+}
+
+/// The expanded ops (`onnx::expand`): bad attributes and inputs are one line naming the node and what is wrong,
+/// and a sequence past the unroll bound is refused before anything is written.
+#[test]
+fn bad_recurrent_and_transposed_convolution_nodes() {
+    let lstm = |attrs: Vec<onnx::proto::AttributeProto>, x: &[i64], w: &[i64], r: &[i64]| {
+        let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+        build::bytes(&build::model(
+            17,
+            vec![NodeProto { name: Some("rnn".into()), ..node("LSTM", &["x", "w", "r"], &["y"], attrs) }],
+            vec![value("x", x)],
+            vec![value("y", &[])],
+            vec![build::floats("w", w, &vec![0.1; n(w)]), build::floats("r", r, &vec![0.1; n(r)])],
+        ))
+    };
+    let ok = (&[5, 1, 3][..], &[1, 8, 3][..], &[1, 8, 2][..]);
+    let err =
+        error_of(&lstm(vec![build::string("direction", "sideways")], ok.0, ok.1, ok.2), &[], &ImportConfig::new());
+    check(&err, &["node 'rnn' (LSTM)", "attribute 'direction'", "sideways"]);
+    let err = error_of(&lstm(vec![], ok.0, &[1, 6, 3], ok.2), &[], &ImportConfig::new());
+    check(&err, &["node 'rnn' (LSTM)", "W is f32[1,6,3]", "[1, 8, 3]"]);
+    let err = error_of(&lstm(vec![build::float("clip", -1.0)], ok.0, ok.1, ok.2), &[], &ImportConfig::new());
+    check(&err, &["attribute 'clip'", "positive"]);
+    let acts = vec![build::strings("activations", &["Sigmoid", "Elu", "Tanh"])];
+    let err = error_of(&lstm(acts, ok.0, ok.1, ok.2), &[], &ImportConfig::new());
+    check(&err, &["attribute 'activations'", "'elu' is not supported"]);
+    let err = error_of(&lstm(vec![], &[5000, 1, 3], ok.1, ok.2), &[], &ImportConfig::new());
+    check(&err, &["node 'rnn' (LSTM)", "5000 steps", "1 to 4096"]);
+
+    let deconv = |attrs| {
+        build::bytes(&build::model(
+            17,
+            vec![NodeProto { name: Some("up".into()), ..node("ConvTranspose", &["x", "w"], &["y"], attrs) }],
+            vec![value("x", &[1, 2, 4, 4])],
+            vec![value("y", &[])],
+            vec![build::floats("w", &[2, 3, 3, 3], &[0.5; 54])],
+        ))
+    };
+    let err = error_of(&deconv(vec![build::ints("strides", &[0, 2])]), &[], &ImportConfig::new());
+    check(&err, &["node 'up' (ConvTranspose)", "attribute 'strides'", "1 to 2^31-1"]);
+    let err = error_of(&deconv(vec![build::ints("strides", &[2])]), &[], &ImportConfig::new());
+    check(&err, &["attribute 'strides'", "1 values, the input has 2 spatial axes"]);
+    let err = error_of(&deconv(vec![build::ints("pads", &[9, 9, 9, 9])]), &[], &ImportConfig::new());
+    check(&err, &["node 'up' (ConvTranspose)", "no element along spatial axis 0"]);
 }

@@ -7,8 +7,12 @@
 //! 1. **Outer values are explicit.** A node's subgraphs read values of the scopes around them by name;
 //!    [`outer_inputs`] lists those names, and the importer's dependency order counts them as the node's inputs, so
 //!    an `If` comes after every value its branches read, wherever the file puts it.
-//! 2. **The condition must be known.** A condition the importer could not fold is an error naming the node and its
-//!    condition, and what would fix it (branches chosen at run time are not supported yet).
+//! 2. **A condition known at import takes one branch; one known only at run time takes both.** A folded condition
+//!    imports only the branch it selects. Otherwise both branches are imported and each output is
+//!    `Where(condition, then, else)` (nodes `IF::selectK`): both branches run on every run, so a caller who knows
+//!    the condition fixes it with `--input-value` to run one. Branches whose outputs differ in type cannot be
+//!    selected this way: an error naming the node, the output and both types. (Sub-plans that run only the branch
+//!    taken are the control-flow issue's next step.)
 //! 3. **Branches agree.** Both branches are present, take no inputs, and make as many outputs as the node has;
 //!    otherwise an error names the node and the branch.
 //! 4. **The branch's names stay in the branch.** Its initializers and node outputs are visible to its own nodes and
@@ -21,6 +25,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::import::At;
 use super::proto::{GraphProto, NodeProto};
+use stowage_runtime::DatumType;
+
 use crate::error::ImportErrorKind as E;
 use crate::ir::{Graph, ValueId};
 
@@ -79,7 +85,7 @@ pub(super) fn inline_if(
     name: &str,
     at: At<'_>,
 ) -> Result<(), E> {
-    let At { limit, depth, .. } = at;
+    let At { depth, .. } = at;
     let fail = |message: String| E::Node { node: name.into(), op: "If".into(), message };
     if depth >= MAX_DEPTH {
         return Err(fail(format!("its subgraphs nest more than {MAX_DEPTH} deep")));
@@ -106,35 +112,55 @@ pub(super) fn inline_if(
     }
     let cond_name = node.input.first().map(String::as_str).unwrap_or_default();
     let cond = names.get(cond_name).copied().ok_or_else(|| fail("has no condition input".into()))?;
-    let value = graph.const_value(cond).ok_or_else(|| {
-        fail(format!(
-            "its condition '{cond_name}' is known only at run time: stowage takes an If whose condition is known \
-             when the model is imported (a constant, a shape computation, or an input fixed with --input-value); \
-             branches chosen at run time are not supported yet"
-        ))
-    })?;
-    let taken = match value.as_bytes() {
-        Ok([b]) if value.len() == 1 => *b != 0,
-        _ => {
-            return Err(fail(format!("its condition '{cond_name}' is {}{:?}, not one bool", value.dt(), value.shape())))
+    let inner = At { depth: depth + 1, ..at };
+    let outputs = match graph.const_value(cond) {
+        Some(value) => {
+            let taken = match value.as_bytes() {
+                Ok([b]) if value.len() == 1 => *b != 0,
+                _ => {
+                    return Err(fail(format!(
+                        "its condition '{cond_name}' is {}{:?}, not one bool",
+                        value.dt(),
+                        value.shape()
+                    )))
+                }
+            };
+            let (g, which) = if taken { (then, "then") } else { (otherwise, "else") };
+            import_branch(graph, names, g, which, inner, &fail)?
         }
+        None => select(graph, names, (then, otherwise), cond_name, name, inner, &fail)?,
     };
-    let g = if taken { then } else { otherwise };
+    for (out, v) in node.output.iter().zip(outputs) {
+        if !out.is_empty() && names.insert(out.clone(), v).is_some() {
+            return Err(E::Duplicate { name: out.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// Imports branch `g` (`which`: "then" or "else") in scope and returns its output values; its own names leave
+/// scope after (rule 4).
+fn import_branch(
+    graph: &mut Graph,
+    names: &mut HashMap<String, ValueId>,
+    g: &GraphProto,
+    which: &str,
+    at: At<'_>,
+    fail: &dyn Fn(String) -> E,
+) -> Result<Vec<ValueId>, E> {
     for init in &g.initializer {
-        let t = super::tensor::decode_within(init, at.dir, limit)
+        let t = super::tensor::decode_within(init, at.dir, at.limit)
             .map_err(|e| fail(format!("initializer '{}' of its branch: {e}", init.name())))?;
         if names.insert(init.name().into(), graph.add_const(init.name(), t)).is_some() {
             return Err(E::Duplicate { name: init.name().into() });
         }
     }
-    let inner = At { depth: depth + 1, ..at };
     for i in super::import::topological_order(&g.node, names)? {
-        super::import::add_node(graph, names, &g.node[i], i, inner)?;
+        super::import::add_node(graph, names, &g.node[i], i, at)?;
     }
-    let mut outputs = Vec::with_capacity(node.output.len());
+    let mut outputs = Vec::with_capacity(g.output.len());
     for vi in &g.output {
         let v = *names.get(vi.name()).ok_or_else(|| {
-            let which = if taken { "then" } else { "else" };
             fail(format!("the output '{}' of its {which}_branch is defined by nothing in it", vi.name()))
         })?;
         outputs.push(v);
@@ -145,10 +171,66 @@ pub(super) fn inline_if(
     {
         names.remove(defined);
     }
-    for (out, v) in node.output.iter().zip(outputs) {
-        if !out.is_empty() && names.insert(out.clone(), v).is_some() {
-            return Err(E::Duplicate { name: out.clone() });
+    Ok(outputs)
+}
+
+/// A condition known only at run time (rule 2): both branches are imported and each output is
+/// `Where(condition, then, else)`, named `IF::selectK`. The branches' outputs must agree in type.
+fn select(
+    graph: &mut Graph,
+    names: &mut HashMap<String, ValueId>,
+    (then, otherwise): (&GraphProto, &GraphProto),
+    cond_name: &str,
+    name: &str,
+    at: At<'_>,
+    fail: &dyn Fn(String) -> E,
+) -> Result<Vec<ValueId>, E> {
+    let cond_ty = graph.ty(names[cond_name]).clone();
+    if cond_ty.dt != DatumType::Bool || cond_ty.element_count() != Some(1) {
+        return Err(fail(format!("its condition '{cond_name}' is {cond_ty}, not one bool")));
+    }
+    let t = import_branch(graph, names, then, "then", at, fail)?;
+    let e = import_branch(graph, names, otherwise, "else", at, fail)?;
+    for (k, (a, b)) in t.iter().zip(&e).enumerate() {
+        let (ta, tb) = (graph.ty(*a), graph.ty(*b));
+        if ta != tb {
+            return Err(fail(format!(
+                "its condition '{cond_name}' is known only at run time, and its branches make different types for \
+                 output {k} ({ta} and {tb}): stowage selects between branches at run time only when they agree \
+                 (fix the condition with --input-value to take one branch)"
+            )));
         }
     }
-    Ok(())
+    // Temporary names for the selection's inputs, taken out of scope after.
+    let mut temp = Vec::new();
+    let mut bind = |names: &mut HashMap<String, ValueId>, base: String, v: ValueId| -> Result<String, E> {
+        if names.contains_key(&base) {
+            return Err(E::Duplicate { name: base });
+        }
+        names.insert(base.clone(), v);
+        temp.push(base.clone());
+        Ok(base)
+    };
+    let scalar = bind(names, format!("{name}::condition"), names[cond_name])?;
+    let mut outputs = Vec::with_capacity(t.len());
+    for (k, (a, b)) in t.into_iter().zip(e).enumerate() {
+        let (ta, tb) = (bind(names, format!("{name}::then{k}"), a)?, bind(names, format!("{name}::else{k}"), b)?);
+        let out = format!("{name}::select{k}");
+        if names.contains_key(&out) {
+            return Err(E::Duplicate { name: out });
+        }
+        let proto = NodeProto {
+            input: vec![scalar.clone(), ta, tb],
+            output: vec![out.clone()],
+            name: Some(out.clone()),
+            op_type: Some("Where".into()),
+            ..Default::default()
+        };
+        super::import::add_node(graph, names, &proto, 0, At { opset: 18, ..at })?;
+        outputs.push(names.remove(&out).ok_or_else(|| fail(format!("'{out}' was not made")))?);
+    }
+    for n in temp {
+        names.remove(&n);
+    }
+    Ok(outputs)
 }

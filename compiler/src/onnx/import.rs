@@ -285,6 +285,9 @@ pub(super) fn add_node(
     if op_type == "If" {
         return super::branch::inline_if(graph, names, node, &name, at);
     }
+    if super::expand::is_expanded(op_type) {
+        return super::expand::expand(graph, names, node, &name, at);
+    }
     let onnx_inputs: Vec<Option<ValueId>> =
         node.input.iter().map(|s| if s.is_empty() { None } else { names.get(s.as_str()).copied() }).collect();
     let input_types: Vec<Option<&ValueType>> = onnx_inputs.iter().map(|v| v.map(|v| graph.ty(v))).collect();
@@ -383,8 +386,7 @@ pub(super) fn unsupported(nodes: &[NodeProto]) -> Result<(), E> {
 pub fn unsupported_ops(nodes: &[NodeProto]) -> Vec<crate::error::UnsupportedOp> {
     let mut ops: Vec<crate::error::UnsupportedOp> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        let known =
-            is_default_domain(n.domain()) && (n.op_type() == "If" || super::SUPPORTED_OPS.contains(&n.op_type()));
+        let known = is_default_domain(n.domain()) && super::SUPPORTED_OPS.contains(&n.op_type());
         if known {
             continue;
         }
@@ -423,9 +425,19 @@ pub fn value_inputs(model: &ModelProto) -> Vec<String> {
     }
     let mut stack: Vec<&str> = Vec::new();
     for node in g.node.iter().filter(|n| is_default_domain(n.domain())) {
-        // An If's condition selects a branch at import (`branch`).
+        // An If's condition selects a branch at import (`branch`); a Loop's trip count and condition unroll it
+        // (`unroll`).
         if node.op_type() == "If" {
             stack.extend(node.input.first().map(String::as_str));
+            continue;
+        }
+        if node.op_type() == "Loop" {
+            stack.extend(node.input.iter().take(2).map(String::as_str));
+            continue;
+        }
+        let expanded = super::functions::static_inputs(node.op_type(), opset);
+        if !expanded.is_empty() {
+            stack.extend(expanded.iter().filter_map(|&i| node.input.get(i)).map(String::as_str));
             continue;
         }
         let types: Vec<Option<&ValueType>> = vec![None; node.input.len()];
@@ -436,13 +448,13 @@ pub fn value_inputs(model: &ModelProto) -> Vec<String> {
             }
         }
     }
-    // A value computed from others needs them too, except through Shape, which reads only a shape.
+    // A value computed from others needs them too, except through Shape and Size, which read only a shape.
     let mut needed: BTreeSet<&str> = BTreeSet::new();
     while let Some(name) = stack.pop() {
         if name.is_empty() || !needed.insert(name) {
             continue;
         }
-        if let Some(node) = producer.get(name).filter(|n| n.op_type() != "Shape") {
+        if let Some(node) = producer.get(name).filter(|n| !matches!(n.op_type(), "Shape" | "Size")) {
             stack.extend(node.input.iter().map(String::as_str));
         }
     }

@@ -11,11 +11,16 @@
 
 mod attrs;
 mod branch;
+mod conv_transpose;
+mod expand;
 pub mod external;
+mod functions;
 mod import;
 mod ops;
 pub mod proto;
+mod rnn;
 pub mod tensor;
+mod unroll;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -29,7 +34,8 @@ pub use import::value_inputs;
 use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
-/// The ONNX op types of the default domain that stowage imports (this round's op set).
+/// The ONNX op types of the default domain that stowage imports (this round's op set); those of
+/// [`expand::EXPANDED_OPS`] and [`functions::FUNCTION_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Add",
@@ -38,15 +44,20 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "CastLike",
     "Ceil",
+    "Celu",
     "Clip",
     "Concat",
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "ConvTranspose",
     "Cos",
+    "DepthToSpace",
     "Div",
     "Dropout",
+    "Elu",
     "Equal",
     "Erf",
     "Exp",
@@ -59,20 +70,32 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalAveragePool",
     "GlobalMaxPool",
     "Greater",
+    "GreaterOrEqual",
+    "GRU",
     "HardSigmoid",
     "HardSwish",
     "Identity",
+    "If",
+    "InstanceNormalization",
+    "IsInf",
+    "IsNaN",
     "LayerNormalization",
     "LeakyRelu",
     "Less",
+    "LessOrEqual",
     "Log",
     "LogSoftmax",
+    "Loop",
+    "LpNormalization",
     "LRN",
+    "LSTM",
     "MatMul",
     "Max",
     "MaxPool",
     "Mean",
+    "MeanVarianceNormalization",
     "Min",
+    "Mish",
     "Mul",
     "Neg",
     "Not",
@@ -82,30 +105,45 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "PRelu",
     "Range",
     "Reciprocal",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
     "ReduceMax",
     "ReduceMean",
     "ReduceMin",
     "ReduceSum",
+    "ReduceSumSquare",
     "Relu",
     "Reshape",
     "Resize",
+    "RNN",
+    "Scan",
+    "Selu",
     "Shape",
+    "Shrink",
     "Sigmoid",
     "Sign",
     "Sin",
+    "Size",
     "Slice",
     "Softmax",
     "Softplus",
+    "Softsign",
+    "SpaceToDepth",
     "Split",
     "Sqrt",
     "Squeeze",
     "Sub",
     "Sum",
+    "Tan",
     "Tanh",
+    "ThresholdedRelu",
     "Tile",
     "Transpose",
     "Unsqueeze",
     "Where",
+    "Xor",
 ];
 
 /// Lowest default-domain opset stowage imports.

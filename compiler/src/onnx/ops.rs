@@ -133,6 +133,12 @@ pub(crate) fn parse(
                 op(Op::Clip)
             }
         }
+        // CastLike casts to its second input's type, known at import.
+        "CastLike" => {
+            let like =
+                inputs.get(1).copied().flatten().ok_or_else(|| ParseError::Other("has no second input".into()))?;
+            Ok(Parsed::Op(Op::Cast { to: like.dt }, vec![Slot::Onnx(0)]))
+        }
         "Cast" => {
             let to = a.int("to")?.ok_or_else(|| attr_err("to", "is required"))?;
             let to = super::tensor::datum_type(to as i32).map_err(|m| attr_err("to", m))?;
@@ -221,6 +227,12 @@ pub(crate) fn parse(
             select_last_index: a.bool_or("select_last_index", false)?,
         }),
         "Shape" => op(Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? }),
+        // Every shape is static, so a Size is its input's element count.
+        "Size" => {
+            let t = inputs.first().copied().flatten().ok_or_else(|| ParseError::Other("has no input".into()))?;
+            let n = t.element_count().ok_or_else(|| ParseError::Other(format!("its input {t} has no size")))?;
+            Tensor::from_vec(&[], vec![n as i64]).map(Parsed::Constant).map_err(|e| ParseError::Other(e.to_string()))
+        }
         "ConstantOfShape" => {
             let value = match a.tensor("value")? {
                 Some(t) if t.len() == 1 => t,
@@ -423,13 +435,15 @@ mod tests {
     use super::*;
     use crate::onnx::proto::NodeProto;
 
-    /// Every op of [`crate::onnx::SUPPORTED_OPS`] is one `parse` knows (with or without its required attributes),
-    /// and a made-up one is not.
+    /// Every op of [`crate::onnx::SUPPORTED_OPS`] is one `parse` knows (with or without its required attributes) or
+    /// one of the expansions (or `If`, imported by `branch`), and a made-up one is not.
     #[test]
     fn the_supported_list_matches_the_parser() {
         let node = NodeProto::default();
         for op in crate::onnx::SUPPORTED_OPS {
-            let known = !matches!(parse(op, &Attrs(&node), 18, &[]), Err(ParseError::Unknown));
+            let known = !matches!(parse(op, &Attrs(&node), 18, &[]), Err(ParseError::Unknown))
+                || crate::onnx::expand::is_expanded(op)
+                || *op == "If";
             assert!(known, "{op} is listed as supported but the parser does not know it");
         }
         assert!(matches!(parse("Frobnicate", &Attrs(&node), 18, &[]), Err(ParseError::Unknown)));

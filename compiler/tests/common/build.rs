@@ -49,6 +49,26 @@ pub fn ints(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
+/// A string attribute.
+pub fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        s: Some(v.as_bytes().to_vec()),
+        r#type: Some(AttributeType::String as i32),
+        ..Default::default()
+    }
+}
+
+/// A strings attribute.
+pub fn strings(name: &str, v: &[&str]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        r#type: Some(AttributeType::Strings as i32),
+        ..Default::default()
+    }
+}
+
 /// A tensor input or output of f32 with fixed dims; a negative dim is symbolic, named `N`.
 pub fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
     typed_value(name, DataType::Float, dims)

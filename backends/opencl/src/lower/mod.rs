@@ -28,11 +28,17 @@ use crate::device::{DeviceInfo, Target};
 use crate::error::{ClError, Result};
 use crate::exec::{ArgRef, Binding, ClProgram, Launch, Step, StepKind};
 
+/// The name a kernel's source is first written with, to compare sources whatever their names.
+const PLACEHOLDER: &str = "stowage_kernel_name_";
+
 struct Builder<'g> {
     graph: &'g Graph,
     source: String,
     fp64: bool,
     kernels: Vec<String>,
+    /// Each kernel's source written with [`PLACEHOLDER`] for its name, to its index: a kernel written twice (the
+    /// steps of an unrolled recurrent layer, the repeated blocks of a ResNet) is compiled once and launched by both.
+    written: HashMap<String, usize>,
     /// Per kernel, what it computes where that helps reading a profile (a product's dimensions and blocking).
     notes: Vec<String>,
     /// Work-groups that keep the device busy (twice its compute units).
@@ -66,6 +72,7 @@ impl<'g> Builder<'g> {
             source: String::new(),
             fp64: false,
             kernels: Vec::new(),
+            written: HashMap::new(),
             notes: Vec::new(),
             min_groups: 2 * info.compute_units as usize,
             implicit_conv: choice("STOWAGE_OPENCL_IMPLICIT_CONV"),
@@ -110,11 +117,17 @@ impl<'g> Builder<'g> {
         self.types.len() - 1
     }
 
-    /// Adds a kernel whose source `make(name)` writes; returns its index.
+    /// Adds a kernel whose source `make(name)` writes; returns its index, that of the same source written before
+    /// when there is one.
     fn kernel(&mut self, make: impl FnOnce(&str) -> String) -> usize {
+        let text = make(PLACEHOLDER);
+        if let Some(&k) = self.written.get(&text) {
+            return k;
+        }
         let name = format!("k{}", self.kernels.len());
-        self.source.push_str(&make(&name));
+        self.source.push_str(&text.replace(PLACEHOLDER, &name));
         self.source.push('\n');
+        self.written.insert(text, self.kernels.len());
         self.kernels.push(name);
         self.notes.push(String::new());
         self.kernels.len() - 1

@@ -1,0 +1,263 @@
+//! `Scan` and `Loop` unrolled at import ([`super::expand`]), when the number of iterations is known: a `Scan`'s
+//! from its scan inputs' static length, a `Loop`'s from a constant trip count (an input given at run time is fixed
+//! by `stowage run`, which lists it among the inputs that set shapes) and a condition that folds to true in every
+//! iteration. The body is imported once per iteration with its names made unique (`NODE::itK::NAME`), its state
+//! inputs bound to the previous iteration's values, so state stays where it is: no copy per iteration. Scan inputs
+//! are taken along their axes (`Gather`), scan outputs stacked along theirs (`Unsqueeze`, `Concat`). At most
+//! [`MAX_STEPS`] iterations; a trip count or condition known only at run time, a body of the wrong signature and
+//! nesting past [`super::branch::MAX_DEPTH`] are one-line errors naming the node.
+
+use std::collections::HashMap;
+
+use super::expand::{int, Ex, MAX_STEPS};
+use super::proto::{GraphProto, NodeProto};
+use crate::error::ImportErrorKind as E;
+
+fn body<'a>(ex: &Ex<'a, '_>) -> Result<&'a GraphProto, E> {
+    ex.node
+        .attribute
+        .iter()
+        .find(|a| a.name() == "body")
+        .and_then(|a| a.g.as_ref())
+        .ok_or_else(|| ex.attr_fail("body", "is missing (a graph is required)"))
+}
+
+/// Imports one iteration of `g`, its inputs bound to `inputs` (names in scope); returns the names of its outputs.
+fn iteration(
+    ex: &mut Ex<'_, '_>,
+    g: &GraphProto,
+    it: usize,
+    inputs: &[String],
+    inits: &HashMap<String, String>,
+) -> Result<Vec<String>, E> {
+    let mut map: HashMap<String, String> = inits.clone();
+    for (vi, v) in g.input.iter().zip(inputs) {
+        let fresh = ex.fresh_name(&format!("it{it}::{}", vi.name()));
+        ex.bind(&fresh, v)?;
+        map.insert(vi.name().into(), fresh);
+    }
+    for n in &g.node {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            let fresh = ex.fresh_name(&format!("it{it}::{o}"));
+            map.insert(o.clone(), fresh);
+        }
+    }
+    let renamed: Vec<NodeProto> = g
+        .node
+        .iter()
+        .enumerate()
+        .map(|(k, n)| {
+            let mut n = n.clone();
+            rename(&mut n, &map);
+            n.name = Some(format!(
+                "{}::it{it}::{}",
+                ex.name,
+                if n.name().is_empty() { format!("{}_{k}", n.op_type()) } else { n.name().to_string() }
+            ));
+            n
+        })
+        .collect();
+    ex.import_nodes(&renamed)?;
+    Ok(g.output.iter().map(|o| map.get(o.name()).cloned().unwrap_or_else(|| o.name().to_string())).collect())
+}
+
+/// Renames the body names of `map` wherever `n` reads or writes them, in its subgraphs too (ONNX names are unique
+/// across nesting, so a nested graph never defines one of them again).
+fn rename(n: &mut NodeProto, map: &HashMap<String, String>) {
+    for s in n.input.iter_mut().chain(n.output.iter_mut()) {
+        if let Some(r) = map.get(s.as_str()) {
+            *s = r.clone();
+        }
+    }
+    for a in &mut n.attribute {
+        for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+            for inner in &mut g.node {
+                rename(inner, map);
+            }
+        }
+    }
+}
+
+/// The body's initializers as constants in scope, by their names in the body.
+fn initializers(ex: &mut Ex<'_, '_>, g: &GraphProto) -> Result<HashMap<String, String>, E> {
+    let mut map = HashMap::new();
+    for init in &g.initializer {
+        let t = ex.decode(init)?;
+        let c = ex.constant(init.name(), t);
+        map.insert(init.name().to_string(), c);
+    }
+    Ok(map)
+}
+
+fn stack(ex: &mut Ex<'_, '_>, parts: &[String], axis: i64) -> Result<String, E> {
+    let ax = ex.ints(&[axis])?;
+    let mut each = Vec::with_capacity(parts.len());
+    for p in parts {
+        each.push(ex.op("Unsqueeze", &[p, &ax], vec![])?);
+    }
+    if each.len() == 1 {
+        return Ok(each.remove(0));
+    }
+    let refs: Vec<&str> = each.iter().map(String::as_str).collect();
+    ex.op("Concat", &refs, vec![int("axis", axis)])
+}
+
+fn axis_list(ex: &Ex<'_, '_>, attr: &str, count: usize) -> Result<Vec<i64>, E> {
+    match ex.attrs().ints(attr).map_err(|e| ex.attr_err(e))? {
+        None => Ok(vec![0; count]),
+        Some(v) if v.len() == count => Ok(v),
+        Some(v) => Err(ex.attr_fail(attr, format!("has {} values for {count} scan values", v.len()))),
+    }
+}
+
+/// Expands the `Scan` of `ex` (opset 9 on); its outputs.
+pub(super) fn scan(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
+    if ex.opset() < 9 {
+        return Err(ex.fail("Scan before opset 9 (with a batch axis and sequence_lens) is not supported"));
+    }
+    let g = body(ex)?;
+    let m = ex.attrs().count_or("num_scan_inputs", 0).map_err(|e| ex.attr_err(e))?;
+    let given: Vec<String> = ex.node.input.clone();
+    if m == 0 || m > given.len() {
+        return Err(ex.attr_fail("num_scan_inputs", format!("must be 1 to the node's {} inputs", given.len())));
+    }
+    let n = given.len() - m;
+    let k = g
+        .output
+        .len()
+        .checked_sub(n)
+        .ok_or_else(|| ex.fail(format!("its body makes {} outputs, fewer than its {n} states", g.output.len())))?;
+    if g.input.len() != n + m {
+        return Err(ex.fail(format!(
+            "its body takes {} inputs; with {n} states and {m} scan inputs it must take {}",
+            g.input.len(),
+            n + m
+        )));
+    }
+    let in_axes = axis_list(ex, "scan_input_axes", m)?;
+    let in_dirs = axis_list(ex, "scan_input_directions", m)?;
+    let out_axes = axis_list(ex, "scan_output_axes", k)?;
+    let out_dirs = axis_list(ex, "scan_output_directions", k)?;
+    let mut steps = None;
+    let mut scans = Vec::with_capacity(m);
+    for (j, name) in given[n..].iter().enumerate() {
+        let t = ex.ty(name)?;
+        let r = t.rank() as i64;
+        let a = if in_axes[j] < 0 { in_axes[j] + r } else { in_axes[j] };
+        if !(0..r).contains(&a) {
+            return Err(
+                ex.attr_fail("scan_input_axes", format!("axis {} is out of range for scan input {t}", in_axes[j]))
+            );
+        }
+        let len = t.shape[a as usize];
+        if steps.is_some_and(|s| s != len) {
+            return Err(ex.fail(format!(
+                "its scan inputs differ in length along their axes ({len} and {})",
+                steps.unwrap_or(0)
+            )));
+        }
+        steps = Some(len);
+        scans.push((name.clone(), a));
+    }
+    let steps = steps.unwrap_or(0);
+    if steps == 0 || steps > MAX_STEPS {
+        return Err(ex.fail(format!("a scan of {steps} iterations is not unrolled (stowage unrolls 1 to {MAX_STEPS})")));
+    }
+    let inits = initializers(ex, g)?;
+    let mut states: Vec<String> = given[..n].to_vec();
+    let mut outs: Vec<Vec<String>> = vec![Vec::new(); k];
+    for it in 0..steps {
+        let mut inputs = states.clone();
+        for (j, (name, a)) in scans.iter().enumerate() {
+            let t = if in_dirs[j] == 1 { steps - 1 - it } else { it };
+            let at = ex.constant(
+                "index",
+                stowage_runtime::Tensor::from_vec(&[], vec![t as i64]).map_err(|e| ex.fail(e.to_string()))?,
+            );
+            inputs.push(ex.op("Gather", &[name, &at], vec![int("axis", *a)])?);
+        }
+        let produced = iteration(ex, g, it, &inputs, &inits)?;
+        states = produced[..n].to_vec();
+        for (j, v) in produced[n..].iter().enumerate() {
+            outs[j].push(v.clone());
+        }
+    }
+    let mut result: Vec<Option<String>> = states.into_iter().map(Some).collect();
+    for (j, mut parts) in outs.into_iter().enumerate() {
+        if out_dirs[j] == 1 {
+            parts.reverse();
+        }
+        let rank = ex.ty(&parts[0])?.rank() as i64 + 1;
+        let a = if out_axes[j] < 0 { out_axes[j] + rank } else { out_axes[j] };
+        result.push(Some(stack(ex, &parts, a)?));
+    }
+    Ok(result)
+}
+
+/// Expands the `Loop` of `ex`; its outputs.
+pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
+    let g = body(ex)?;
+    let trip = ex.optional(0);
+    let trips = match &trip {
+        None => None,
+        Some(t) => Some(ex.value(t).and_then(|v| crate::consts::to_i64s(v).ok()).and_then(|v| v.first().copied()).ok_or_else(|| {
+            ex.fail(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value)"))
+        })?),
+    };
+    let truth =
+        |ex: &Ex<'_, '_>, v: &str| ex.value(v).and_then(|t| t.as_bytes().ok().map(|b| b.iter().any(|&x| x != 0)));
+    if let Some(c) = ex.optional(1) {
+        if truth(ex, &c).is_none() {
+            return Err(ex.fail(format!("its condition '{c}' is known only at run time: fix it with --input-value")));
+        }
+    }
+    let carried: Vec<String> = ex.node.input.iter().skip(2).cloned().collect();
+    let n = carried.len();
+    if g.input.len() != n + 2 || g.output.len() < n + 1 {
+        return Err(ex.fail(format!("its body takes {} inputs and makes {} outputs; with {n} carried values it must take {} and make at least {}", g.input.len(), g.output.len(), n + 2, n + 1)));
+    }
+    let trips =
+        trips.ok_or_else(|| ex.fail("it has no trip count: stowage unrolls only Loops of a known trip count"))?;
+    let initially = ex.optional(1).map(|c| truth(ex, &c) == Some(true)).unwrap_or(true);
+    if !(0..=MAX_STEPS as i64).contains(&trips) {
+        return Err(ex.fail(format!("a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS})")));
+    }
+    let inits = initializers(ex, g)?;
+    let mut states = carried;
+    let mut outs: Vec<Vec<String>> = vec![Vec::new(); g.output.len() - n - 1];
+    let mut go = initially;
+    let mut cond = match ex.optional(1) {
+        Some(c) => c,
+        None => {
+            ex.constant("cond", stowage_runtime::Tensor::from_vec(&[], vec![true]).map_err(|e| ex.fail(e.to_string()))?)
+        }
+    };
+    for it in 0..trips as usize {
+        if !go {
+            break;
+        }
+        let i = ex.constant(
+            "iteration",
+            stowage_runtime::Tensor::from_vec(&[], vec![it as i64]).map_err(|e| ex.fail(e.to_string()))?,
+        );
+        let mut inputs = vec![i, cond.clone()];
+        inputs.extend(states.iter().cloned());
+        let produced = iteration(ex, g, it, &inputs, &inits)?;
+        cond = produced[0].clone();
+        go = truth(ex, &cond).ok_or_else(|| ex.fail(format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled")))?;
+        states = produced[1..=n].to_vec();
+        for (j, v) in produced[n + 1..].iter().enumerate() {
+            outs[j].push(v.clone());
+        }
+    }
+    let mut result: Vec<Option<String>> = states.into_iter().map(Some).collect();
+    for parts in outs {
+        if parts.is_empty() {
+            return Err(
+                ex.fail("a loop that runs no iteration and has scan outputs (of unknown shape) is not supported")
+            );
+        }
+        result.push(Some(stack(ex, &parts, 0)?));
+    }
+    Ok(result)
+}
