@@ -315,3 +315,53 @@ fn a_loop_of_known_trip_count_unrolls_and_one_known_at_run_time_is_refused() {
     let err = onnx::load_bytes(&loop_model(Some(5000)), &ImportConfig::new()).expect_err("refused").to_string();
     assert!(err.contains("5000 iterations") && err.contains("0 to 4096"), "{err}");
 }
+
+/// Loops nested in loops unroll within one budget for the whole model: 4,096 × 4,096 iterations are refused
+/// before they are written.
+#[test]
+fn nested_unrolling_is_bounded_for_the_whole_model() {
+    let body = |inner: Vec<NodeProto>| GraphProto {
+        name: Some("body".into()),
+        node: inner,
+        input: vec![
+            build::typed_value("i", DataType::Int64, &[]),
+            build::typed_value("c_in", DataType::Bool, &[]),
+            value("v_in", &[2]),
+        ],
+        output: vec![build::typed_value("c_in", DataType::Bool, &[]), value("v_out", &[2])],
+        ..Default::default()
+    };
+    let add = node("Add", &["v_in", "v_in"], &["v_out"], vec![]);
+    let inner = NodeProto {
+        name: Some("inner".into()),
+        ..node("Loop", &["m", "", "v_in"], &["v_out"], vec![graph_attr("body", body(vec![add]))])
+    };
+    let outer = NodeProto {
+        name: Some("outer".into()),
+        ..node("Loop", &["m", "", "v"], &["w"], vec![graph_attr("body", body(vec![inner]))])
+    };
+    let m = TensorProto {
+        name: Some("m".into()),
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: vec![4096],
+        ..Default::default()
+    };
+    let bytes = build::bytes(&build::model(16, vec![outer], vec![value("v", &[2])], vec![value("w", &[2])], vec![m]));
+    let err = onnx::load_bytes(&bytes, &ImportConfig::new()).expect_err("refused").to_string();
+    assert!(err.contains("(Loop)") && err.contains("more than stowage writes"), "{err}");
+}
+
+/// A run-time condition of shape [1] selects without changing the branches' shape.
+#[test]
+fn a_one_element_condition_keeps_the_branch_shape() {
+    let then = branch(vec![node("Relu", &["x"], &["t"], vec![])], &["t"]);
+    let otherwise = branch(vec![node("Neg", &["x"], &["e"], vec![])], &["e"]);
+    let iff = NodeProto {
+        name: Some("guard".into()),
+        ..node("If", &["cond"], &["y"], vec![graph_attr("then_branch", then), graph_attr("else_branch", otherwise)])
+    };
+    let inputs = vec![value("x", &[2, 3]), build::typed_value("cond", DataType::Bool, &[1])];
+    let bytes = build::bytes(&build::model(16, vec![iff], inputs, vec![value("y", &[2, 3])], vec![]));
+    let text = ops_of(&bytes, &ImportConfig::new());
+    assert!(text.contains("f32[2,3] = Where("), "{text}");
+}

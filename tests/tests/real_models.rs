@@ -30,6 +30,10 @@ fn run_model(dir: &Path, entry: &Value, target: &str) -> Result<String, String> 
     }
     let options = RunOptions { target: target.into(), ..stowage_cli::run_options() };
     let outcome = session::run(&dir.join("model.onnx"), inputs, &options)?;
+    let expected = (0..).take_while(|k| data.join(format!("output_{k}.pb")).exists()).count();
+    if outcome.outputs.len() != expected {
+        return Err(format!("{} outputs, the reference has {expected}", outcome.outputs.len()));
+    }
     let (rtol, atol) = tolerance(name);
     for (k, (out, got)) in outcome.outputs.iter().enumerate() {
         let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;

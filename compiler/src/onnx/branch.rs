@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::import::At;
 use super::proto::{GraphProto, NodeProto};
-use stowage_runtime::DatumType;
+use stowage_runtime::{DatumType, Tensor};
 
 use crate::error::ImportErrorKind as E;
 use crate::ir::{Graph, ValueId};
@@ -61,6 +61,11 @@ fn free_names<'g>(g: &'g GraphProto, depth: usize, seen: &mut HashSet<&'g str>, 
         .chain(g.initializer.iter().map(|t| t.name()))
         .chain(g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)))
         .collect();
+    for o in g.output.iter().map(|o| o.name()) {
+        if !o.is_empty() && !defined.contains(o) && seen.insert(o) {
+            out.push(o);
+        }
+    }
     for n in &g.node {
         let mut inner = Vec::new();
         let mut inner_seen = HashSet::new();
@@ -128,7 +133,7 @@ pub(super) fn inline_if(
             let (g, which) = if taken { (then, "then") } else { (otherwise, "else") };
             import_branch(graph, names, g, which, inner, &fail)?
         }
-        None => select(graph, names, (then, otherwise), cond_name, name, inner, &fail)?,
+        None => select(graph, names, (then, otherwise), (cond_name, cond), name, inner, &fail)?,
     };
     for (out, v) in node.output.iter().zip(outputs) {
         if !out.is_empty() && names.insert(out.clone(), v).is_some() {
@@ -180,12 +185,12 @@ fn select(
     graph: &mut Graph,
     names: &mut HashMap<String, ValueId>,
     (then, otherwise): (&GraphProto, &GraphProto),
-    cond_name: &str,
+    (cond_name, cond): (&str, ValueId),
     name: &str,
     at: At<'_>,
     fail: &dyn Fn(String) -> E,
 ) -> Result<Vec<ValueId>, E> {
-    let cond_ty = graph.ty(names[cond_name]).clone();
+    let cond_ty = graph.ty(cond).clone();
     if cond_ty.dt != DatumType::Bool || cond_ty.element_count() != Some(1) {
         return Err(fail(format!("its condition '{cond_name}' is {cond_ty}, not one bool")));
     }
@@ -202,8 +207,8 @@ fn select(
         }
     }
     // Temporary names for the selection's inputs, taken out of scope after.
-    let mut temp = Vec::new();
-    let mut bind = |names: &mut HashMap<String, ValueId>, base: String, v: ValueId| -> Result<String, E> {
+    let mut temp: Vec<String> = Vec::new();
+    let bind = |names: &mut HashMap<String, ValueId>, temp: &mut Vec<String>, base: String, v: ValueId| {
         if names.contains_key(&base) {
             return Err(E::Duplicate { name: base });
         }
@@ -211,10 +216,29 @@ fn select(
         temp.push(base.clone());
         Ok(base)
     };
-    let scalar = bind(names, format!("{name}::condition"), names[cond_name])?;
+    // The condition as a scalar, so that Where keeps each branch's shape (a [1] condition would broadcast a
+    // scalar output to [1]).
+    let one = bind(names, &mut temp, format!("{name}::condition"), cond)?;
+    let empty = Tensor::from_vec(&[0], Vec::<i64>::new()).map_err(|e| fail(e.to_string()))?;
+    let empty = graph.add_const(format!("{name}::scalar"), empty);
+    let shape = bind(names, &mut temp, format!("{name}::scalar"), empty)?;
+    let scalar = format!("{name}::scalar_condition");
+    if names.contains_key(&scalar) {
+        return Err(E::Duplicate { name: scalar });
+    }
+    let reshape = NodeProto {
+        input: vec![one, shape],
+        output: vec![scalar.clone()],
+        name: Some(scalar.clone()),
+        op_type: Some("Reshape".into()),
+        ..Default::default()
+    };
+    super::import::add_node(graph, names, &reshape, 0, At { opset: 18, ..at })?;
+    temp.push(scalar.clone());
     let mut outputs = Vec::with_capacity(t.len());
     for (k, (a, b)) in t.into_iter().zip(e).enumerate() {
-        let (ta, tb) = (bind(names, format!("{name}::then{k}"), a)?, bind(names, format!("{name}::else{k}"), b)?);
+        let ta = bind(names, &mut temp, format!("{name}::then{k}"), a)?;
+        let tb = bind(names, &mut temp, format!("{name}::else{k}"), b)?;
         let out = format!("{name}::select{k}");
         if names.contains_key(&out) {
             return Err(E::Duplicate { name: out });

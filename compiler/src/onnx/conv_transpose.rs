@@ -4,8 +4,8 @@
 //! `[M, C / group, k…]` and every spatial axis reversed (`Reshape`, `Transpose`, `Slice` with step −1: folded at
 //! import for constant weights). The output size is the operator's,
 //! `stride × (in − 1) + output_padding + dilation × (kernel − 1) + 1 − pad_begin − pad_end`; `output_shape` and
-//! `auto_pad` set the pads as ONNX's reference does (`SAME_LOWER` puts the odd one at the start, `SAME_UPPER` and
-//! `output_shape` at the end).
+//! `auto_pad` set the pads as onnxruntime does and the node suite's cases expect (`SAME_LOWER` puts the odd one at
+//! the start, `SAME_UPPER` and `output_shape` at the end; `output_shape` overrides `pads`).
 //!
 //! The convolution reads the zeros it inserted: `stride²` more multiply-adds than a direct transposed kernel on
 //! 2-D inputs, which is the price of running on every backend's convolution today.
@@ -36,7 +36,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         return Err(ex.fail(format!("X is {xt} and W is {wt}: W needs X's {c} channels first, in group {group}")));
     }
     let g = group as usize;
-    let m = wt.shape[1] * g;
+    let m = wt.shape[1].checked_mul(g).ok_or_else(|| ex.fail(format!("W is {wt}: its output channels overflow")))?;
     let kernel: Vec<i64> = wt.shape[2..].iter().map(|&k| k as i64).collect();
     if let Some(k) = a.ints("kernel_shape").map_err(|e| ex.attr_err(e))? {
         if k != kernel {
@@ -53,8 +53,17 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     }
     let auto_pad = a.string("auto_pad").map_err(|e| ex.attr_err(e))?.unwrap_or_else(|| "NOTSET".into());
     let input: Vec<i64> = xt.shape[2..].iter().map(|&d| d as i64).collect();
-    let full: Vec<i64> =
-        (0..r).map(|i| strides[i] * (input[i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1).collect();
+    // The full output size of each axis, in i128 (strides and dilations up to 2^31 − 1 times sizes up to 2^63),
+    // bounded so that what is computed from it below fits an i64.
+    let wide = |v: i128| i64::try_from(v).ok().filter(|&v| v <= i64::from(i32::MAX) * 1024);
+    let mut full = Vec::with_capacity(r);
+    for i in 0..r {
+        let (s, d, k, o) = (strides[i] as i128, dilations[i] as i128, kernel[i] as i128, out_pad[i] as i128);
+        let v = wide(s * (input[i] as i128 - 1) + o + (k - 1) * d + 1).filter(|_| input[i] >= 1).ok_or_else(|| {
+            ex.fail(format!("X is {xt} and W is {wt}: the output's size along spatial axis {i} is out of range"))
+        })?;
+        full.push(v);
+    }
     let output_shape = a.ints("output_shape").map_err(|e| ex.attr_err(e))?;
     let (mut begin, mut end) = (vec![0i64; r], vec![0i64; r]);
     let wanted = match (&output_shape, auto_pad.as_str()) {

@@ -14,8 +14,11 @@
 //! 3. **Names stay inside.** Values an expansion makes are named `NODE::kindN`, never a name already in scope, and
 //!    are taken out of scope when the expansion ends (as a branch's are, [`super::branch`] rule 4); errors in them
 //!    name the original node as their prefix.
-//! 4. **Bounded.** A recurrent layer unrolls at most [`MAX_STEPS`] steps over all directions; a longer one is an
-//!    error naming the node, never a graph of unbounded size. A `sequence_lens` known only at run time masks
+//! 4. **Bounded.** A recurrent layer unrolls at most [`MAX_STEPS`] steps over all directions, a `Scan` or `Loop`
+//!    at most [`MAX_STEPS`] iterations, and all the unrolling of a model, nesting included, writes at most
+//!    [`MAX_UNROLLED`] nodes (counted before each level is written, [`Ex::spend`]); past either is an error naming
+//!    the node, never a graph of unbounded size. Constants an expansion makes are checked against the size limit
+//!    before they are allocated. A `sequence_lens` known only at run time masks
 //!    each step (`Where`) in forward layers; a reverse direction needs it constant and whole.
 
 use std::collections::HashMap;
@@ -41,8 +44,13 @@ pub fn is_expanded(op: &str) -> bool {
 /// The opset the written nodes are read at (rule 2).
 const OPSET: i64 = 18;
 
-/// The most steps (sequence length × directions) a recurrent layer is unrolled to (rule 4).
+/// The most steps (sequence length × directions) a recurrent layer is unrolled to, and the most iterations of a
+/// `Scan` or `Loop` (rule 4).
 pub const MAX_STEPS: usize = 4096;
+
+/// The most nodes unrolling writes in one model, all levels of nesting together (rule 4): 262,144, which import in
+/// a few seconds.
+pub const MAX_UNROLLED: usize = 1 << 18;
 
 /// Imports `node`, named `name`, whose op type is one of [`EXPANDED_OPS`].
 pub(super) fn expand(
@@ -119,6 +127,18 @@ impl Ex<'_, '_> {
     /// ONNX input `i`'s name, if given.
     pub fn optional(&self, i: usize) -> Option<String> {
         self.node.input.get(i).filter(|s| !s.is_empty()).cloned()
+    }
+
+    /// Counts `nodes` more written by unrolling against [`MAX_UNROLLED`] (rule 4), before they are written.
+    pub fn spend(&self, nodes: usize) -> Result<(), E> {
+        let total = self.at.unrolled.get().saturating_add(nodes);
+        if total > MAX_UNROLLED {
+            return Err(self.fail(format!(
+                "unrolling it would write {total} nodes in the model, more than stowage writes ({MAX_UNROLLED})"
+            )));
+        }
+        self.at.unrolled.set(total);
+        Ok(())
     }
 
     /// The model's default-domain opset (the node's own, not [`OPSET`]).
@@ -201,8 +221,20 @@ impl Ex<'_, '_> {
         Ok(self.constant("scalar", t))
     }
 
-    /// Zeros of `dt` and `shape`.
+    /// Zeros of `dt` and `shape`, within the size limit (checked before they are made).
     pub fn zeros(&mut self, dt: DatumType, shape: &[usize]) -> Result<String, E> {
+        let ty = ValueType::new(dt, shape.to_vec());
+        match ty.byte_len() {
+            Some(b) if b <= self.at.limit => {}
+            bytes => {
+                return Err(E::TooLarge {
+                    what: format!("node '{}' ({}): its zero state", self.name, self.node.op_type()),
+                    ty: ty.to_string(),
+                    bytes: bytes.unwrap_or(usize::MAX),
+                    limit: self.at.limit,
+                })
+            }
+        }
         let t = Tensor::zeros(dt, shape).map_err(|e| self.fail(e.to_string()))?;
         Ok(self.constant("zeros", t))
     }

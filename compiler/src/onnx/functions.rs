@@ -50,7 +50,7 @@ fn onnx_type(dt: DatumType) -> i64 {
 }
 
 /// `alpha · (exp(x) − 1)` where `x < 0`, else `x` (Elu's body; Celu's with `x / alpha` inside).
-fn elu(ex: &mut Ex<'_, '_>, x: &str, dt: DatumType, alpha: f32, celu: bool) -> Result<String, E> {
+pub(super) fn elu(ex: &mut Ex<'_, '_>, x: &str, dt: DatumType, alpha: f32, celu: bool) -> Result<String, E> {
     let a = ex.scalar(dt, f64::from(alpha))?;
     let inner = if celu { ex.op("Div", &[x, &a], vec![])? } else { x.to_string() };
     let e = ex.op("Exp", &[&inner], vec![])?;
@@ -65,8 +65,16 @@ fn elu(ex: &mut Ex<'_, '_>, x: &str, dt: DatumType, alpha: f32, celu: bool) -> R
 /// `ReduceSum` of `x` over the node's axes (its attribute before opset 18, its second input from 18), with its
 /// `keepdims` and `noop_with_empty_axes`.
 fn reduce_sum(ex: &mut Ex<'_, '_>, x: &str) -> Result<String, E> {
+    reduce(ex, "ReduceSum", x, None)
+}
+
+/// `op` (a reduction) of `x` over the node's axes, as [`reduce_sum`]; `keepdims` overrides the node's.
+fn reduce(ex: &mut Ex<'_, '_>, op: &str, x: &str, keepdims: Option<i64>) -> Result<String, E> {
     let a = ex.attrs();
-    let keep = a.int_or("keepdims", 1).map_err(|e| ex.attr_err(e))?;
+    let keep = match keepdims {
+        Some(k) => k,
+        None => a.int_or("keepdims", 1).map_err(|e| ex.attr_err(e))?,
+    };
     let noop = a.int_or("noop_with_empty_axes", 0).map_err(|e| ex.attr_err(e))?;
     let axes = if ex.opset() >= 18 {
         ex.optional(1)
@@ -80,7 +88,7 @@ fn reduce_sum(ex: &mut Ex<'_, '_>, x: &str) -> Result<String, E> {
     if let Some(ax) = &axes {
         inputs.push(ax);
     }
-    ex.op("ReduceSum", &inputs, vec![int("keepdims", keep), int("noop_with_empty_axes", noop)])
+    ex.op(op, &inputs, vec![int("keepdims", keep), int("noop_with_empty_axes", noop)])
 }
 
 /// `ReduceMean` over `axes`, dimensions kept.
@@ -220,9 +228,18 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             ex.op("Log", &[&s], vec![])?
         }
         "ReduceLogSumExp" => {
-            let e = ex.op("Exp", &[&x], vec![])?;
-            let s = reduce_sum(ex, &e)?;
-            ex.op("Log", &[&s], vec![])?
+            // log Σ exp(x − m) + m with m the maximum, so that large inputs do not overflow (ONNX's body computes
+            // in double for the same reason); dimensions kept, then reshaped to the node's keepdims.
+            let m = reduce(ex, "ReduceMax", &x, Some(1))?;
+            let d = ex.op("Sub", &[&x, &m], vec![])?;
+            let e = ex.op("Exp", &[&d], vec![])?;
+            let s = reduce(ex, "ReduceSum", &e, Some(1))?;
+            let l = ex.op("Log", &[&s], vec![])?;
+            let kept = ex.op("Add", &[&l, &m], vec![])?;
+            let reduced = reduce_sum(ex, &x)?;
+            let shape = ex.ty(&reduced)?.shape;
+            let shape = ex.ints(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())?;
+            ex.op("Reshape", &[&kept, &shape], vec![])?
         }
         "InstanceNormalization" => {
             let (scale, bias) = (ex.input(1)?, ex.input(2)?);
@@ -271,7 +288,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
                 }
                 other => return Err(ex.attr_fail("p", format!("must be 1 or 2, found {other}"))),
             };
-            // A zero norm gives zeros (the reference's choice), not 0 / 0.
+            // A zero norm gives zeros, as onnxruntime and the node suite's cases do, not 0 / 0.
             let q = ex.op("Div", &[&x, &norm], vec![])?;
             let zero = ex.scalar(dt, 0.0)?;
             let none = ex.op("Equal", &[&norm, &zero], vec![])?;
@@ -291,7 +308,11 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             if xt.rank() != 4 || !(1..=i64::from(i32::MAX)).contains(&b) {
                 return Err(ex.fail(format!("X is {xt} and blocksize {b}: X must be 4-D and blocksize positive")));
             }
+            let big = |ex: &Ex<'_, '_>| ex.fail(format!("X is {xt} and blocksize {b}: the output's sizes overflow"));
             let [n, c, h, w] = [xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]].map(|d| d as i64);
+            if [h, w, c].iter().any(|&d| d.checked_mul(b).and_then(|v| v.checked_mul(b)).is_none()) {
+                return Err(big(ex));
+            }
             let (split, perm, merged) = if ex.node.op_type() == "DepthToSpace" {
                 if c % (b * b) != 0 {
                     return Err(ex.attr_fail("blocksize", format!("{b}² does not divide X's {c} channels")));

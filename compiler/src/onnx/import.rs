@@ -96,8 +96,10 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     }
 
     unsupported(&g.node)?;
+    let unrolled = std::cell::Cell::new(0);
     for i in topological_order(&g.node, &names)? {
-        add_node(&mut graph, &mut names, &g.node[i], i, At { opset, limit: config.value_limit(), dir, depth: 0 })?;
+        let at = At { opset, limit: config.value_limit(), dir, depth: 0, unrolled: &unrolled };
+        add_node(&mut graph, &mut names, &g.node[i], i, at)?;
     }
     for out in &g.output {
         let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
@@ -258,14 +260,16 @@ pub(super) fn topological_order(nodes: &[NodeProto], known: &HashMap<String, Val
     Ok(order)
 }
 
-/// Where a node is imported: the model's opset, the limit on one value, the model's folder (for external data) and
-/// the subgraph nesting depth (0 in the model's graph).
+/// Where a node is imported: the model's opset, the limit on one value, the model's folder (for external data),
+/// the subgraph nesting depth (0 in the model's graph), and the nodes unrolling has written so far in the whole
+/// model (bounded by [`super::expand::MAX_UNROLLED`], nesting included).
 #[derive(Clone, Copy)]
 pub(super) struct At<'a> {
     pub opset: i64,
     pub limit: usize,
     pub dir: Option<&'a Path>,
     pub depth: usize,
+    pub unrolled: &'a std::cell::Cell<usize>,
 }
 
 /// Imports one node: an `If` as its branch ([`super::branch`]), any other op as itself.

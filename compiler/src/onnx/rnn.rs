@@ -49,6 +49,8 @@ enum Act {
     LeakyRelu(f32),
     Affine(f32, f32),
     ScaledTanh(f32, f32),
+    Elu(f32),
+    ThresholdedRelu(f32),
 }
 
 /// The activations named by the `activations` attribute (or the defaults), `per_dir` for each of `dirs`, with
@@ -102,6 +104,8 @@ fn activations(ex: &Ex<'_, '_>, kind: Kind, dirs: usize) -> Result<Vec<Act>, E> 
                 "leakyrelu" => Act::LeakyRelu(alpha(0.01)),
                 "affine" => Act::Affine(alpha(1.0), beta(0.0)),
                 "scaledtanh" => Act::ScaledTanh(alpha(1.0), beta(1.0)),
+                "elu" => Act::Elu(alpha(1.0)),
+                "thresholdedrelu" => Act::ThresholdedRelu(alpha(1.0)),
                 other => return Err(ex.attr_fail("activations", format!("'{other}' is not supported"))),
             })
         })
@@ -126,6 +130,12 @@ fn apply(ex: &mut Ex<'_, '_>, act: Act, x: &str, dt: DatumType) -> Result<String
             let (sa, sb) = (ex.scalar(dt, f64::from(a))?, ex.scalar(dt, f64::from(b))?);
             let m = ex.op("Mul", &[x, &sa], vec![])?;
             ex.op("Add", &[&m, &sb], vec![])
+        }
+        Act::Elu(a) => super::functions::elu(ex, x, dt, a, false),
+        Act::ThresholdedRelu(a) => {
+            let (sa, zero) = (ex.scalar(dt, f64::from(a))?, ex.scalar(dt, 0.0)?);
+            let above = ex.op("Greater", &[x, &sa], vec![])?;
+            ex.op("Where", &[&above, x, &zero], vec![])
         }
         Act::ScaledTanh(a, b) => {
             let (sa, sb) = (ex.scalar(dt, f64::from(a))?, ex.scalar(dt, f64::from(b))?);
@@ -217,7 +227,10 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         Some(h) => return Err(ex.attr_fail("hidden_size", format!("must be positive, found {h}"))),
         None => rt.shape[2],
     };
-    let gh = g * hidden;
+    let gh = g
+        .checked_mul(hidden)
+        .filter(|&n| n.checked_mul(2).is_some())
+        .ok_or_else(|| ex.attr_fail("hidden_size", format!("{hidden} is too large")))?;
     if wt.shape != [dirs, gh, isize] || rt.shape != [dirs, gh, hidden] {
         return Err(ex.fail(format!(
             "W is {wt} and R is {rt}; with {dirs} direction(s), hidden_size {hidden} and {isize} inputs they must be \
@@ -233,6 +246,8 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     // batch element's length keeps its state and writes zeros to Y (forward only: a reverse direction would start
     // each element at its own end).
     let mut lens = None;
+    // About the nodes one step writes, counted against the model's unrolling budget before any is written.
+    ex.spend(steps * dirs * 40)?;
     if let Some(l) = ex.optional(4) {
         let whole = ex
             .value(&l)

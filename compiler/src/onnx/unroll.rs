@@ -74,6 +74,12 @@ fn rename(n: &mut NodeProto, map: &HashMap<String, String>) {
             for inner in &mut g.node {
                 rename(inner, map);
             }
+            // A nested graph's output may be a body value itself (a branch passing it through).
+            for o in &mut g.output {
+                if let Some(r) = o.name.as_ref().and_then(|n| map.get(n.as_str())) {
+                    o.name = Some(r.clone());
+                }
+            }
         }
     }
 }
@@ -138,6 +144,11 @@ pub(super) fn scan(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let in_dirs = axis_list(ex, "scan_input_directions", m)?;
     let out_axes = axis_list(ex, "scan_output_axes", k)?;
     let out_dirs = axis_list(ex, "scan_output_directions", k)?;
+    for (attr, dirs) in [("scan_input_directions", &in_dirs), ("scan_output_directions", &out_dirs)] {
+        if dirs.iter().any(|&d| d != 0 && d != 1) {
+            return Err(ex.attr_fail(attr, format!("{dirs:?} must hold 0 (forward) or 1 (reverse)")));
+        }
+    }
     let mut steps = None;
     let mut scans = Vec::with_capacity(m);
     for (j, name) in given[n..].iter().enumerate() {
@@ -163,6 +174,7 @@ pub(super) fn scan(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     if steps == 0 || steps > MAX_STEPS {
         return Err(ex.fail(format!("a scan of {steps} iterations is not unrolled (stowage unrolls 1 to {MAX_STEPS})")));
     }
+    ex.spend(steps.saturating_mul(g.node.len() + m + k))?;
     let inits = initializers(ex, g)?;
     let mut states: Vec<String> = given[..n].to_vec();
     let mut outs: Vec<Vec<String>> = vec![Vec::new(); k];
@@ -200,8 +212,8 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let trip = ex.optional(0);
     let trips = match &trip {
         None => None,
-        Some(t) => Some(ex.value(t).and_then(|v| crate::consts::to_i64s(v).ok()).and_then(|v| v.first().copied()).ok_or_else(|| {
-            ex.fail(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value)"))
+        Some(t) => Some(ex.value(t).and_then(|v| crate::consts::to_i64s(v).ok()).filter(|v| v.len() == 1).map(|v| v[0]).ok_or_else(|| {
+            ex.fail(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value, one int64)"))
         })?),
     };
     let truth =
@@ -222,8 +234,11 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     if !(0..=MAX_STEPS as i64).contains(&trips) {
         return Err(ex.fail(format!("a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS})")));
     }
+    ex.spend((trips as usize).saturating_mul(g.node.len() + 1))?;
     let inits = initializers(ex, g)?;
     let mut states = carried;
+    // Without a condition input the body's condition output is ignored (the loop runs its trip count).
+    let conditioned = ex.optional(1).is_some();
     let mut outs: Vec<Vec<String>> = vec![Vec::new(); g.output.len() - n - 1];
     let mut go = initially;
     let mut cond = match ex.optional(1) {
@@ -244,7 +259,9 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         inputs.extend(states.iter().cloned());
         let produced = iteration(ex, g, it, &inputs, &inits)?;
         cond = produced[0].clone();
-        go = truth(ex, &cond).ok_or_else(|| ex.fail(format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled")))?;
+        if conditioned {
+            go = truth(ex, &cond).ok_or_else(|| ex.fail(format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled")))?;
+        }
         states = produced[1..=n].to_vec();
         for (j, v) in produced[n + 1..].iter().enumerate() {
             outs[j].push(v.clone());
