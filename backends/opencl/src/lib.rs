@@ -30,4 +30,4 @@ pub use error::{ClError, Result};
 pub use exec::{Binding, ClProgram, Step, StepTime};
 pub use lower::{lower, lower_planned, unsupported_nodes};
 pub use plan::PlanTarget;
-pub use program::{cache_dir, Arg, BuildStats};
+pub use program::{cache_dir, keeps_on_disk, Arg, BuildStats};
