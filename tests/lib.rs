@@ -1,4 +1,9 @@
-//! Helpers for the workspace-level suites: where the generated ONNX data lives, and output comparison.
+//! Helpers for the workspace-level suites: where the generated ONNX data lives, output comparison, and suites spread
+//! over two processes.
+
+mod processes;
+
+pub use processes::across_processes;
 
 use std::path::PathBuf;
 

@@ -51,30 +51,38 @@ fn run_case(dir: &Path, case: &Value, target: &str) -> Result<(), String> {
 
 #[test]
 fn onnx_node_tests_pass() {
-    check("cpu", include_str!("conformance_expected.txt"));
+    check("onnx_node_tests_pass", "cpu", include_str!("conformance_expected.txt"));
 }
 
 /// The same cases on the OpenCL device (PoCL in CI), through the unified path. Kernels are generated for the ops
 /// the OpenCL backend has; the others are on its own list.
 #[test]
 fn onnx_node_tests_pass_on_opencl() {
-    check("opencl", include_str!("conformance_expected_opencl.txt"));
+    check("onnx_node_tests_pass_on_opencl", "opencl", include_str!("conformance_expected_opencl.txt"));
 }
 
 /// And through the discrete path (staged copies), with the same list: the kernels are the same.
 #[test]
 fn onnx_node_tests_pass_on_opencl_discrete() {
-    check("opencl:discrete", include_str!("conformance_expected_opencl.txt"));
+    check(
+        "onnx_node_tests_pass_on_opencl_discrete",
+        "opencl:discrete",
+        include_str!("conformance_expected_opencl.txt"),
+    );
 }
 
 /// Both, as a list in order of preference, through the discrete path: the planner places each node the OpenCL
 /// backend lacks on the CPU, with the transfers around it, so every case passes that passes on the CPU alone.
 #[test]
 fn onnx_node_tests_pass_on_opencl_falling_back_to_cpu() {
-    check("opencl:discrete,cpu", include_str!("conformance_expected.txt"));
+    check(
+        "onnx_node_tests_pass_on_opencl_falling_back_to_cpu",
+        "opencl:discrete,cpu",
+        include_str!("conformance_expected.txt"),
+    );
 }
 
-fn check(target: &str, expected: &str) {
+fn check(test: &str, target: &str, expected: &str) {
     let root = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py");
     let index: Vec<Value> =
         serde_json::from_slice(&std::fs::read(root.join("index.json")).expect("index.json")).expect("parses");
@@ -83,11 +91,11 @@ fn check(target: &str, expected: &str) {
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| l.split_once(' ').map_or((l, ""), |(n, r)| (n, r.trim())))
         .collect();
-    let (mut counted_cases, mut skipped) = (0, 0);
+    let mut skipped = 0;
     let mut failures = BTreeMap::new();
-    // The three OpenCL tests run at once and share the programs PoCL compiles through stowage's disk cache: each
-    // walks the cases from another starting point, so that a program is mostly compiled once, by whichever test
-    // meets it first, and loaded from the cache by the others (the kernels of the three are the same).
+    // The three OpenCL tests run at once and share the programs PoCL compiles through its kernel cache: each walks
+    // the cases from another starting point, so that a program is mostly compiled once, by whichever test meets it
+    // first, and loaded from the cache by the others (the kernels of the three are the same).
     let mut order: Vec<&Value> = index.iter().collect();
     let half = order.len() / 2;
     match target {
@@ -95,14 +103,20 @@ fn check(target: &str, expected: &str) {
         "opencl:discrete,cpu" => order.rotate_left(half),
         _ => {}
     }
+    let mut cases = Vec::new();
     for case in order {
-        if !counted(case) {
+        if counted(case) {
+            cases.push(case);
+        } else {
             skipped += 1;
-            continue;
         }
-        counted_cases += 1;
-        let name = case["name"].as_str().expect("name");
-        let result = std::panic::catch_unwind(|| run_case(&root.join(name), case, target)).unwrap_or_else(|p| {
+    }
+    let counted_cases = cases.len();
+    // Over two processes: PoCL builds one program at a time in each (see `stowage_tests::across_processes`).
+    let started = std::time::Instant::now();
+    let results = stowage_tests::across_processes(test, &cases, |case| {
+        let name = case["name"].as_str().unwrap_or_default();
+        std::panic::catch_unwind(|| run_case(&root.join(name), case, target)).unwrap_or_else(|p| {
             Err(format!(
                 "panicked: {}",
                 p.downcast_ref::<String>()
@@ -110,11 +124,14 @@ fn check(target: &str, expected: &str) {
                     .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default()
             ))
-        });
+        })
+    });
+    for (case, result) in cases.iter().zip(results) {
         if let Err(why) = result {
-            failures.insert(name.to_string(), why);
+            failures.insert(case["name"].as_str().expect("name").to_string(), why);
         }
     }
+    println!("conformance on {target}: {:.1} s", started.elapsed().as_secs_f64());
     let passed = counted_cases - failures.len();
     println!(
         "conformance on {target}: {passed} of {counted_cases} counted cases pass ({:.1}%); {skipped} cases use ops or types outside this round and were not run",

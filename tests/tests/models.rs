@@ -61,23 +61,23 @@ fn run_model(dir: &Path, name: &str, target: &str) -> Result<(), String> {
 
 #[test]
 fn every_model_matches_its_reference() {
-    check("cpu");
+    check("every_model_matches_its_reference", "cpu");
 }
 
 /// The whole suite on the OpenCL device (PoCL in CI), unified path: inputs imported or uploaded once, outputs read
 /// back once.
 #[test]
 fn every_model_matches_on_opencl() {
-    check("opencl");
+    check("every_model_matches_on_opencl", "opencl");
 }
 
 /// And through the discrete path.
 #[test]
 fn every_model_matches_on_opencl_discrete() {
-    check("opencl:discrete");
+    check("every_model_matches_on_opencl_discrete", "opencl:discrete");
 }
 
-fn check(target: &str) {
+fn check(test: &str, target: &str) {
     let root = stowage_tests::generated("onnx-models", "model_suite.py");
     let mut names = Vec::new();
     for group in ["light", "random"] {
@@ -94,15 +94,34 @@ fn check(target: &str) {
             assert!(names.contains(&format!("{group}/{required}")), "{group}/{required} is missing");
         }
     }
-    // The OpenCL tests run at once and share the programs PoCL compiles through stowage's disk cache: the discrete
-    // path walks the suite from the other end, so that each program is mostly compiled once, by whichever test
-    // meets it first, and loaded from the cache by the other (the kernels of both paths are the same).
-    if target.ends_with(":discrete") {
-        names.reverse();
+    // Both variants of an architecture (light and random weights) run one after the other in one process: their
+    // programs are the same, so the second loads the first's from PoCL's kernel cache. The architectures are
+    // spread over two processes (PoCL builds one program at a time in each; `stowage_tests::across_processes`).
+    let mut groups: Vec<Vec<&String>> = Vec::new();
+    for name in &names {
+        let arch = name.rsplit('/').next().unwrap_or(name);
+        match groups.iter_mut().find(|g| g[0].rsplit('/').next() == Some(arch)) {
+            Some(g) => g.push(name),
+            None => groups.push(vec![name]),
+        }
     }
-    let failures: Vec<String> = names
-        .iter()
-        .filter_map(|name| run_model(&root.join(name), name, target).err().map(|e| format!("{name}: {e}")))
-        .collect();
+    // The OpenCL tests run at once and share what PoCL compiles: the discrete path walks the suite from the other
+    // end, so that each program is mostly compiled once, by whichever test meets it first (the kernels of both
+    // paths are the same).
+    if target.ends_with(":discrete") {
+        groups.reverse();
+    }
+    let results = stowage_tests::across_processes(test, &groups, |group| {
+        let failed: Vec<String> = group
+            .iter()
+            .filter_map(|name| run_model(&root.join(name), name, target).err().map(|e| format!("{name}: {e}")))
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("\n"))
+        }
+    });
+    let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "{target}: models that do not match:\n{}", failures.join("\n"));
 }

@@ -42,17 +42,18 @@ fn convolutions_computed_inside_the_product_match() {
         .collect();
     names.sort();
     assert!(names.len() >= 5, "conv cases: {names:?}");
-    let mut failures = Vec::new();
-    for name in &names {
-        if let Err(e) = run(&cases.join(name), "opencl", 1e-3, 1e-5) {
-            failures.push(format!("{name}: {e}"));
-        }
-    }
     let models = stowage_tests::generated("onnx-models", "model_suite.py");
-    for name in ["random/squeezenet", "random/resnet50", "random/inception_v1"] {
-        if let Err(e) = run(&models.join(name), "opencl", 1e-3, 1e-4) {
-            failures.push(format!("{name}: {e}"));
-        }
-    }
+    // The three models first, so that each process starts on a long one; over two processes, as PoCL builds one
+    // program at a time in each (see `stowage_tests::across_processes`).
+    let mut work: Vec<(std::path::PathBuf, &str, f64, f64)> =
+        ["random/squeezenet", "random/resnet50", "random/inception_v1"]
+            .iter()
+            .map(|name| (models.join(name), *name, 1e-3, 1e-4))
+            .collect();
+    work.extend(names.iter().map(|name| (cases.join(name), name.as_str(), 1e-3, 1e-5)));
+    let results = stowage_tests::across_processes("convolutions_computed_inside_the_product_match", &work, |w| {
+        run(&w.0, "opencl", w.2, w.3).map_err(|e| format!("{}: {e}", w.1))
+    });
+    let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

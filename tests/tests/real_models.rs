@@ -51,31 +51,31 @@ fn run_model(dir: &Path, entry: &Value, target: &str) -> Result<String, String> 
     ))
 }
 
-fn check(target: &str) {
+fn check(test: &str, target: &str) {
     let root = stowage_tests::generated("real-models", "real_models.py");
     let text = std::fs::read_to_string(root.join("manifest.json")).expect("manifest.json");
     let manifest: Vec<Value> = serde_json::from_str(&text).expect("manifest.json is JSON");
     assert!(manifest.len() >= 8, "the suite has {} models", manifest.len());
     let ci: Vec<&Value> = manifest.iter().filter(|e| e["ci"].as_bool() == Some(true)).collect();
     assert!(ci.len() >= 8, "{} models run in CI", ci.len());
-    let mut failures = Vec::new();
-    for entry in ci {
-        let name = entry["name"].as_str().expect("name");
-        match run_model(&root.join(name), entry, target) {
-            Ok(line) => println!("{line}"),
-            Err(e) => failures.push(format!("{name}: {e}")),
-        }
-    }
+    // Over two processes: PoCL builds one program at a time in each (see `stowage_tests::across_processes`).
+    let results = stowage_tests::across_processes(test, &ci, |entry| {
+        let name = entry["name"].as_str().unwrap_or_default();
+        let line = run_model(&root.join(name), entry, target).map_err(|e| format!("{name}: {e}"))?;
+        println!("{line}");
+        Ok(())
+    });
+    let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "{target}: models that do not match:\n{}", failures.join("\n"));
 }
 
 #[test]
 fn every_real_model_matches_onnxruntime_on_the_cpu() {
-    check("cpu");
+    check("every_real_model_matches_onnxruntime_on_the_cpu", "cpu");
 }
 
 /// Placed op by op on the OpenCL device (PoCL in CI), the CPU taking what it has no kernel for.
 #[test]
 fn every_real_model_matches_onnxruntime_on_opencl_and_cpu() {
-    check("opencl,cpu");
+    check("every_real_model_matches_onnxruntime_on_opencl_and_cpu", "opencl,cpu");
 }

@@ -145,6 +145,14 @@ pub fn tensor_from_bytes(dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result
     buf.into_tensor()
 }
 
+/// A packed row-major `dt` tensor of `shape` in CPU storage (the step's region of the arena where it has one),
+/// zeroed, then written by `fill`. Kernels that move elements write their output this way, with no buffer between.
+pub fn tensor_filled(dt: DatumType, shape: &[usize], fill: impl FnOnce(&mut [u8])) -> Result<Tensor<'static>> {
+    let mut buf = HostBuffer::zeroed(dt, shape)?;
+    fill(buf.host_bytes_mut()?);
+    buf.into_tensor()
+}
+
 /// A packed row-major tensor in CPU storage holding a copy of `data`.
 pub fn tensor_from<T: stowage_runtime::Datum>(shape: &[usize], data: &[T]) -> Result<Tensor<'static>> {
     tensor_from_bytes(T::DATUM_TYPE, shape, stowage_runtime::bytemuck::cast_slice(data))

@@ -93,6 +93,28 @@ pub const ERF_P: [f32; 7] = [
 /// Denominator coefficients of [`ERF_P`]'s approximation.
 pub const ERF_Q: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329e-3, -1.426_474e-2];
 
+/// Numerator coefficients (in x², highest power first) of the rational approximation of tanh that Eigen uses for
+/// f32, on x clamped to ±[`TANH_CLAMP`] (where tanh rounds to ±1): `x·P(x²) / Q(x²)`, within 3.9e-7 of tanh
+/// relatively over the whole line (checked against f64 tanh on 2·10⁶ points of [-9, 9]).
+pub const TANH_P: [f32; 7] =
+    [-2.760_768_5e-16, 2.000_188e-13, -8.604_672e-11, 5.122_297e-8, 1.485_722_4e-5, 6.372_619_3e-4, 4.893_524_6e-3];
+/// Denominator coefficients of [`TANH_P`]'s approximation.
+pub const TANH_Q: [f32; 4] = [1.198_258_4e-6, 1.185_347e-4, 2.268_434_6e-3, 4.893_525e-3];
+/// Where [`TANH_P`]'s approximation clamps its argument.
+pub const TANH_CLAMP: f32 = 7.905_311;
+
+/// tanh by the rational approximation the JIT compiles (so that chains holding it vectorise): see [`TANH_P`].
+pub fn tanh_f32(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let x = x.clamp(-TANH_CLAMP, TANH_CLAMP);
+    let x2 = x * x;
+    let p = TANH_P[1..].iter().fold(TANH_P[0], |acc, &c| acc * x2 + c) * x;
+    let q = TANH_Q[1..].iter().fold(TANH_Q[0], |acc, &c| acc * x2 + c);
+    p / q
+}
+
 /// erf by the rational approximation the JIT compiles (so that chains vectorise): see [`ERF_P`].
 pub fn erf_f32(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
@@ -107,7 +129,8 @@ pub fn native_unary(f: UnaryFn) -> bool {
     matches!(
         f,
         UnaryFn::Erf
-            | UnaryFn::Gelu(false)
+            | UnaryFn::Gelu(_)
+            | UnaryFn::Tanh
             | UnaryFn::Abs
             | UnaryFn::Neg
             | UnaryFn::Relu
@@ -157,7 +180,7 @@ pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
         UnaryFn::Reciprocal => 1.0 / x,
         UnaryFn::Exp => x.exp(),
         UnaryFn::Log => x.ln(),
-        UnaryFn::Tanh => x.tanh(),
+        UnaryFn::Tanh => tanh_f32(x),
         UnaryFn::Sin => x.sin(),
         UnaryFn::Cos => x.cos(),
         UnaryFn::Erf => erf_f32(x),
@@ -181,7 +204,7 @@ pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
         UnaryFn::Gelu(false) => 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)),
         UnaryFn::Gelu(true) => {
             let c = (2.0f32 / std::f32::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            0.5 * x * (1.0 + tanh_f32(c * (x + 0.044715 * x * x * x)))
         }
         UnaryFn::Sign => {
             if x > 0.0 {
@@ -226,5 +249,27 @@ pub fn binary_scalar(f: BinaryFn, a: f32, b: f32) -> f32 {
             }
         }
         BinaryFn::And | BinaryFn::Or | BinaryFn::Equal | BinaryFn::Greater | BinaryFn::Less => f32::NAN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tanh_approximation_is_within_its_stated_error() {
+        let mut worst = 0f64;
+        for i in -90_000..=90_000 {
+            let x = i as f32 * 1e-4;
+            let want = f64::from(x).tanh();
+            let got = f64::from(tanh_f32(x));
+            if want != 0.0 {
+                worst = worst.max((got - want).abs() / want.abs());
+            }
+        }
+        assert!(worst < 5e-7, "relative error {worst}");
+        assert_eq!((tanh_f32(f32::INFINITY), tanh_f32(-f32::INFINITY), tanh_f32(0.0)), (1.0, -1.0, 0.0));
+        assert!(tanh_f32(f32::NAN).is_nan());
+        assert!(tanh_f32(100.0) <= 1.0 && tanh_f32(-100.0) >= -1.0);
     }
 }

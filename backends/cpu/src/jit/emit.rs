@@ -366,6 +366,23 @@ fn emit(b: &mut FunctionBuilder<'_>, chain: &Chain, ty: Type, loads: &[Value], c
                         let t = b.ins().fmul(t, x);
                         b.ins().fmul(t, half)
                     }
+                    UnaryFn::Tanh => tanh(b, ty, x),
+                    UnaryFn::Gelu(true) => {
+                        // x · 0.5 · (1 + tanh(√(2/π) · (x + 0.044715 x³))), in the order `unary_scalar` takes.
+                        let c = splat_const(b, ty, (2.0f32 / std::f32::consts::PI).sqrt());
+                        let k = splat_const(b, ty, 0.044715);
+                        let x2 = b.ins().fmul(k, x);
+                        let x3 = b.ins().fmul(x2, x);
+                        let x3 = b.ins().fmul(x3, x);
+                        let inner = b.ins().fadd(x, x3);
+                        let inner = b.ins().fmul(c, inner);
+                        let t = tanh(b, ty, inner);
+                        let one = splat_const(b, ty, 1.0);
+                        let half = splat_const(b, ty, 0.5);
+                        let t = b.ins().fadd(one, t);
+                        let hx = b.ins().fmul(half, x);
+                        b.ins().fmul(hx, t)
+                    }
                     UnaryFn::HardSwish => {
                         let h = hard_sigmoid(b, ty, x, 1.0 / 6.0, 0.5);
                         b.ins().fmul(x, h)
@@ -417,7 +434,18 @@ fn emit(b: &mut FunctionBuilder<'_>, chain: &Chain, ty: Type, loads: &[Value], c
 
 /// erf as `x·P(x²) / Q(x²)` on x clamped to [-4, 4] (see `chain::ERF_P`): only native instructions.
 fn erf(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
-    let (lo, hi) = (splat_const(b, ty, -4.0), splat_const(b, ty, 4.0));
+    rational(b, ty, x, 4.0, &chain::ERF_P, &chain::ERF_Q)
+}
+
+/// tanh as `x·P(x²) / Q(x²)` on x clamped to ±`chain::TANH_CLAMP` (see `chain::TANH_P`): only native
+/// instructions. NaN passes through (`fmax` and `fmin` return NaN when either side is).
+fn tanh(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
+    rational(b, ty, x, chain::TANH_CLAMP, &chain::TANH_P, &chain::TANH_Q)
+}
+
+/// `x·P(x²) / Q(x²)` on x clamped to `[-clamp, clamp]`, the coefficients in x², highest power first.
+fn rational(b: &mut FunctionBuilder<'_>, ty: Type, x: Value, clamp: f32, p: &[f32], q: &[f32]) -> Value {
+    let (lo, hi) = (splat_const(b, ty, -clamp), splat_const(b, ty, clamp));
     let x = b.ins().fmax(x, lo);
     let x = b.ins().fmin(x, hi);
     let x2 = b.ins().fmul(x, x);
@@ -430,10 +458,10 @@ fn erf(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
         }
         acc
     };
-    let p = horner(b, &chain::ERF_P);
-    let p = b.ins().fmul(p, x);
-    let q = horner(b, &chain::ERF_Q);
-    b.ins().fdiv(p, q)
+    let num = horner(b, p);
+    let num = b.ins().fmul(num, x);
+    let den = horner(b, q);
+    b.ins().fdiv(num, den)
 }
 
 fn hard_sigmoid(b: &mut FunctionBuilder<'_>, ty: Type, x: Value, alpha: f32, beta: f32) -> Value {

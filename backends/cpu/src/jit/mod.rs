@@ -5,10 +5,10 @@
 //! Each kernel becomes one function `fn(inputs: *const *const u8, out: *mut u8, begin: usize, end: usize)` over
 //! the band `[begin, end)` of its outermost axis, with every extent and stride an immediate (shapes are static). The
 //! innermost axis runs as 4-lane `f32x4` vectors where the body allows, then a scalar loop, which calls out to
-//! Rust for transcendental functions (exp, tanh, sigmoid…). All kernels of a program live in one [`JitCode`]
+//! Rust for transcendental functions (exp, log, sigmoid…). All kernels of a program live in one [`JitCode`]
 //! module, kept alive by the steps that call into it. Cranelift's x86 backend has 128-bit vectors only, so this is
-//! for the model-specific glue; products and convolutions run in `kernels::gemm`. erf (and the erf GELU) is
-//! compiled as a rational approximation, so chains holding it vectorise.
+//! for the model-specific glue; products and convolutions run in `kernels::gemm`. erf and tanh (and both GELUs)
+//! are compiled as rational approximations, so chains holding them vectorise.
 
 mod emit;
 
@@ -46,9 +46,6 @@ extern "C" fn math_exp(x: f32) -> f32 {
 extern "C" fn math_log(x: f32) -> f32 {
     x.ln()
 }
-extern "C" fn math_tanh(x: f32) -> f32 {
-    x.tanh()
-}
 extern "C" fn math_sin(x: f32) -> f32 {
     x.sin()
 }
@@ -61,9 +58,6 @@ extern "C" fn math_sigmoid(x: f32) -> f32 {
 extern "C" fn math_softplus(x: f32) -> f32 {
     unary_scalar(UnaryFn::Softplus, x)
 }
-extern "C" fn math_gelu_tanh(x: f32) -> f32 {
-    unary_scalar(UnaryFn::Gelu(true), x)
-}
 extern "C" fn math_pow(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
@@ -71,24 +65,20 @@ extern "C" fn math_pow(x: f32, y: f32) -> f32 {
 const MATH1: &[(&str, extern "C" fn(f32) -> f32)] = &[
     ("stowage_exp", math_exp),
     ("stowage_log", math_log),
-    ("stowage_tanh", math_tanh),
     ("stowage_sin", math_sin),
     ("stowage_cos", math_cos),
     ("stowage_sigmoid", math_sigmoid),
     ("stowage_softplus", math_softplus),
-    ("stowage_gelu_tanh", math_gelu_tanh),
 ];
 
 pub(crate) fn math_name(f: UnaryFn) -> Option<&'static str> {
     Some(match f {
         UnaryFn::Exp => "stowage_exp",
         UnaryFn::Log => "stowage_log",
-        UnaryFn::Tanh => "stowage_tanh",
         UnaryFn::Sin => "stowage_sin",
         UnaryFn::Cos => "stowage_cos",
         UnaryFn::Sigmoid => "stowage_sigmoid",
         UnaryFn::Softplus => "stowage_softplus",
-        UnaryFn::Gelu(true) => "stowage_gelu_tanh",
         _ => return None,
     })
 }
@@ -491,6 +481,25 @@ mod tests {
         };
         assert!(!chain.vectorizable());
         check(chain, &[19], &[(vec![19], data(19, 0.3))]);
+    }
+
+    #[test]
+    fn tanh_and_both_gelus_vectorise() {
+        // tanh(x) + gelu_tanh(x) - gelu_erf(x), over an odd length (vectors, then the scalar tail).
+        let chain = Chain {
+            insts: vec![
+                Inst::Input(0),
+                Inst::Unary(UnaryFn::Tanh, 0),
+                Inst::Unary(UnaryFn::Gelu(true), 0),
+                Inst::Binary(BinaryFn::Add, 1, 2),
+                Inst::Unary(UnaryFn::Gelu(false), 0),
+                Inst::Binary(BinaryFn::Sub, 3, 4),
+            ],
+        };
+        assert!(chain.vectorizable());
+        let mut x: Vec<f32> = (0..203).map(|i| (i as f32 - 101.0) * 0.1).collect();
+        x.extend([f32::NAN, f32::INFINITY, -f32::INFINITY, 30.0, -30.0]);
+        check(chain, &[x.len()], &[(vec![x.len()], x)]);
     }
 
     #[test]

@@ -186,13 +186,7 @@ pub fn variadic(f: BinaryFn, mean: bool, xs: &[&Tensor<'_>], out: &[usize]) -> R
 
 /// `x` broadcast to `out`, materialised.
 pub fn expand(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
-    let size = x.dt().size_of();
-    let bytes = x.to_row_major()?;
-    let src = bytes.as_bytes()?;
-    let count: usize = out.iter().product();
-    let mut r = Vec::with_capacity(count * size);
-    broadcast::for_each_offset(out, &[x.shape()], |_, o| r.extend_from_slice(&src[o[0] * size..(o[0] + 1) * size]));
-    Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?)
+    super::movement::expand(x, out)
 }
 
 /// Clamps `x` to `[min, max]` (either may be absent).

@@ -13,3 +13,4 @@ pub mod pool;
 pub mod reduce;
 pub mod resize;
 pub mod sgemm512;
+pub mod strided;

@@ -1,10 +1,11 @@
 //! Ops that move elements without arithmetic: Transpose, Concat, Split, Slice, Gather, Tile, Pad and Expand.
-//! They work on bytes, one element being `dt.size_of()` bytes, so every datum type is covered by one code path.
-//! Inputs are packed row-major tensors (a strided view is packed first).
+//! They work on bytes, one element being `dt.size_of()` bytes, so every datum type is covered by one code path,
+//! and write their output straight into its storage (most are one `strided::copy`). Inputs are packed row-major
+//! tensors or, where the copy walks a lattice, any view read in place.
 
 use stowage_runtime::{DatumType, Tensor};
 
-use super::broadcast;
+use super::strided::{self, Side};
 use crate::error::{CpuError, Result};
 
 /// The bytes of `x` in row-major order: borrowed when it is packed, else a packed copy.
@@ -24,100 +25,43 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     st
 }
 
-/// Copies element `source(i)` of `x` to element `i` of a new tensor of `shape`, for every `i` in row-major order.
-fn gather_elements(
-    x: &Tensor<'_>,
-    shape: &[usize],
-    mut source: impl FnMut(&[usize]) -> usize,
-) -> Result<Tensor<'static>> {
+/// Byte steps of a packed row-major `shape` of `size`-byte elements.
+fn byte_steps(shape: &[usize], size: usize) -> Vec<isize> {
+    strides(shape).into_iter().map(|s| (s * size) as isize).collect()
+}
+
+/// `x`'s bytes and the lattice its elements lie on in them, whatever its layout (a transposed or padded view is
+/// read in place, not packed first).
+fn source<'t>(x: &'t Tensor<'_>) -> Result<(&'t [u8], Side)> {
     let size = x.dt().size_of();
-    let src = packed_bytes(x)?;
-    let count: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(count * size);
-    let mut idx = vec![0usize; shape.len()];
-    for _ in 0..count {
-        let at = source(&idx) * size;
-        out.extend_from_slice(&src[at..at + size]);
-        for a in (0..shape.len()).rev() {
-            idx[a] += 1;
-            if idx[a] < shape[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
+    let bytes = x.storage().materialize()?;
+    let (layout, shape) = (x.layout(), x.shape());
+    let span = layout.span_bytes(x.dt(), shape)?;
+    if !shape.contains(&0) && layout.offset().checked_add(span).is_none_or(|end| end > bytes.len()) {
+        return Err(CpuError::NotImplemented(format!(
+            "a {shape:?} view of {} bytes over storage of {}",
+            span,
+            bytes.len()
+        )));
     }
-    Ok(crate::storage::tensor_from_bytes(x.dt(), shape, &out)?)
+    let steps = layout.strides().iter().map(|&s| (s * size) as isize).collect();
+    Ok((bytes, Side { base: layout.offset() as isize, steps }))
 }
 
-/// Permutes axes: output axis `i` is input axis `perm[i]`. Elements are copied as words of their size, with
-/// the innermost output axis in the inner loop.
+/// A new tensor of `out` whose element `i` is `x`'s at the lattice `read` makes of `x`'s own.
+fn lattice(x: &Tensor<'_>, out: &[usize], read: impl FnOnce(&Side) -> Side) -> Result<Tensor<'static>> {
+    let size = x.dt().size_of();
+    let (src, own) = source(x)?;
+    let from = read(&own);
+    Ok(crate::storage::tensor_filled(x.dt(), out, |dst| {
+        strided::copy(dst, &Side::packed(out, size), src, &from, out, size)
+    })?)
+}
+
+/// Permutes axes: output axis `i` is input axis `perm[i]`.
 pub fn transpose(x: &Tensor<'_>, perm: &[usize]) -> Result<Tensor<'static>> {
-    let src = packed_bytes(x)?;
     let shape: Vec<usize> = perm.iter().map(|&a| x.shape()[a]).collect();
-    let st = strides(x.shape());
-    let pst: Vec<usize> = perm.iter().map(|&a| st[a]).collect();
-    let dt = x.dt();
-    Ok(match dt.size_of() {
-        1 => crate::storage::tensor_from_bytes(
-            dt,
-            &shape,
-            bytemuck::cast_slice(&permute_copy::<u8>(&src, &shape, &pst)),
-        )?,
-        2 => crate::storage::tensor_from_bytes(
-            dt,
-            &shape,
-            bytemuck::cast_slice(&permute_copy::<u16>(&src, &shape, &pst)),
-        )?,
-        4 => crate::storage::tensor_from_bytes(
-            dt,
-            &shape,
-            bytemuck::cast_slice(&permute_copy::<u32>(&src, &shape, &pst)),
-        )?,
-        _ => crate::storage::tensor_from_bytes(
-            dt,
-            &shape,
-            bytemuck::cast_slice(&permute_copy::<u64>(&src, &shape, &pst)),
-        )?,
-    })
-}
-
-/// The elements of `src` at the offsets `pst` gives for each index of `shape`, in row-major order (offsets in
-/// elements of `W`).
-fn permute_copy<W: bytemuck::Pod>(src: &[u8], shape: &[usize], pst: &[usize]) -> Vec<W> {
-    // Borrowed storage is aligned; a copied one may not be, and then is copied once more into words.
-    let words: std::borrow::Cow<'_, [W]> = match bytemuck::try_cast_slice(src) {
-        Ok(w) => std::borrow::Cow::Borrowed(w),
-        Err(_) => std::borrow::Cow::Owned(
-            src.chunks_exact(std::mem::size_of::<W>()).map(bytemuck::pod_read_unaligned).collect(),
-        ),
-    };
-    let src = words.as_ref();
-    let count: usize = shape.iter().product();
-    let mut out = vec![W::zeroed(); count];
-    let dst = out.as_mut_slice();
-    let rank = shape.len();
-    if rank == 0 || dst.is_empty() {
-        dst.copy_from_slice(&src[..dst.len()]);
-        return out;
-    }
-    let (inner, inner_stride) = (shape[rank - 1], pst[rank - 1]);
-    let mut idx = vec![0usize; rank - 1];
-    let mut base = 0usize;
-    for row in dst.chunks_exact_mut(inner) {
-        for (j, d) in row.iter_mut().enumerate() {
-            *d = src[base + j * inner_stride];
-        }
-        for a in (0..rank - 1).rev() {
-            idx[a] += 1;
-            base += pst[a];
-            if idx[a] < shape[a] {
-                break;
-            }
-            base -= pst[a] * shape[a];
-            idx[a] = 0;
-        }
-    }
-    out
+    lattice(x, &shape, |s| Side { base: s.base, steps: perm.iter().map(|&a| s.steps[a]).collect() })
 }
 
 /// Joins tensors along `axis`.
@@ -128,13 +72,15 @@ pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'
     let packed: Vec<std::borrow::Cow<'_, [u8]>> = xs.iter().map(|x| packed_bytes(x)).collect::<Result<_>>()?;
     let chunks: Vec<(&[u8], usize)> =
         packed.iter().zip(xs).map(|(p, x)| (p.as_ref(), x.shape()[axis..].iter().product::<usize>() * size)).collect();
-    let mut r = Vec::with_capacity(out.iter().product::<usize>() * size);
-    for o in 0..outer {
-        for (bytes, chunk) in &chunks {
-            r.extend_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
+    Ok(crate::storage::tensor_filled(first.dt(), out, |dst| {
+        let mut at = 0;
+        for o in 0..outer {
+            for (bytes, chunk) in &chunks {
+                dst[at..at + chunk].copy_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
+                at += chunk;
+            }
         }
-    }
-    Ok(crate::storage::tensor_from_bytes(first.dt(), out, &r)?)
+    })?)
 }
 
 /// Cuts `x` along `axis` into parts of the given sizes.
@@ -153,9 +99,14 @@ pub fn split(x: &Tensor<'_>, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor<
 
 /// Strided slice: for each listed axis, elements `start, start+step, …` (resolved bounds), `out` elements long.
 pub fn slice(x: &Tensor<'_>, starts: &[i64], steps: &[i64], out: &[usize]) -> Result<Tensor<'static>> {
-    let st = strides(x.shape());
-    gather_elements(x, out, |idx| {
-        idx.iter().enumerate().map(|(a, &i)| (starts[a] + i as i64 * steps[a]) as usize * st[a]).sum()
+    let empty = out.contains(&0);
+    lattice(x, out, |s| Side {
+        base: if empty {
+            s.base
+        } else {
+            s.base + starts.iter().zip(&s.steps).map(|(&b, &t)| b as isize * t).sum::<isize>()
+        },
+        steps: steps.iter().zip(&s.steps).map(|(&k, &t)| k as isize * t).collect(),
     })
 }
 
@@ -174,22 +125,36 @@ pub fn gather(x: &Tensor<'_>, axis: usize, indices: &Tensor<'_>, out: &[usize]) 
         }
         resolved.push(j as usize);
     }
-    let st = strides(x.shape());
-    let ist = strides(indices.shape());
-    let irank = indices.shape().len();
-    gather_elements(x, out, |o| {
-        let k: usize = o[axis..axis + irank].iter().zip(&ist).map(|(&i, &s)| i * s).sum();
-        let before: usize = o[..axis].iter().zip(&st).map(|(&i, &s)| i * s).sum();
-        let after: usize = o[axis + irank..].iter().zip(&st[axis + 1..]).map(|(&i, &s)| i * s).sum();
-        before + resolved[k] * st[axis] + after
-    })
+    // Each index takes one contiguous chunk (the axes after `axis`) of each outer slice.
+    let size = x.dt().size_of();
+    let outer: usize = x.shape()[..axis].iter().product();
+    let chunk = x.shape()[axis + 1..].iter().product::<usize>() * size;
+    let src = packed_bytes(x)?;
+    Ok(crate::storage::tensor_filled(x.dt(), out, |dst| {
+        let mut at = 0;
+        for o in 0..outer {
+            for &j in &resolved {
+                let from = (o * dim as usize + j) * chunk;
+                dst[at..at + chunk].copy_from_slice(&src[from..from + chunk]);
+                at += chunk;
+            }
+        }
+    })?)
 }
 
-/// Repeats `x` along each axis.
+/// Repeats `x` along each axis: axis `a` of the output is `out[a] / x[a]` copies of `x`'s, so the output is `x`
+/// broadcast into the shape `[r0, x0, r1, x1, …]`.
 pub fn tile(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
-    let st = strides(x.shape());
-    let shape = x.shape().to_vec();
-    gather_elements(x, out, |o| o.iter().enumerate().map(|(a, &i)| (i % shape[a]) * st[a]).sum())
+    let mut shape = Vec::with_capacity(2 * out.len());
+    for (a, &n) in out.iter().enumerate() {
+        shape.extend([n.checked_div(x.shape()[a]).unwrap_or(0), x.shape()[a]]);
+    }
+    let size = x.dt().size_of();
+    let (src, own) = source(x)?;
+    let from = Side { base: own.base, steps: own.steps.iter().flat_map(|&t| [0, t]).collect() };
+    Ok(crate::storage::tensor_filled(x.dt(), out, |dst| {
+        strided::copy(dst, &Side::packed(&shape, size), src, &from, &shape, size)
+    })?)
 }
 
 /// How Pad fills.
@@ -221,6 +186,28 @@ pub fn pad(
     let shape = x.shape().to_vec();
     if kind != PadKind::Constant && shape.iter().zip(out).any(|(&d, &o)| d == 0 && o > 0) {
         return Err(CpuError::NotImplemented("Pad of an empty axis in reflect, edge or wrap mode".into()));
+    }
+    if kind == PadKind::Constant {
+        // The fill everywhere, then the part of `x` that stays (all of it, or less where a pad is negative) as one
+        // lattice copy into the interior.
+        let (src, own) = source(x)?;
+        let (xst, ost) = (own.steps, byte_steps(out, size));
+        let (mut region, mut from, mut to) = (Vec::with_capacity(out.len()), own.base, 0isize);
+        for a in 0..out.len() {
+            let b = begins[a];
+            let (lo, hi) = (b.max(0), (shape[a] as i64 + b).min(out[a] as i64));
+            region.push((hi - lo).max(0) as usize);
+            to += lo as isize * ost[a];
+            from += (lo - b) as isize * xst[a];
+        }
+        return Ok(crate::storage::tensor_filled(x.dt(), out, |dst| {
+            if fill.iter().any(|&b| b != 0) {
+                for e in dst.chunks_exact_mut(size) {
+                    e.copy_from_slice(&fill);
+                }
+            }
+            strided::copy(dst, &Side { base: to, steps: ost }, src, &Side { base: from, steps: xst }, &region, size)
+        })?);
     }
     let st = strides(&shape);
     let src = packed_bytes(x)?;
@@ -272,8 +259,11 @@ pub fn pad(
     Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?)
 }
 
-/// Broadcasts `x` to `out` (Expand).
+/// Broadcasts `x` to `out` (Expand): axes of one element (and the missing leading ones) step by zero.
 pub fn expand(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
-    let st = broadcast::strides_for(x.shape(), out);
-    gather_elements(x, out, |o| o.iter().zip(&st).map(|(&i, &s)| i * s).sum())
+    let pad = out.len() - x.shape().len();
+    lattice(x, out, |s| Side {
+        base: s.base,
+        steps: (0..out.len()).map(|a| if a < pad || x.shape()[a - pad] == 1 { 0 } else { s.steps[a - pad] }).collect(),
+    })
 }
