@@ -104,6 +104,7 @@ pub const TANH_Q: [f32; 4] = [1.198_258_4e-6, 1.185_347e-4, 2.268_434_6e-3, 4.89
 pub const TANH_CLAMP: f32 = 7.905_311;
 
 /// tanh by the rational approximation the JIT compiles (so that chains holding it vectorise): see [`TANH_P`].
+#[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
     if x.is_nan() {
         return x;
@@ -116,6 +117,7 @@ pub fn tanh_f32(x: f32) -> f32 {
 }
 
 /// erf by the rational approximation the JIT compiles (so that chains vectorise): see [`ERF_P`].
+#[inline(always)]
 pub fn erf_f32(x: f32) -> f32 {
     let x = x.clamp(-4.0, 4.0);
     let x2 = x * x;
@@ -124,11 +126,55 @@ pub fn erf_f32(x: f32) -> f32 {
     p / q
 }
 
+/// Where [`exp_f32`] clamps its argument: below `EXP_LO` e^x rounds to 0 in f32, above `EXP_HI` to +inf, and the
+/// clamped values still do.
+pub const EXP_LO: f32 = -104.0;
+/// See [`EXP_LO`].
+pub const EXP_HI: f32 = 89.0;
+/// The two parts of ln 2 that [`exp_f32`] reduces its argument by (the first exact in few bits, so that `n·EXP_LN2_HI`
+/// is exact for every `n` the clamp allows).
+pub const EXP_LN2_HI: f32 = 0.693_359_4;
+/// See [`EXP_LN2_HI`].
+pub const EXP_LN2_LO: f32 = -2.121_944_4e-4;
+/// 1.5·2²³: `v + EXP_SHIFT` is `v` rounded to an integer (ties to even) for `|v| < 2²²`, held in the sum's low bits.
+pub const EXP_SHIFT: f32 = 12_582_912.0;
+/// The polynomial of [`exp_f32`] on `|r| ≤ ln 2 / 2`, highest power first: `e^r ≈ 1 + r + r²·P(r)`.
+pub const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+
+/// e^x as the JIT compiles it (so that chains holding it vectorise): `x = n·ln 2 + r` with `n = round(x·log₂e)`,
+/// `e^r` from [`EXP_P`], then two scalings by `2^(n/2)` halves so that every step stays a normal number (results
+/// that underflow to subnormals or 0, and overflow to +inf, come out of the last product). Within 2 ulp of e^x
+/// (checked against f64 on the whole finite range); NaN passes through.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    let x = x.clamp(EXP_LO, EXP_HI);
+    // Adding 1.5·2²³ rounds x·log₂e to an integer (ties to even) and leaves it in the low bits of the sum.
+    let t = x * std::f32::consts::LOG2_E + EXP_SHIFT;
+    let n = t - EXP_SHIFT;
+    let r = x - n * EXP_LN2_HI;
+    let r = r - n * EXP_LN2_LO;
+    let p = EXP_P[1..].iter().fold(EXP_P[0], |acc, &c| acc * r + c);
+    let e = p * (r * r) + r + 1.0;
+    // NaN gives any integer here, and `e` is NaN.
+    let n = (t.to_bits() as i32).wrapping_sub(EXP_SHIFT.to_bits() as i32);
+    let (a, b) = (n >> 1, n.wrapping_sub(n >> 1));
+    let scale = |k: i32| f32::from_bits((k.wrapping_add(127) as u32) << 23);
+    e * scale(a) * scale(b)
+}
+
+/// The logistic function as the JIT compiles it: `1 / (1 + e^-x)` with [`exp_f32`].
+#[inline(always)]
+pub fn sigmoid_f32(x: f32) -> f32 {
+    1.0 / (1.0 + exp_f32(-x))
+}
+
 /// Unary functions with a native Cranelift form (vector and scalar).
 pub fn native_unary(f: UnaryFn) -> bool {
     matches!(
         f,
         UnaryFn::Erf
+            | UnaryFn::Exp
+            | UnaryFn::Sigmoid
             | UnaryFn::Gelu(_)
             | UnaryFn::Tanh
             | UnaryFn::Abs
@@ -163,6 +209,7 @@ pub fn fusable_binary(f: BinaryFn) -> bool {
 }
 
 /// Scalar semantics of a unary function, as the interpreter kernels compute it.
+#[inline(always)]
 pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
     match f {
         UnaryFn::Abs => x.abs(),
@@ -178,13 +225,13 @@ pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
         UnaryFn::Floor => x.floor(),
         UnaryFn::Ceil => x.ceil(),
         UnaryFn::Reciprocal => 1.0 / x,
-        UnaryFn::Exp => x.exp(),
+        UnaryFn::Exp => exp_f32(x),
         UnaryFn::Log => x.ln(),
         UnaryFn::Tanh => tanh_f32(x),
         UnaryFn::Sin => x.sin(),
         UnaryFn::Cos => x.cos(),
         UnaryFn::Erf => erf_f32(x),
-        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryFn::Sigmoid => sigmoid_f32(x),
         UnaryFn::Softplus => {
             if x > 0.0 {
                 x + (-x).exp().ln_1p()
@@ -220,6 +267,7 @@ pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
 }
 
 /// Scalar semantics of a binary function.
+#[inline(always)]
 pub fn binary_scalar(f: BinaryFn, a: f32, b: f32) -> f32 {
     match f {
         BinaryFn::Add => a + b,
@@ -255,6 +303,37 @@ pub fn binary_scalar(f: BinaryFn, a: f32, b: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_is_within_two_ulp_over_the_finite_range() {
+        let ulp = |v: f64| {
+            let f = v as f32;
+            f64::from(f32::from_bits(f.to_bits() + 1)) - f64::from(f)
+        };
+        let mut worst = 0f64;
+        let mut x = -103.0f32;
+        while x < 88.72 {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_f32(x));
+            if want >= f64::from(f32::MIN_POSITIVE) {
+                worst = worst.max((got - want).abs() / ulp(want));
+            } else {
+                // Subnormal results: within one subnormal step.
+                assert!((got - want).abs() <= 1.5e-45, "exp({x}) = {got}, want {want}");
+            }
+            x += 1.37e-3;
+        }
+        assert!(worst <= 2.0, "{worst} ulp");
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(
+            (exp_f32(89.0), exp_f32(f32::INFINITY), exp_f32(-f32::INFINITY)),
+            (f32::INFINITY, f32::INFINITY, 0.0)
+        );
+        assert_eq!(exp_f32(-200.0), 0.0);
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!((sigmoid_f32(-200.0), sigmoid_f32(200.0), sigmoid_f32(0.0)), (0.0, 1.0, 0.5));
+        assert!((sigmoid_f32(-20.0) - 2.061_153_6e-9).abs() < 1e-15);
+    }
 
     #[test]
     fn the_tanh_approximation_is_within_its_stated_error() {

@@ -367,6 +367,14 @@ fn emit(b: &mut FunctionBuilder<'_>, chain: &Chain, ty: Type, loads: &[Value], c
                         b.ins().fmul(t, half)
                     }
                     UnaryFn::Tanh => tanh(b, ty, x),
+                    UnaryFn::Exp => exp(b, ty, x),
+                    UnaryFn::Sigmoid => {
+                        let neg = b.ins().fneg(x);
+                        let e = exp(b, ty, neg);
+                        let one = splat_const(b, ty, 1.0);
+                        let d = b.ins().fadd(one, e);
+                        b.ins().fdiv(one, d)
+                    }
                     UnaryFn::Gelu(true) => {
                         // x · 0.5 · (1 + tanh(√(2/π) · (x + 0.044715 x³))), in the order `unary_scalar` takes.
                         let c = splat_const(b, ty, (2.0f32 / std::f32::consts::PI).sqrt());
@@ -441,6 +449,53 @@ fn erf(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
 /// instructions. NaN passes through (`fmax` and `fmin` return NaN when either side is).
 fn tanh(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
     rational(b, ty, x, chain::TANH_CLAMP, &chain::TANH_P, &chain::TANH_Q)
+}
+
+/// e^x exactly as `chain::exp_f32` computes it (the same operations in the same order): only native
+/// instructions, the scaling by `2^n` built in the exponent bits.
+fn exp(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
+    let ity = if ty == types::F32 { types::I32 } else { types::I32X4 };
+    let (lo, hi) = (splat_const(b, ty, chain::EXP_LO), splat_const(b, ty, chain::EXP_HI));
+    let x = b.ins().fmax(x, lo);
+    let x = b.ins().fmin(x, hi);
+    // round(x·log₂e), ties to even: the integer `exp_f32` gets by adding and subtracting `EXP_SHIFT`.
+    let log2e = splat_const(b, ty, std::f32::consts::LOG2_E);
+    let n = b.ins().fmul(x, log2e);
+    let n = b.ins().nearest(n);
+    let (c1, c2) = (splat_const(b, ty, chain::EXP_LN2_HI), splat_const(b, ty, chain::EXP_LN2_LO));
+    let t = b.ins().fmul(n, c1);
+    let r = b.ins().fsub(x, t);
+    let t = b.ins().fmul(n, c2);
+    let r = b.ins().fsub(r, t);
+    let mut p = splat_const(b, ty, chain::EXP_P[0]);
+    for &c in &chain::EXP_P[1..] {
+        let m = b.ins().fmul(p, r);
+        let k = splat_const(b, ty, c);
+        p = b.ins().fadd(m, k);
+    }
+    let r2 = b.ins().fmul(r, r);
+    let e = b.ins().fmul(p, r2);
+    let e = b.ins().fadd(e, r);
+    let one = splat_const(b, ty, 1.0);
+    let e = b.ins().fadd(e, one);
+    // n is integral and within ±151 here, so the conversion is exact; NaN converts to 0 and stays NaN in `e`.
+    // Shift amounts are scalars for vectors too; the bias is splatted.
+    let n = b.ins().fcvt_to_sint_sat(ity, n);
+    let little = MemFlagsData::new().with_endianness(Endianness::Little);
+    let (one_bit, exp_bits) = (b.ins().iconst(types::I32, 1), b.ins().iconst(types::I32, 23));
+    let bias = b.ins().iconst(types::I32, 127);
+    let bias = if ity == types::I32 { bias } else { b.ins().splat(ity, bias) };
+    let half = b.ins().sshr(n, one_bit);
+    let rest = b.ins().isub(n, half);
+    let scale = |b: &mut FunctionBuilder<'_>, k: Value| {
+        let k = b.ins().iadd(k, bias);
+        let k = b.ins().ishl(k, exp_bits);
+        b.ins().bitcast(ty, little, k)
+    };
+    let s1 = scale(b, half);
+    let s2 = scale(b, rest);
+    let e = b.ins().fmul(e, s1);
+    b.ins().fmul(e, s2)
 }
 
 /// `x·P(x²) / Q(x²)` on x clamped to `[-clamp, clamp]`, the coefficients in x², highest power first.

@@ -7,10 +7,13 @@
 //! innermost axis runs as 4-lane `f32x4` vectors where the body allows, then a scalar loop, which calls out to
 //! Rust for transcendental functions (exp, log, sigmoid…). All kernels of a program live in one [`JitCode`]
 //! module, kept alive by the steps that call into it. Cranelift's x86 backend has 128-bit vectors only, so this is
-//! for the model-specific glue; products and convolutions run in `kernels::gemm`. erf and tanh (and both GELUs)
-//! are compiled as rational approximations, so chains holding them vectorise.
+//! for the model-specific glue; products and convolutions run in `kernels::gemm`. exp, sigmoid, erf and tanh (and
+//! both GELUs) are compiled from native instructions (a range reduction and polynomial, rational approximations), so
+//! chains holding them vectorise. On a CPU with AVX2 or AVX-512, chains run a tile at a time at that width instead
+//! (`wide.rs`, the same arithmetic bit for bit) and are not compiled; copies always are.
 
 mod emit;
+pub mod wide;
 
 use std::sync::Arc;
 
@@ -41,7 +44,7 @@ struct Extents {
 }
 
 extern "C" fn math_exp(x: f32) -> f32 {
-    x.exp()
+    unary_scalar(UnaryFn::Exp, x)
 }
 extern "C" fn math_log(x: f32) -> f32 {
     x.ln()
@@ -204,15 +207,46 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
 /// Where a [`Jit`]'s kernels come from. One lives per program being lowered, so its size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Source {
-    /// Compiled now.
-    Compile { module: JITModule, fctx: FunctionBuilderContext, funcs: Vec<(FuncId, Extents)> },
+    /// Compiled now (`None`: a chain that runs as [`wide::Wide`]).
+    Compile {
+        module: JITModule,
+        fctx: FunctionBuilderContext,
+        funcs: Vec<(Option<FuncId>, Option<wide::Wide>, Extents)>,
+    },
     /// Linked in ahead of time (a built executable's or module's table, [`Jit::new`]).
-    Linked { table: &'static [Precompiled], fns: Vec<(KernelFn, Extents)> },
+    Linked { table: &'static [Precompiled], fns: Vec<(Entry, Extents)> },
+}
+
+/// How one kernel runs.
+enum Entry {
+    /// Machine code from Cranelift.
+    Code(KernelFn),
+    /// A chain a tile at a time ([`wide::Wide`]).
+    Wide(wide::Wide),
+}
+
+impl Entry {
+    /// Rows `begin..end` of the kernel's outermost axis.
+    ///
+    /// # Safety
+    /// `ptrs` holds each input's address, then the math functions' ([`math_symbols`]); every input and `out` span
+    /// what the kernel's strides reach over those rows; other bands running at the same time are other rows.
+    unsafe fn invoke(&self, ptrs: *const *const u8, out: *mut u8, begin: usize, end: usize) {
+        // SAFETY: the caller's contract is both entries' (a `Wide` reads only the inputs' addresses).
+        unsafe {
+            match self {
+                Entry::Code(f) => f(ptrs, out, begin, end),
+                Entry::Wide(w) => w.run(ptrs, out, begin, end),
+            }
+        }
+    }
 }
 
 /// Compiles chains into one JIT module, or, in a built executable, finds them among the kernels linked in.
 pub struct Jit {
     source: Source,
+    /// Whether chains may run as [`wide::Wide`] (where the CPU allows).
+    wide: bool,
 }
 
 impl Jit {
@@ -220,12 +254,17 @@ impl Jit {
     /// module's kernels, a lookup in it instead (a spec not in the table is an error, not a compile). The table
     /// belongs to the program being lowered: two models in one process each find their own.
     pub fn new(linked: Option<&'static [Precompiled]>) -> Result<Jit> {
+        Jit::with_wide(linked, true)
+    }
+
+    /// [`Jit::new`]; with `wide` false, chains are compiled by Cranelift on every CPU (the tests cover both).
+    pub fn with_wide(linked: Option<&'static [Precompiled]>, wide: bool) -> Result<Jit> {
         if let Some(table) = linked {
-            return Ok(Jit { source: Source::Linked { table, fns: Vec::new() } });
+            return Ok(Jit { source: Source::Linked { table, fns: Vec::new() }, wide });
         }
         let builder = JITBuilder::with_isa(host_isa(false)?, cranelift_module::default_libcall_names());
         let module = JITModule::new(builder);
-        Ok(Jit { source: Source::Compile { module, fctx: FunctionBuilderContext::new(), funcs: Vec::new() } })
+        Ok(Jit { source: Source::Compile { module, fctx: FunctionBuilderContext::new(), funcs: Vec::new() }, wide })
     }
 
     /// Compiles a kernel; returns its index in the finished module.
@@ -234,12 +273,19 @@ impl Jit {
         let key = spec.key();
         let spec = spec.clone().banded();
         let extents = extents_of(&spec);
+        let wide = if self.wide { wide::Wide::new(&spec) } else { None };
         match &mut self.source {
             Source::Compile { module, fctx, funcs } => {
-                let name = format!("kernel{}", funcs.len());
-                let id = define(module, fctx, &name, Linkage::Local, &spec)?;
-                funcs.push((id, extents));
+                let id = match wide {
+                    Some(_) => None,
+                    None => Some(define(module, fctx, &format!("kernel{}", funcs.len()), Linkage::Local, &spec)?),
+                };
+                funcs.push((id, wide, extents));
                 Ok(funcs.len() - 1)
+            }
+            Source::Linked { fns, .. } if wide.is_some() => {
+                fns.push((Entry::Wide(wide.expect("checked")), extents));
+                Ok(fns.len() - 1)
             }
             Source::Linked { table, fns } => {
                 let found = table.iter().find(|p| p.key == key).ok_or_else(|| {
@@ -249,7 +295,7 @@ impl Jit {
                         table.len()
                     ))
                 })?;
-                fns.push((found.entry, extents));
+                fns.push((Entry::Code(found.entry), extents));
                 Ok(fns.len() - 1)
             }
         }
@@ -262,12 +308,16 @@ impl Jit {
             Source::Compile { mut module, funcs, .. } => {
                 module.finalize_definitions().map_err(jit_err)?;
                 let fns = funcs
-                    .iter()
-                    .map(|(id, extents)| {
-                        let p = module.get_finalized_function(*id);
-                        // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr, ptr,
-                        // ptr) and the host's default calling convention, which is what `KernelFn` is here.
-                        (unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }, extents.clone())
+                    .into_iter()
+                    .map(|(id, wide, extents)| match (id, wide) {
+                        (Some(id), _) => {
+                            let p = module.get_finalized_function(id);
+                            // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr,
+                            // ptr, ptr) and the host's default calling convention, which is what `KernelFn` is.
+                            (Entry::Code(unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }), extents)
+                        }
+                        (None, Some(w)) => (Entry::Wide(w), extents),
+                        (None, None) => unreachable!("a kernel is either compiled or wide"),
                     })
                     .collect();
                 Ok(Arc::new(JitCode { module: Some(module), fns }))
@@ -279,7 +329,7 @@ impl Jit {
 /// Finalised machine code for a program's chains. Dropping the last handle frees the code.
 pub struct JitCode {
     module: Option<JITModule>,
-    fns: Vec<(KernelFn, Extents)>,
+    fns: Vec<(Entry, Extents)>,
 }
 
 /// A pointer that may cross to another thread: the bands threads write are disjoint (`Loops::check`).
@@ -329,13 +379,13 @@ impl JitCode {
         // The inputs' addresses, then the math functions'.
         let ptrs: Vec<*const u8> =
             inputs.iter().map(|x| x.as_ptr()).chain(math_symbols().into_iter().map(|(_, f)| f)).collect();
-        let (f, rows) = (*f, ext.rows);
+        let rows = ext.rows;
         let bands = if threads > 1 && ext.elements >= PARALLEL_MIN_ELEMENTS { threads.min(rows) } else { 1 };
         if bands <= 1 {
             // SAFETY: every input and the output are at least as long as the kernel's strides reach over all
             // `rows` (checked above against the extents computed when it was compiled), and the code touches
             // nothing else.
-            unsafe { f(ptrs.as_ptr(), out.as_mut_ptr(), 0, rows) };
+            unsafe { f.invoke(ptrs.as_ptr(), out.as_mut_ptr(), 0, rows) };
             return Ok(());
         }
         let out = SendPtr(out.as_mut_ptr());
@@ -349,7 +399,7 @@ impl JitCode {
                     // SAFETY: as for one band; bands of the outermost axis write disjoint bytes of the output
                     // (`Loops::check` refuses overlapping output strides), and the inputs are only read. `addr`
                     // is `ptrs`, alive for the whole scope.
-                    unsafe { f(addr as *const *const u8, out.0, begin, end) };
+                    unsafe { f.invoke(addr as *const *const u8, out.0, begin, end) };
                 });
             }
         });
@@ -363,16 +413,28 @@ mod tests {
     use crate::kernels::elementwise::BinaryFn;
 
     fn compile(spec: &Loops) -> (Arc<JitCode>, usize) {
-        let mut jit = Jit::new(None).expect("jit");
+        compile_as(spec, false)
+    }
+
+    /// With `tiles`, chains run as [`wide::Wide`] where the CPU has AVX2 or AVX-512.
+    fn compile_as(spec: &Loops, tiles: bool) -> (Arc<JitCode>, usize) {
+        let mut jit = Jit::with_wide(None, tiles).expect("jit");
         let idx = jit.add(spec).expect("compiles");
         (jit.finish().expect("finishes"), idx)
     }
 
     /// Runs `chain` over `out` with packed inputs broadcast to it, on 1 and 2 threads, against `Chain::eval`.
+    /// Runs the chain both ways (Cranelift's code, and tiles where the CPU has AVX2 or AVX-512) against
+    /// [`Chain::eval`].
     fn check(chain: Chain, out: &[usize], inputs: &[(Vec<usize>, Vec<f32>)]) {
+        check_as(chain.clone(), out, inputs, false);
+        check_as(chain, out, inputs, true);
+    }
+
+    fn check_as(chain: Chain, out: &[usize], inputs: &[(Vec<usize>, Vec<f32>)], wide: bool) {
         let shapes: Vec<(Elem, &[usize])> = inputs.iter().map(|(s, _)| (Elem::F32, s.as_slice())).collect();
         let spec = Loops::elementwise(out, &shapes, chain.clone());
-        let (code, idx) = compile(&spec);
+        let (code, idx) = compile_as(&spec, wide);
         let n: usize = out.iter().product();
         let bytes: Vec<&[u8]> = inputs.iter().map(|(_, v)| bytemuck::cast_slice(v.as_slice())).collect();
         let strides: Vec<Vec<usize>> =
@@ -397,7 +459,7 @@ mod tests {
                 let want = chain.eval(&xs);
                 assert!(
                     g == want || (g - want).abs() <= 1e-6 * want.abs().max(1.0) || (g.is_nan() && want.is_nan()),
-                    "element {i}: got {g}, want {want}"
+                    "element {i}: got {g}, want {want} (tiles: {wide}, threads: {threads})"
                 );
             }
         }
@@ -484,6 +546,24 @@ mod tests {
     }
 
     #[test]
+    fn exp_and_sigmoid_vectorise_and_match_the_reference() {
+        // sigmoid(x) * x + exp(x), over an odd length, through overflow, underflow, infinities and NaN.
+        let chain = Chain {
+            insts: vec![
+                Inst::Input(0),
+                Inst::Unary(UnaryFn::Sigmoid, 0),
+                Inst::Binary(BinaryFn::Mul, 1, 0),
+                Inst::Unary(UnaryFn::Exp, 0),
+                Inst::Binary(BinaryFn::Add, 2, 3),
+            ],
+        };
+        assert!(chain.vectorizable());
+        let mut x: Vec<f32> = (0..401).map(|i| (i as f32 - 200.0) * 0.55).collect();
+        x.extend([f32::NAN, f32::INFINITY, -f32::INFINITY, 88.7, 88.73, -87.4, -103.5, 0.0, -0.0]);
+        check(chain, &[x.len()], &[(vec![x.len()], x)]);
+    }
+
+    #[test]
     fn tanh_and_both_gelus_vectorise() {
         // tanh(x) + gelu_tanh(x) - gelu_erf(x), over an odd length (vectors, then the scalar tail).
         let chain = Chain {
@@ -546,14 +626,16 @@ mod tests {
             &[(Elem::U8, &out), (Elem::I16, &[9]), (Elem::I32, &[3, 1]), (Elem::I8, &out)],
             chain.clone(),
         );
-        let (code, idx) = compile(&spec);
-        let mut got = vec![0f32; 54];
-        let inputs: [&[u8]; 4] =
-            [&px, bytemuck::cast_slice(&small), bytemuck::cast_slice(&wide), bytemuck::cast_slice(&signed)];
-        code.call(idx, &inputs, bytemuck::cast_slice_mut(&mut got), 1).expect("runs");
-        for i in 0..54 {
-            let want = chain.eval(&[px[i] as f32, small[i % 9] as f32, wide[i / 9 % 3] as f32, signed[i] as f32]);
-            assert_eq!(got[i], want, "element {i}");
+        for tiles in [false, true] {
+            let (code, idx) = compile_as(&spec, tiles);
+            let mut got = vec![0f32; 54];
+            let inputs: [&[u8]; 4] =
+                [&px, bytemuck::cast_slice(&small), bytemuck::cast_slice(&wide), bytemuck::cast_slice(&signed)];
+            code.call(idx, &inputs, bytemuck::cast_slice_mut(&mut got), 1).expect("runs");
+            for i in 0..54 {
+                let want = chain.eval(&[px[i] as f32, small[i % 9] as f32, wide[i / 9 % 3] as f32, signed[i] as f32]);
+                assert_eq!(got[i], want, "element {i} (tiles: {tiles})");
+            }
         }
     }
 
@@ -572,13 +654,15 @@ mod tests {
             output: Operand { elem: Elem::F32, strides: packed_strides(&[rows, cols], 4) },
             body: Body::Chain(Chain { insts: vec![Inst::Input(0), Inst::Input(1), Inst::Binary(BinaryFn::Add, 0, 1)] }),
         };
-        let (code, idx) = compile(&spec);
-        let mut got = vec![0f32; rows * cols];
-        code.call(idx, &[bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)], bytemuck::cast_slice_mut(&mut got), 1)
-            .expect("runs");
-        for r in 0..rows {
-            for c in 0..cols {
-                assert_eq!(got[r * cols + c], a[r * 8 + c] + b[c * rows + r], "[{r}, {c}]");
+        for tiles in [false, true] {
+            let (code, idx) = compile_as(&spec, tiles);
+            let mut got = vec![0f32; rows * cols];
+            let inputs = [bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)];
+            code.call(idx, &inputs, bytemuck::cast_slice_mut(&mut got), 1).expect("runs");
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(got[r * cols + c], a[r * 8 + c] + b[c * rows + r], "[{r}, {c}] (tiles: {tiles})");
+                }
             }
         }
     }
@@ -608,6 +692,20 @@ mod tests {
             assert_eq!(got[r * 37..r * 37 + 37], src[r * 64..r * 64 + 37], "row {r}");
         }
         assert_eq!(got[9 * 37..], [0, 0, 0], "nothing written past the end");
+    }
+
+    #[test]
+    fn chains_run_as_tiles_exactly_where_the_cpu_has_wide_vectors() {
+        let chain = Chain { insts: vec![Inst::Input(0), Inst::Unary(UnaryFn::Exp, 0)] };
+        let spec = Loops::elementwise(&[5], &[(Elem::F32, &[5])], chain);
+        let (code, _) = compile_as(&spec, true);
+        let wide = std::arch::is_x86_feature_detected!("avx2") || std::arch::is_x86_feature_detected!("avx512f");
+        assert_eq!(matches!(code.fns[0].0, Entry::Wide(_)), wide);
+        let (code, _) = compile_as(&spec, false);
+        assert!(matches!(code.fns[0].0, Entry::Code(_)));
+        // Copies are always compiled.
+        let (code, _) = compile_as(&Loops::transpose(&[3, 4], &[1, 0], 4), true);
+        assert!(matches!(code.fns[0].0, Entry::Code(_)));
     }
 
     #[test]

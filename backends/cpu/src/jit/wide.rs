@@ -1,0 +1,310 @@
+//! Chains evaluated a tile at a time in the host's widest vectors.
+//!
+//! Cranelift's x86 backend has 128-bit vectors only, so a generated chain computes four lanes at a time; on a CPU
+//! with AVX2 or AVX-512 that leaves two or four times the arithmetic on the table where a chain is compute-bound
+//! (a SiLU, a softmax's exponential, a GELU). [`Wide`] runs the same [`Loops`] chain instead: along the innermost
+//! axis, [`TILE`] elements at a time, each instruction is one loop over the tile, compiled by rustc for AVX-512
+//! or AVX2 (`#[target_feature]`, picked when the kernel is made) and vectorised at that width. Inputs that are
+//! contiguous f32 are read in place, broadcast inputs are one value for the tile, and other element types or
+//! strides are gathered into the tile and converted as the generated code converts them.
+//!
+//! The arithmetic is `stowage_kir::func`'s scalar definitions, element by element (no contraction into FMA), so
+//! results are bit for bit those of [`Chain::eval`]. What it addresses is what the generated kernel would:
+//! [`super::JitCode::call`] checks the operands' lengths against the same extents before either runs.
+
+use stowage_kir::{binary_scalar, unary_scalar, BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
+
+/// Elements of the innermost axis evaluated together: each instruction's tile stays in L1.
+pub const TILE: usize = 256;
+
+/// The vector extension a [`Wide`] kernel was made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    Avx512,
+    Avx2,
+}
+
+impl Isa {
+    fn detect() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(Isa::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Some(Isa::Avx2);
+            }
+        }
+        None
+    }
+}
+
+/// A chain kernel run a tile at a time (see the module doc).
+#[derive(Debug)]
+pub struct Wide {
+    isa: Isa,
+    dims: Vec<usize>,
+    /// Byte strides per axis of each input, then of the output.
+    strides: Vec<Vec<usize>>,
+    elems: Vec<Elem>,
+    chain: Chain,
+}
+
+/// An instruction's value over one tile.
+#[derive(Clone, Copy)]
+enum Val {
+    /// The same number in every lane.
+    Splat(f32),
+    /// `len` numbers from here (an input read in place, or a tile of the scratch).
+    Tile(*const f32),
+}
+
+impl Wide {
+    /// The tile form of `spec` (already banded: rank ≥ 2 when it came from one axis), when the CPU has AVX2 or
+    /// AVX-512 and `spec` is a chain.
+    pub fn new(spec: &Loops) -> Option<Wide> {
+        let Body::Chain(chain) = &spec.body else { return None };
+        if spec.output.elem != Elem::F32 || spec.dims.is_empty() {
+            return None;
+        }
+        Some(Wide {
+            isa: Isa::detect()?,
+            dims: spec.dims.clone(),
+            strides: spec.inputs.iter().chain([&spec.output]).map(|o| o.strides.clone()).collect(),
+            elems: spec.inputs.iter().map(|o| o.elem).collect(),
+            chain: chain.clone(),
+        })
+    }
+
+    /// Rows `begin..end` of the outermost axis.
+    ///
+    /// # Safety
+    /// `inputs` points at one address per input, and each input and `out` span at least what the strides reach
+    /// over rows `begin..end` (`Loops::extent`); rows of other calls running at the same time write other bytes.
+    pub unsafe fn run(&self, inputs: *const *const u8, out: *mut u8, begin: usize, end: usize) {
+        // SAFETY: `isa` was detected on this CPU when `self` was made; the caller's contract is `rows`'.
+        unsafe {
+            match self.isa {
+                Isa::Avx512 => self.rows_avx512(inputs, out, begin, end),
+                Isa::Avx2 => self.rows_avx2(inputs, out, begin, end),
+            }
+        }
+    }
+
+    #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx512vl,avx512dq,avx512bw"))]
+    unsafe fn rows_avx512(&self, inputs: *const *const u8, out: *mut u8, begin: usize, end: usize) {
+        // SAFETY: the caller's contract is `rows`'.
+        unsafe { self.rows(inputs, out, begin, end) }
+    }
+
+    #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2"))]
+    unsafe fn rows_avx2(&self, inputs: *const *const u8, out: *mut u8, begin: usize, end: usize) {
+        // SAFETY: the caller's contract is `rows`'.
+        unsafe { self.rows(inputs, out, begin, end) }
+    }
+
+    /// Every innermost row of outer rows `begin..end`, tile by tile. Inlined into the `target_feature` wrappers,
+    /// so that its loops are compiled for their extension.
+    #[inline(always)]
+    unsafe fn rows(&self, inputs: *const *const u8, out: *mut u8, begin: usize, end: usize) {
+        let rank = self.dims.len();
+        let n_in = self.elems.len();
+        let inner = self.dims[rank - 1];
+        let mut scratch = vec![0f32; self.chain.insts.len() * TILE.min(inner.max(1))];
+        let mut vals = vec![Val::Splat(0.0); self.chain.insts.len()];
+        // SAFETY: the caller gives one address per input.
+        let bases: Vec<*const u8> = (0..n_in).map(|k| unsafe { *inputs.add(k) }).collect();
+        let mut idx = vec![0usize; rank.saturating_sub(1)];
+        for row in begin..end {
+            idx.iter_mut().for_each(|i| *i = 0);
+            if let Some(first) = idx.first_mut() {
+                *first = row;
+            }
+            // The middle axes (1 .. rank-1) counted through, the outermost fixed at `row`.
+            loop {
+                let offset = |k: usize| idx.iter().zip(&self.strides[k]).map(|(i, s)| i * s).sum::<usize>();
+                let in_rows: Vec<*const u8> = (0..n_in).map(|k| bases[k].wrapping_add(offset(k))).collect();
+                let out_row = out.wrapping_add(offset(n_in));
+                let mut t0 = 0;
+                while t0 < inner {
+                    let len = TILE.min(inner - t0);
+                    // SAFETY: elements t0 .. t0+len of this row lie within what the strides reach (the caller's
+                    // contract), and `scratch` holds a tile per instruction.
+                    unsafe { self.tile(&in_rows, out_row, t0, len, &mut scratch, &mut vals) };
+                    t0 += len;
+                }
+                let mut d = rank - 2;
+                loop {
+                    if d == 0 {
+                        break;
+                    }
+                    idx[d] += 1;
+                    if idx[d] < self.dims[d] {
+                        break;
+                    }
+                    idx[d] = 0;
+                    d -= 1;
+                }
+                if d == 0 {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Elements `t0 .. t0+len` of one innermost row.
+    #[inline(always)]
+    unsafe fn tile(
+        &self,
+        in_rows: &[*const u8],
+        out_row: *mut u8,
+        t0: usize,
+        len: usize,
+        scratch: &mut [f32],
+        vals: &mut [Val],
+    ) {
+        let rank = self.dims.len();
+        let n_in = in_rows.len();
+        let base = scratch.as_mut_ptr();
+        // SAFETY: tile values point at `len` readable elements: an input row in place (within its extent, the
+        // caller's contract) or a tile of the scratch.
+        let view = |v: *const f32| unsafe { std::slice::from_raw_parts(v, len) };
+        for (i, inst) in self.chain.insts.iter().enumerate() {
+            // SAFETY: tile `i` of the scratch is `len` ≤ its size elements, and no earlier value points into it.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base.add(i * len.max(1)), len) };
+            vals[i] = match *inst {
+                Inst::Input(k) => {
+                    let (s, elem) = (self.strides[k][rank - 1], self.elems[k]);
+                    let at = |j: usize| in_rows[k].wrapping_add((t0 + j) * s);
+                    if s == 0 {
+                        // SAFETY: element t0 of the row is within the input's extent (the caller's contract).
+                        Val::Splat(unsafe { load(elem, at(0)) })
+                    } else if elem == Elem::F32 && s == 4 && (at(0) as usize).is_multiple_of(4) {
+                        Val::Tile(at(0) as *const f32)
+                    } else {
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            // SAFETY: element t0 + j < t0 + len of the row is within the input's extent.
+                            *d = unsafe { load(elem, at(j)) };
+                        }
+                        Val::Tile(dst.as_ptr())
+                    }
+                }
+                Inst::Const(c) => Val::Splat(c),
+                Inst::Unary(f, a) => match vals[a] {
+                    Val::Splat(x) => Val::Splat(unary_scalar(f, x)),
+                    Val::Tile(x) => {
+                        unary(f, view(x), dst);
+                        Val::Tile(dst.as_ptr())
+                    }
+                },
+                Inst::Binary(f, a, b) => match (vals[a], vals[b]) {
+                    (Val::Splat(x), Val::Splat(y)) => Val::Splat(binary_scalar(f, x, y)),
+                    (x, y) => {
+                        binary(f, x, y, len, dst);
+                        Val::Tile(dst.as_ptr())
+                    }
+                },
+            };
+        }
+        // Elements t0 .. t0+len of the output row are within its extent and this call's to write; no tile value
+        // points into the output (`Loops` addresses it as a buffer of its own).
+        let s = self.strides[n_in][rank - 1];
+        let at = |j: usize| out_row.wrapping_add((t0 + j) * s) as *mut f32;
+        match vals.last().copied().unwrap_or(Val::Splat(0.0)) {
+            // SAFETY: see above.
+            Val::Splat(v) => (0..len).for_each(|j| unsafe { at(j).write_unaligned(v) }),
+            Val::Tile(src) if s == 4 && (at(0) as usize).is_multiple_of(4) => {
+                // SAFETY: see above; the output row is aligned for f32 here.
+                unsafe { std::slice::from_raw_parts_mut(at(0), len) }.copy_from_slice(view(src));
+            }
+            // SAFETY: see above.
+            Val::Tile(src) => view(src).iter().enumerate().for_each(|(j, &v)| unsafe { at(j).write_unaligned(v) }),
+        }
+    }
+}
+
+/// One element of `elem` at `p`, as f32, converted as the generated code converts it (integers through a signed
+/// conversion, f64 narrowed, a 1-byte `Bits` as u8 and wider ones as their low 32 bits).
+///
+/// # Safety
+/// `p` is readable for `elem.size()` bytes.
+#[inline(always)]
+unsafe fn load(elem: Elem, p: *const u8) -> f32 {
+    // SAFETY: the caller's contract; every read is unaligned-safe.
+    unsafe {
+        match elem {
+            Elem::F32 => p.cast::<f32>().read_unaligned(),
+            Elem::F64 => p.cast::<f64>().read_unaligned() as f32,
+            Elem::U8 | Elem::Bits(1) => f32::from(p.read()),
+            Elem::I8 => f32::from(p.cast::<i8>().read()),
+            Elem::U16 => f32::from(p.cast::<u16>().read_unaligned()),
+            Elem::I16 => f32::from(p.cast::<i16>().read_unaligned()),
+            Elem::I32 | Elem::Bits(_) => p.cast::<i32>().read_unaligned() as f32,
+            Elem::I64 => p.cast::<i64>().read_unaligned() as f32,
+        }
+    }
+}
+
+#[inline(always)]
+fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
+    }
+}
+
+/// `out = f(x)`, one loop per function so that each vectorises on its own.
+#[inline(always)]
+fn unary(f: UnaryFn, x: &[f32], out: &mut [f32]) {
+    use UnaryFn as U;
+    match f {
+        U::Abs => map(x, out, |v| unary_scalar(U::Abs, v)),
+        U::Ceil => map(x, out, |v| unary_scalar(U::Ceil, v)),
+        U::Erf => map(x, out, |v| unary_scalar(U::Erf, v)),
+        U::Exp => map(x, out, |v| unary_scalar(U::Exp, v)),
+        U::Floor => map(x, out, |v| unary_scalar(U::Floor, v)),
+        U::Neg => map(x, out, |v| unary_scalar(U::Neg, v)),
+        U::Reciprocal => map(x, out, |v| unary_scalar(U::Reciprocal, v)),
+        U::Relu => map(x, out, |v| unary_scalar(U::Relu, v)),
+        U::Sigmoid => map(x, out, |v| unary_scalar(U::Sigmoid, v)),
+        U::Sqrt => map(x, out, |v| unary_scalar(U::Sqrt, v)),
+        U::Tanh => map(x, out, |v| unary_scalar(U::Tanh, v)),
+        U::LeakyRelu(a) => map(x, out, |v| unary_scalar(U::LeakyRelu(a), v)),
+        U::HardSigmoid(a, b) => map(x, out, |v| unary_scalar(U::HardSigmoid(a, b), v)),
+        U::HardSwish => map(x, out, |v| unary_scalar(U::HardSwish, v)),
+        U::Gelu(t) => map(x, out, |v| unary_scalar(U::Gelu(t), v)),
+        // Library calls, one element at a time.
+        other => map(x, out, |v| unary_scalar(other, v)),
+    }
+}
+
+#[inline(always)]
+fn zip(x: Val, y: Val, len: usize, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    // SAFETY: a tile value points at `len` readable elements (see `Wide::tile`).
+    let view = |p: *const f32| unsafe { std::slice::from_raw_parts(p, len) };
+    match (x, y) {
+        (Val::Tile(a), Val::Tile(b)) => {
+            for ((o, &a), &b) in out.iter_mut().zip(view(a)).zip(view(b)) {
+                *o = f(a, b);
+            }
+        }
+        (Val::Tile(a), Val::Splat(b)) => map(view(a), out, |a| f(a, b)),
+        (Val::Splat(a), Val::Tile(b)) => map(view(b), out, |b| f(a, b)),
+        (Val::Splat(a), Val::Splat(b)) => out.fill(f(a, b)),
+    }
+}
+
+/// `out = f(x, y)`, one loop per function.
+#[inline(always)]
+fn binary(f: BinaryFn, x: Val, y: Val, len: usize, out: &mut [f32]) {
+    use BinaryFn as B;
+    match f {
+        B::Add => zip(x, y, len, out, |a, b| binary_scalar(B::Add, a, b)),
+        B::Sub => zip(x, y, len, out, |a, b| binary_scalar(B::Sub, a, b)),
+        B::Mul => zip(x, y, len, out, |a, b| binary_scalar(B::Mul, a, b)),
+        B::Div => zip(x, y, len, out, |a, b| binary_scalar(B::Div, a, b)),
+        B::Max => zip(x, y, len, out, |a, b| binary_scalar(B::Max, a, b)),
+        B::Min => zip(x, y, len, out, |a, b| binary_scalar(B::Min, a, b)),
+        B::PRelu => zip(x, y, len, out, |a, b| binary_scalar(B::PRelu, a, b)),
+        other => zip(x, y, len, out, |a, b| binary_scalar(other, a, b)),
+    }
+}
