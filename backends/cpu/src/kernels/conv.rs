@@ -7,10 +7,12 @@
 //! is the im2col unfolding of the group's input (row `(c, k)`, column = output position; zero where the tap
 //! falls in the padding). The unfolding is built in column tiles of bounded size so that scratch memory stays
 //! small for large images. A pointwise convolution (all kernel sizes 1, strides 1, no padding) needs no
-//! unfolding: the input channels already are the `[C/g, O]` matrix.
+//! unfolding: the input channels already are the `[C/g, O]` matrix. One input channel per group over one or two
+//! spatial axes (depthwise) runs directly instead, in `depthwise.rs`.
 
 use rayon::prelude::*;
 
+use super::depthwise::{depthwise, Plane};
 use super::gemm::{gemm_packed, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
 
 /// `max(0, v)` over `y`, NaN kept (a select, so that the loop vectorises).
@@ -306,6 +308,23 @@ pub fn conv_packed<T: Float>(
             }
         }
     };
+    if cg == 1 && kk > 1 && (s == 1 || s == 2) && packed.is_none() {
+        // One input channel per group: accumulated directly, no im2col.
+        let d = |v: &[usize], i: usize| if s == 2 { (v[0], v[1]) } else { (1, v[i]) };
+        let plane = Plane {
+            ih: d(&geo.in_sp, 0).0,
+            iw: d(&geo.in_sp, 0).1,
+            oh: d(&geo.out_sp, 0).0,
+            ow: d(&geo.out_sp, 0).1,
+            kh: d(&geo.kernel, 0).0,
+            kw: d(&geo.kernel, 0).1,
+            stride: d(&geo.strides, 0),
+            dilation: d(&geo.dilations, 0),
+            pad: if s == 2 { (geo.pads_begin[0], geo.pads_begin[1]) } else { (0, geo.pads_begin[0]) },
+        };
+        depthwise(x, w, bias, c, mg, &plane, relu, y, threads);
+        return;
+    }
     let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
     debug_assert!(!pointwise || p_in == p_out);
 
@@ -511,6 +530,33 @@ mod tests {
                 dil: vec![1, 1],
                 pads: vec![1, 1, 1, 1],
                 group: 3,
+            },
+            // Depthwise (the direct kernel, `depthwise.rs`): 5×5 strided with uneven padding, a channel multiplier
+            // of 2 with dilation, 1-D, and enough planes for two threads.
+            Case {
+                xs: vec![1, 4, 9, 8],
+                ws: vec![4, 1, 5, 5],
+                strides: vec![2, 2],
+                dil: vec![1, 1],
+                pads: vec![2, 1, 2, 3],
+                group: 4,
+            },
+            Case {
+                xs: vec![2, 3, 7, 7],
+                ws: vec![6, 1, 3, 3],
+                strides: vec![1, 2],
+                dil: vec![2, 1],
+                pads: vec![2, 1, 2, 1],
+                group: 3,
+            },
+            Case { xs: vec![1, 2, 11], ws: vec![2, 1, 3], strides: vec![1], dil: vec![1], pads: vec![1, 1], group: 2 },
+            Case {
+                xs: vec![1, 16, 40, 40],
+                ws: vec![16, 1, 3, 3],
+                strides: vec![1, 1],
+                dil: vec![1, 1],
+                pads: vec![1, 1, 1, 1],
+                group: 16,
             },
             // Pointwise.
             Case {

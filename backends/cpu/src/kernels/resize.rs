@@ -58,13 +58,31 @@ pub fn resize<T: Float>(x: &[T], x_shape: &[usize], p: &ResizeParams<'_>, y: &mu
         return;
     }
     assert!(!x.is_empty(), "resize: empty input with a non-empty output");
+    let plans: Vec<Option<AxisPlan>> = (0..rank).map(|a| plan_axis(p, a, rank, x_shape[a], y_shape[a])).collect();
+    let one_tap = |p: &AxisPlan| p.taps == 1 && p.coef.iter().all(|&c| c == 1.0) && !p.extrapolate.contains(&true);
+    if rank > 0 && plans.iter().flatten().all(one_tap) {
+        pick(x, x_shape, &plans, y, y_shape);
+    } else {
+        separable(x, x_shape, plans, p.extrapolation_value, y, y_shape);
+    }
+}
+
+/// The resize one axis at a time, in f64.
+fn separable<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    plans: Vec<Option<AxisPlan>>,
+    extrapolation: f32,
+    y: &mut [T],
+    y_shape: &[usize],
+) {
     let mut cur: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
     let mut shape = x_shape.to_vec();
-    for axis in 0..rank {
-        if let Some(plan) = plan_axis(p, axis, rank, x_shape[axis], y_shape[axis]) {
+    for (axis, plan) in plans.into_iter().enumerate() {
+        if let Some(plan) = plan {
             let outer: usize = shape[..axis].iter().product();
             let inner: usize = shape[axis + 1..].iter().product();
-            cur = apply_axis(&cur, outer, shape[axis], inner, &plan, p.extrapolation_value as f64);
+            cur = apply_axis(&cur, outer, shape[axis], inner, &plan, extrapolation as f64);
         } else {
             assert_eq!(x_shape[axis], y_shape[axis]);
         }
@@ -72,6 +90,44 @@ pub fn resize<T: Float>(x: &[T], x_shape: &[usize], p: &ResizeParams<'_>, y: &mu
     }
     for (yv, &v) in y.iter_mut().zip(&cur) {
         *yv = T::from_f64(v);
+    }
+}
+
+/// A resize in which every output element is one input element (nearest, no extrapolation): each output row
+/// picks its elements from one input row, and a row that picks from the same input row as the one before is a
+/// copy of it (an upscale repeats rows).
+fn pick<T: Copy>(x: &[T], x_shape: &[usize], plans: &[Option<AxisPlan>], y: &mut [T], y_shape: &[usize]) {
+    let rank = x_shape.len();
+    let idx: Vec<Vec<usize>> =
+        (0..rank).map(|a| plans[a].as_ref().map_or_else(|| (0..y_shape[a]).collect(), |p| p.idx.clone())).collect();
+    let mut in_strides = vec![1usize; rank];
+    for a in (0..rank.saturating_sub(1)).rev() {
+        in_strides[a] = in_strides[a + 1] * x_shape[a + 1];
+    }
+    let last = &idx[rank - 1];
+    let width = y_shape[rank - 1];
+    let mut o = vec![0usize; rank - 1];
+    let mut previous: Option<(usize, usize)> = None;
+    for r in 0..y.len() / width.max(1) {
+        let from: usize = o.iter().enumerate().map(|(a, &i)| idx[a][i] * in_strides[a]).sum();
+        let start = r * width;
+        match previous {
+            Some((p_from, p_start)) if p_from == from => y.copy_within(p_start..p_start + width, start),
+            _ => {
+                let src = &x[from..from + x_shape[rank - 1]];
+                for (d, &i) in y[start..start + width].iter_mut().zip(last) {
+                    *d = src[i];
+                }
+                previous = Some((from, start));
+            }
+        }
+        for a in (0..rank - 1).rev() {
+            o[a] += 1;
+            if o[a] < y_shape[a] {
+                break;
+            }
+            o[a] = 0;
+        }
     }
 }
 
@@ -101,6 +157,32 @@ mod tests {
     }
 
     const DATA_2X2: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
+
+    #[test]
+    fn picking_agrees_with_the_separable_resize() {
+        // Nearest up and down over three axes at once, every nearest mode, against the f64 path.
+        let xs = [2usize, 5, 7, 6];
+        let x: Vec<f32> = (0..xs.iter().product::<usize>()).map(|i| (i * 37 % 101) as f32 - 50.0).collect();
+        let ys = [2usize, 9, 7, 13];
+        let scales = [1.0, 1.8, 1.0, 13.0 / 6.0];
+        for (ct, nm) in [
+            (CoordinateTransform::Asymmetric, NearestMode::Floor),
+            (CoordinateTransform::HalfPixel, NearestMode::RoundPreferFloor),
+            (CoordinateTransform::AlignCorners, NearestMode::Ceil),
+            (CoordinateTransform::PytorchHalfPixel, NearestMode::RoundPreferCeil),
+        ] {
+            let p = ResizeParams { nearest_mode: nm, ..params(ResizeMode::Nearest, ct, &scales) };
+            let plans: Vec<Option<AxisPlan>> = (0..4).map(|a| plan_axis(&p, a, 4, xs[a], ys[a])).collect();
+            let mut want = vec![0.0; ys.iter().product()];
+            separable(&x, &xs, plans.clone(), 0.0, &mut want, &ys);
+            let mut got = vec![f32::NAN; want.len()];
+            pick(&x, &xs, &plans, &mut got, &ys);
+            assert_eq!(got, want, "{ct:?} {nm:?}");
+            let mut through = vec![f32::NAN; want.len()];
+            resize(&x, &xs, &p, &mut through, &ys);
+            assert_eq!(through, want, "{ct:?} {nm:?}");
+        }
+    }
 
     #[test]
     fn nearest_2x2_to_4x4() {

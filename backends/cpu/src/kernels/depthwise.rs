@@ -1,0 +1,245 @@
+//! Direct convolution of one input channel per group (depthwise, with any channel multiplier), over one or two
+//! spatial axes: what MobileNets, PP-OCR's backbones and EfficientNets are made of.
+//!
+//! The im2col route turns such a group into a product with one row (`[M/G, K] · [K, O]`, K being 9 or 25 taps):
+//! the unfolding costs more than the product it feeds, and a product of one row runs far from the kernel's speed.
+//! Here each output plane is accumulated directly instead, 16 columns at a time in registers: they start at the
+//! bias, and each tap adds its weight times 16 neighbouring elements of the input row. The input plane is first
+//! copied with its rows zero-padded and split into one phase per column stride (`phases`), so that no tap needs
+//! clipping and every stride reads contiguous elements. For f32 the loops are compiled for AVX-512 where the CPU
+//! has it (`#[target_feature]`, vectorised by rustc); layouts are packed row-major, as in `conv.rs`, whose
+//! [`super::conv::conv_packed`] calls this.
+
+use rayon::prelude::*;
+
+use super::gemm::Float;
+
+/// The geometry of one spatial plane (1-D convolutions are planes of height 1).
+#[derive(Clone, Copy, Debug)]
+pub struct Plane {
+    /// Input height and width.
+    pub ih: usize,
+    /// See `ih`.
+    pub iw: usize,
+    /// Output height and width.
+    pub oh: usize,
+    /// See `oh`.
+    pub ow: usize,
+    /// Kernel height and width.
+    pub kh: usize,
+    /// See `kh`.
+    pub kw: usize,
+    /// Strides (rows, columns).
+    pub stride: (usize, usize),
+    /// Dilations (rows, columns).
+    pub dilation: (usize, usize),
+    /// Begin padding (rows, columns); the end padding follows from the output size.
+    pub pad: (usize, usize),
+}
+
+/// `y[n, m] = bias[m] + Σ_taps w[m, tap] · x[n, m / mult, …]` for every batch item `n` and output channel `m`
+/// (`mult` = output channels per input channel), ReLU'd when `relu`. `x` is `[N, C, ih, iw]`, `w` `[M, kh·kw]`,
+/// `y` `[N, M, oh, ow]`, all packed. Planes run in parallel over `threads` when there are enough of them.
+///
+/// # Panics
+/// On slice lengths that do not match the geometry.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise<T: Float>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    channels: usize,
+    mult: usize,
+    p: &Plane,
+    relu: bool,
+    y: &mut [T],
+    threads: usize,
+) {
+    let (p_in, p_out, taps) = (p.ih * p.iw, p.oh * p.ow, p.kh * p.kw);
+    let m = channels * mult;
+    assert_eq!(w.len(), m * taps, "depthwise: W length");
+    assert!(p_out > 0 && y.len().is_multiple_of(m * p_out), "depthwise: Y length");
+    assert_eq!(x.len() / p_in.max(1), y.len() / p_out * channels / m, "depthwise: X length");
+    let plane = |scratch: &mut Vec<T>, (pi, out): (usize, &mut [T])| {
+        let (ni, mi) = (pi / m, pi % m);
+        let src = &x[(ni * channels + mi / mult) * p_in..][..p_in];
+        let b = bias.map_or(T::ZERO, |b| b[mi]);
+        one_plane(src, &w[mi * taps..][..taps], b, p, relu, out, scratch);
+    };
+    if threads > 1 && y.len() / p_out >= 2 * threads && y.len() >= 1 << 14 {
+        y.par_chunks_mut(p_out).enumerate().for_each_init(Vec::new, plane);
+    } else {
+        let mut scratch = Vec::new();
+        y.chunks_mut(p_out).enumerate().for_each(|c| plane(&mut scratch, c));
+    }
+}
+
+/// Output columns in one sum: a vector of 16 f32 lanes.
+const LANES: usize = 16;
+
+/// One output plane, in blocks of `R` rows × `G` vectors of [`LANES`] columns whose `R·G` sums are independent,
+/// so that their adds overlap: wide rows take four vectors of one row, narrow ones one vector of four rows. For
+/// f32 on a CPU with AVX-512F the sums are `zmm` registers (`sum_avx512`); otherwise plain loops (`sum_plain`).
+fn one_plane<T: Float>(x: &[T], k: &[T], bias: T, p: &Plane, relu: bool, y: &mut [T], scratch: &mut Vec<T>) {
+    match p.ow.div_ceil(LANES) {
+        1 => blocks::<T, 4, 1>(x, k, bias, p, relu, y, scratch),
+        2 => blocks::<T, 2, 2>(x, k, bias, p, relu, y, scratch),
+        3 => blocks::<T, 1, 3>(x, k, bias, p, relu, y, scratch),
+        _ => blocks::<T, 1, 4>(x, k, bias, p, relu, y, scratch),
+    }
+}
+
+/// The input plane as the taps read it: each row zero-padded on both sides and split into `stride` phases
+/// (phase `r` holds padded columns `r, r + stride, …`), so that the taps of [`LANES`] neighbouring outputs read
+/// [`LANES`] neighbouring elements of one phase, whatever the stride; long enough for output blocks of `span`
+/// columns, and followed by one row of zeros. Returns the length of a phase.
+fn phases<T: Float>(x: &[T], p: &Plane, span: usize, out: &mut Vec<T>) -> usize {
+    let sw = p.stride.1;
+    // Padded columns any tap of any block of `span` output columns reads.
+    let reach = (p.ow.div_ceil(span) * span - 1) * sw + (p.kw - 1) * p.dilation.1 + 1;
+    let len = reach.div_ceil(sw);
+    out.clear();
+    out.resize((p.ih + 1) * sw * len, T::ZERO);
+    for (iy, row) in x.chunks(p.iw).enumerate() {
+        for (r, dst) in out[iy * sw * len..][..sw * len].chunks_mut(len).enumerate() {
+            // Element j of phase r is padded column j·sw + r, input column j·sw + r − pad (where that exists).
+            let first = p.pad.1.saturating_sub(r).div_ceil(sw);
+            let Some(c0) = (first * sw + r).checked_sub(p.pad.1) else { continue };
+            if sw == 1 {
+                let n = (p.iw - c0.min(p.iw)).min(len - first.min(len));
+                dst[first..first + n].copy_from_slice(&row[c0..c0 + n]);
+            } else {
+                for (d, &v) in dst[first.min(len)..].iter_mut().zip(row[c0.min(p.iw)..].iter().step_by(sw)) {
+                    *d = v;
+                }
+            }
+        }
+    }
+    len
+}
+
+/// What one block reads: the phases, where each of its rows starts in them for each kernel row, the start of
+/// each tap in a row, and the block's first column.
+struct Block<'a, T, const R: usize> {
+    rows: &'a [T],
+    starts: &'a [[usize; R]],
+    taps: &'a [usize],
+    c0: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn blocks<T: Float, const R: usize, const G: usize>(
+    x: &[T],
+    k: &[T],
+    bias: T,
+    p: &Plane,
+    relu: bool,
+    y: &mut [T],
+    scratch: &mut Vec<T>,
+) {
+    let (sh, sw) = p.stride;
+    let (dh, dw) = p.dilation;
+    let span = G * LANES;
+    let len = phases(x, p, span, scratch);
+    let zero = p.ih * sw * len;
+    // Output column c of tap kx reads padded column c·sw + kx·dw = (c + q)·sw + r: phase r, element c + q.
+    let taps: Vec<usize> = (0..p.kw).map(|kx| (kx * dw) % sw * len + (kx * dw) / sw).collect();
+    let mut starts = vec![[zero; R]; p.kh];
+    let mut sums = vec![T::ZERO; R * span];
+    #[cfg(target_arch = "x86_64")]
+    let wide = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available();
+    for oy in (0..p.oh).step_by(R) {
+        let here = R.min(p.oh - oy);
+        for (ky, st) in starts.iter_mut().enumerate() {
+            for (rr, st) in st.iter_mut().enumerate() {
+                let iy = ((oy + rr) * sh + ky * dh) as isize - p.pad.0 as isize;
+                // Rows in the padding, and rows of the block past the output, read the row of zeros.
+                *st = if rr < here && iy >= 0 && iy < p.ih as isize { iy as usize * sw * len } else { zero };
+            }
+        }
+        for c0 in (0..p.ow).step_by(span) {
+            let block = Block { rows: &scratch[..], starts: &starts, taps: &taps, c0 };
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: `T` is f32 (its TypeId, compared above), so these are the same slices and value
+                // retyped; AVX-512F is available (checked with it).
+                unsafe {
+                    let block = &*(&block as *const Block<'_, T, R> as *const Block<'_, f32, R>);
+                    let k = &*(k as *const [T] as *const [f32]);
+                    let sums = &mut *(sums.as_mut_slice() as *mut [T] as *mut [f32]);
+                    sum_avx512::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), relu, sums);
+                }
+            } else {
+                sum_plain::<T, R, G>(&block, k, p.kw, bias, relu, &mut sums);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            sum_plain::<T, R, G>(&block, k, p.kw, bias, relu, &mut sums);
+            let width = (p.ow - c0).min(span);
+            for (rr, sum) in sums.chunks(span).enumerate().take(here) {
+                y[(oy + rr) * p.ow + c0..][..width].copy_from_slice(&sum[..width]);
+            }
+        }
+    }
+}
+
+/// One block's sums (`R` rows of `G·LANES`, into `out`), with plain loops.
+fn sum_plain<T: Float, const R: usize, const G: usize>(
+    b: &Block<'_, T, R>,
+    k: &[T],
+    kw: usize,
+    bias: T,
+    relu: bool,
+    out: &mut [T],
+) {
+    let span = G * LANES;
+    out.fill(bias);
+    for (ky, starts) in b.starts.iter().enumerate() {
+        for (&at, &wv) in b.taps.iter().zip(&k[ky * kw..][..kw]) {
+            for (sum, &st) in out.chunks_mut(span).zip(starts) {
+                for (o, &v) in sum.iter_mut().zip(&b.rows[st + at + b.c0..][..span]) {
+                    *o += wv * v;
+                }
+            }
+        }
+    }
+    if relu {
+        out.iter_mut().for_each(|v| *v = if *v < T::ZERO { T::ZERO } else { *v });
+    }
+}
+
+/// [`sum_plain`] for f32 in `zmm` registers, with fused multiply-adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn sum_avx512<const R: usize, const G: usize>(
+    b: &Block<'_, f32, R>,
+    k: &[f32],
+    kw: usize,
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let span = G * LANES;
+    let mut acc = [[_mm512_set1_ps(bias); G]; R];
+    for (ky, starts) in b.starts.iter().enumerate() {
+        for (&at, &wv) in b.taps.iter().zip(&k[ky * kw..][..kw]) {
+            let w = _mm512_set1_ps(wv);
+            for (acc, &st) in acc.iter_mut().zip(starts) {
+                let src = &b.rows[st + at + b.c0..][..span];
+                for (g, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: `src` holds `G·LANES` elements, and lane block g is within it.
+                    *a = _mm512_fmadd_ps(w, unsafe { _mm512_loadu_ps(src.as_ptr().add(g * LANES)) }, *a);
+                }
+            }
+        }
+    }
+    let out = &mut out[..R * span];
+    for (r, acc) in acc.iter().enumerate() {
+        for (g, &a) in acc.iter().enumerate() {
+            // `max` gives its second operand when either is NaN: a NaN sum stays NaN, as in `sum_plain`.
+            let v = if relu { _mm512_max_ps(_mm512_setzero_ps(), a) } else { a };
+            // SAFETY: `out` holds `R·G·LANES` elements (checked by the slice above), and this block is within it.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * G + g) * LANES), v) };
+        }
+    }
+}
