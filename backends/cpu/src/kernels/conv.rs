@@ -232,6 +232,28 @@ pub fn conv_packed<T: Float>(
     let s = x_shape.len() - 2;
     assert_eq!(w_shape.len(), s + 2, "conv: weight rank");
     assert_eq!(y_shape.len(), s + 2, "conv: output rank");
+    // A spatial axis of extent 1 everywhere (input, kernel, output, no padding) changes no offset: without it the
+    // unfolding copies whole rows (a [C, 512, 1] sequence convolved as [C, 512]) instead of single elements.
+    let attr = |v: &[usize], i: usize, default: usize| v.get(i).copied().unwrap_or(default);
+    let unit = |d: usize| {
+        x_shape[2 + d] == 1
+            && w_shape[2 + d] == 1
+            && y_shape[2 + d] == 1
+            && attr(p.pads, d, 0) == 0
+            && attr(p.pads, s + d, 0) == 0
+    };
+    assert!(p.kernel.is_empty() || p.kernel == &w_shape[2..], "conv: kernel_shape differs from the weights");
+    if (0..s).any(unit) {
+        let kept: Vec<usize> = (0..s).filter(|&d| !unit(d)).collect();
+        let shape = |v: &[usize]| v[..2].iter().copied().chain(kept.iter().map(|&d| v[2 + d])).collect::<Vec<_>>();
+        let each = |v: &[usize], default| kept.iter().map(|&d| attr(v, d, default)).collect::<Vec<_>>();
+        let pads: Vec<usize> =
+            each(p.pads, 0).into_iter().chain(kept.iter().map(|&d| attr(p.pads, s + d, 0))).collect();
+        let (strides, dilations) = (each(p.strides, 1), each(p.dilations, 1));
+        let q = ConvParams { kernel: &[], strides: &strides, dilations: &dilations, pads: &pads, group: p.group };
+        let (xs, ws, ys) = (shape(x_shape), shape(w_shape), shape(y_shape));
+        return conv_packed(x, &xs, w, &ws, bias, &q, y, &ys, threads, post);
+    }
     let (nb, c) = (x_shape[0], x_shape[1]);
     let m = w_shape[0];
     let cg = w_shape[1];
@@ -243,7 +265,6 @@ pub fn conv_packed<T: Float>(
     let mg = m / g;
     let kernel = w_shape[2..].to_vec();
     assert!(p.kernel.is_empty() || p.kernel == kernel.as_slice(), "conv: kernel_shape differs from the weights");
-    let attr = |v: &[usize], i: usize, default: usize| v.get(i).copied().unwrap_or(default);
     let in_sp = x_shape[2..].to_vec();
     let out_sp = y_shape[2..].to_vec();
     let mut in_strides = vec![1; s];
@@ -587,6 +608,23 @@ mod tests {
                 pads: vec![1, 1, 1, 1],
                 group: 16,
             },
+            // A sequence as [C, L, 1] with a [K, 1] kernel (magika's), and a unit axis in the middle of 3-D.
+            Case {
+                xs: vec![1, 4, 9, 1],
+                ws: vec![14, 4, 3, 1],
+                strides: vec![1, 1],
+                dil: vec![1, 1],
+                pads: vec![1, 0, 1, 0],
+                group: 1,
+            },
+            Case {
+                xs: vec![1, 2, 5, 1, 6],
+                ws: vec![3, 2, 2, 1, 3],
+                strides: vec![2, 3, 1],
+                dil: vec![1, 1, 2],
+                pads: vec![0, 0, 1, 1, 0, 1],
+                group: 1,
+            },
             // Pointwise.
             Case {
                 xs: vec![2, 5, 3, 4],
@@ -688,7 +726,7 @@ mod tests {
             close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
         }
         if crate::kernels::sgemm512::available() {
-            assert_eq!(packed_runs, 2 * 2, "the two cases with 12 or more channels per group run packed");
+            assert_eq!(packed_runs, 3 * 2, "the three cases with 12 or more channels per group run packed");
         }
     }
 

@@ -146,24 +146,31 @@ pub fn binary(f: BinaryFn, a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Res
     numeric!(dt, T => {
         let (x, y) = (elems::<T>(a)?, elems::<T>(b)?);
         let (ash, bsh) = (a.shape(), b.shape());
-        let cmp = |g: fn(T, T) -> bool| -> Result<Tensor<'static>> {
-            Ok(crate::storage::tensor_from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
-        };
-        let num = |g: fn(T, T) -> T| -> Result<Tensor<'static>> {
-            Ok(crate::storage::tensor_from_vec(out, broadcast::zip(&x, ash, &y, bsh, out, g))?)
-        };
+        // One `zip` per function (a macro, not a function pointer), so that each row loop inlines its function.
+        macro_rules! cmp {
+            ($g:expr) => {{
+                let r: Vec<bool> = broadcast::zip(&x, ash, &y, bsh, out, $g);
+                Ok(crate::storage::tensor_from_vec(out, r)?)
+            }};
+        }
+        macro_rules! num {
+            ($g:expr) => {{
+                let r: Vec<T> = broadcast::zip(&x, ash, &y, bsh, out, $g);
+                Ok(crate::storage::tensor_from_vec(out, r)?)
+            }};
+        }
         match f {
-            BinaryFn::Add => num(T::add),
-            BinaryFn::Sub => num(T::sub),
-            BinaryFn::Mul => num(T::mul),
-            BinaryFn::Div => num(T::div),
-            BinaryFn::Pow => num(|p, q| T::from_f64(pow_f64(p.to_f64(), q.to_f64()))),
-            BinaryFn::Equal => cmp(|p, q| p == q),
-            BinaryFn::Greater => cmp(|p, q| p > q),
-            BinaryFn::Less => cmp(|p, q| p < q),
-            BinaryFn::PRelu => num(|p, q| if p < T::zero() { p.mul(q) } else { p }),
-            BinaryFn::Max => num(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q > p { q } else { p }),
-            BinaryFn::Min => num(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q < p { q } else { p }),
+            BinaryFn::Add => num!(T::add),
+            BinaryFn::Sub => num!(T::sub),
+            BinaryFn::Mul => num!(T::mul),
+            BinaryFn::Div => num!(T::div),
+            BinaryFn::Pow => num!(|p, q| T::from_f64(pow_f64(p.to_f64(), q.to_f64()))),
+            BinaryFn::Equal => cmp!(|p, q| p == q),
+            BinaryFn::Greater => cmp!(|p, q| p > q),
+            BinaryFn::Less => cmp!(|p, q| p < q),
+            BinaryFn::PRelu => num!(|p, q| if p < T::zero() { p.mul(q) } else { p }),
+            BinaryFn::Max => num!(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q > p { q } else { p }),
+            BinaryFn::Min => num!(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q < p { q } else { p }),
             BinaryFn::And | BinaryFn::Or => unreachable!("handled above"),
         }
     }, else Err(CpuError::Unsupported { op: "elementwise", dt }))

@@ -181,11 +181,29 @@ pub fn reduce<T: ReduceElem>(x: &[T], x_shape: &[usize], axes: &[usize], kind: R
         ReduceKind::Min => T::HIGHEST,
         ReduceKind::Mean | ReduceKind::Sum => T::ACC_ZERO,
     };
-    let op: fn(T::Acc, T::Acc) -> T::Acc = match kind {
-        ReduceKind::Max => T::max,
-        ReduceKind::Min => T::min,
-        ReduceKind::Mean | ReduceKind::Sum => T::add,
+    // One loop per kind (not a function pointer), so that each inlines its operation.
+    let acc = match kind {
+        ReduceKind::Max => accumulate(x, x_shape, axes, init, out_len, T::max),
+        ReduceKind::Min => accumulate(x, x_shape, axes, init, out_len, T::min),
+        ReduceKind::Mean | ReduceKind::Sum => accumulate(x, x_shape, axes, init, out_len, T::add),
     };
+    for (yv, &a) in y.iter_mut().zip(&acc) {
+        *yv = match kind {
+            ReduceKind::Mean => T::mean(a, count),
+            _ => T::from_acc(a),
+        };
+    }
+}
+
+/// `op` folded over the reduced axes of `x`, from `init`, into `out_len` accumulators.
+fn accumulate<T: ReduceElem>(
+    x: &[T],
+    x_shape: &[usize],
+    axes: &[usize],
+    init: T::Acc,
+    out_len: usize,
+    op: impl Fn(T::Acc, T::Acc) -> T::Acc,
+) -> Vec<T::Acc> {
     let mut acc = vec![init; out_len];
     if !x.is_empty() {
         let runs = coalesce(x_shape, axes);
@@ -237,12 +255,7 @@ pub fn reduce<T: ReduceElem>(x: &[T], x_shape: &[usize], axes: &[usize], kind: R
             }
         }
     }
-    for (yv, &a) in y.iter_mut().zip(&acc) {
-        *yv = match kind {
-            ReduceKind::Mean => T::mean(a, count),
-            _ => T::from_acc(a),
-        };
-    }
+    acc
 }
 
 /// Whether a value is unordered with itself (NaN).
