@@ -377,8 +377,10 @@ impl JitCode {
             return Err(jit_err(format!("an output of {} bytes where the kernel writes {}", out.len(), ext.output)));
         }
         // The inputs' addresses, then the math functions'.
-        let ptrs: Vec<*const u8> =
-            inputs.iter().map(|x| x.as_ptr()).chain(math_symbols().into_iter().map(|(_, f)| f)).collect();
+        let mut ptrs: Vec<*const u8> = Vec::with_capacity(inputs.len() + MATH1.len() + 1);
+        ptrs.extend(inputs.iter().map(|x| x.as_ptr()));
+        ptrs.extend(MATH1.iter().map(|(_, f)| *f as *const u8));
+        ptrs.push(math_pow as extern "C" fn(f32, f32) -> f32 as *const u8);
         let rows = ext.rows;
         let bands = if threads > 1 && ext.elements >= PARALLEL_MIN_ELEMENTS { threads.min(rows) } else { 1 };
         if bands <= 1 {

@@ -115,6 +115,7 @@ impl Wide {
         // SAFETY: the caller gives one address per input.
         let bases: Vec<*const u8> = (0..n_in).map(|k| unsafe { *inputs.add(k) }).collect();
         let mut idx = vec![0usize; rank.saturating_sub(1)];
+        let mut in_rows: Vec<*const u8> = vec![std::ptr::null(); n_in];
         for row in begin..end {
             idx.iter_mut().for_each(|i| *i = 0);
             if let Some(first) = idx.first_mut() {
@@ -123,7 +124,9 @@ impl Wide {
             // The middle axes (1 .. rank-1) counted through, the outermost fixed at `row`.
             loop {
                 let offset = |k: usize| idx.iter().zip(&self.strides[k]).map(|(i, s)| i * s).sum::<usize>();
-                let in_rows: Vec<*const u8> = (0..n_in).map(|k| bases[k].wrapping_add(offset(k))).collect();
+                for (k, r) in in_rows.iter_mut().enumerate() {
+                    *r = bases[k].wrapping_add(offset(k));
+                }
                 let out_row = out.wrapping_add(offset(n_in));
                 let mut t0 = 0;
                 while t0 < inner {
