@@ -61,6 +61,22 @@ pub fn row_major_strides(shape: &[usize]) -> Option<Vec<usize>> {
     Some(strides)
 }
 
+/// True when `strides` are [`row_major_strides`] of `shape` on every axis longer than 1 (the axes that move an
+/// element), and those strides exist (no overflow).
+fn packed_row_major(strides: &[usize], shape: &[usize]) -> bool {
+    let mut acc = 1usize;
+    for (&stride, &dim) in strides.iter().zip(shape).rev() {
+        if dim > 1 && stride != acc {
+            return false;
+        }
+        match acc.checked_mul(dim.max(1)) {
+            Some(next) => acc = next,
+            None => return false,
+        }
+    }
+    true
+}
+
 /// Number of elements of `shape`, or `None` on overflow.
 pub fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -185,6 +201,10 @@ impl Layout {
     pub fn kind(&self, dt: DatumType, shape: &[usize]) -> LayoutKind {
         if self.strides.len() != shape.len() {
             return LayoutKind::Strided;
+        }
+        if packed_row_major(&self.strides, shape) {
+            // The common case, decided without allocating (the checks below build stride lists).
+            return LayoutKind::RowMajor;
         }
         let significant = |strides: &[usize]| -> Vec<(usize, usize)> {
             shape.iter().zip(strides).enumerate().filter(|(_, (&d, _))| d > 1).map(|(i, (_, &s))| (i, s)).collect()

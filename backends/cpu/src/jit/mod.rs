@@ -377,7 +377,7 @@ impl JitCode {
             return Err(jit_err(format!("an output of {} bytes where the kernel writes {}", out.len(), ext.output)));
         }
         // The inputs' addresses, then the math functions'.
-        let mut ptrs: Vec<*const u8> = Vec::with_capacity(inputs.len() + MATH1.len() + 1);
+        let mut ptrs: smallvec::SmallVec<[*const u8; 16]> = smallvec::SmallVec::new();
         ptrs.extend(inputs.iter().map(|x| x.as_ptr()));
         ptrs.extend(MATH1.iter().map(|(_, f)| *f as *const u8));
         ptrs.push(math_pow as extern "C" fn(f32, f32) -> f32 as *const u8);

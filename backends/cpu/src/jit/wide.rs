@@ -12,6 +12,7 @@
 //! results are bit for bit those of [`Chain::eval`]. What it addresses is what the generated kernel would:
 //! [`super::JitCode::call`] checks the operands' lengths against the same extents before either runs.
 
+use smallvec::{smallvec, SmallVec};
 use stowage_kir::{binary_scalar, unary_scalar, BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
 
 /// Elements of the innermost axis evaluated together: each instruction's tile stays in L1.
@@ -110,12 +111,12 @@ impl Wide {
         let rank = self.dims.len();
         let n_in = self.elems.len();
         let inner = self.dims[rank - 1];
-        let mut scratch = vec![0f32; self.chain.insts.len() * TILE.min(inner.max(1))];
-        let mut vals = vec![Val::Splat(0.0); self.chain.insts.len()];
+        let mut scratch: SmallVec<[f32; 256]> = smallvec![0f32; self.chain.insts.len() * TILE.min(inner.max(1))];
+        let mut vals: SmallVec<[Val; 16]> = smallvec![Val::Splat(0.0); self.chain.insts.len()];
         // SAFETY: the caller gives one address per input.
-        let bases: Vec<*const u8> = (0..n_in).map(|k| unsafe { *inputs.add(k) }).collect();
-        let mut idx = vec![0usize; rank.saturating_sub(1)];
-        let mut in_rows: Vec<*const u8> = vec![std::ptr::null(); n_in];
+        let bases: SmallVec<[*const u8; 8]> = (0..n_in).map(|k| unsafe { *inputs.add(k) }).collect();
+        let mut idx: SmallVec<[usize; 8]> = smallvec![0usize; rank.saturating_sub(1)];
+        let mut in_rows: SmallVec<[*const u8; 8]> = smallvec![std::ptr::null(); n_in];
         for row in begin..end {
             idx.iter_mut().for_each(|i| *i = 0);
             if let Some(first) = idx.first_mut() {

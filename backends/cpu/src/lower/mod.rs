@@ -330,7 +330,7 @@ fn generated_kernel(
     expected: Vec<Option<Vec<usize>>>,
 ) -> Kernel {
     Box::new(move |a, cx| {
-        let inputs: Vec<std::borrow::Cow<'_, [u8]>> = a
+        let inputs: smallvec::SmallVec<[std::borrow::Cow<'_, [u8]>; 8]> = a
             .iter()
             .zip(&expected)
             .map(|(t, expected)| {
@@ -358,7 +358,7 @@ fn generated_kernel(
                 })
             })
             .collect::<Result<_>>()?;
-        let views: Vec<&[u8]> = inputs.iter().map(|c| c.as_ref()).collect();
+        let views: smallvec::SmallVec<[&[u8]; 8]> = inputs.iter().map(|c| c.as_ref()).collect();
         let mut y = crate::storage::output(dt, &shape)?;
         code.call(index, &views, y.as_bytes_mut()?, cx.threads)?;
         Ok(vec![y])
