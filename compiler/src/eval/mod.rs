@@ -56,11 +56,11 @@ pub fn evaluate(
         }
         Op::Transpose { perm: Some(perm) } => {
             let st = strides(x.shape());
-            remap(x, &out.shape, |idx| Some(idx.iter().zip(perm).map(|(&i, &p)| i * st[p]).sum()))?
+            strided(x, &out.shape, 0, &perm.iter().map(|&p| st[p] as isize).collect::<Vec<_>>())?
         }
         Op::Expand => {
             let map = broadcast_strides(x.shape(), &out.shape);
-            remap(x, &out.shape, |idx| Some(dot(idx, &map)))?
+            strided(x, &out.shape, 0, &map.iter().map(|&s| s as isize).collect::<Vec<_>>())?
         }
         Op::Tile => {
             let st = strides(x.shape());
@@ -102,9 +102,9 @@ pub fn evaluate(
                 step[a] = st;
             }
             let st = strides(x.shape());
-            remap(x, &out.shape, |idx| {
-                Some((0..rank).map(|a| (begin[a] + idx[a] as i128 * step[a]) as usize * st[a]).sum())
-            })?
+            let base = (0..rank).map(|a| begin[a] * st[a] as i128).sum::<i128>();
+            let steps = (0..rank).map(|a| isize::try_from(step[a] * st[a] as i128).ok()).collect::<Option<Vec<_>>>()?;
+            strided(x, &out.shape, isize::try_from(base).ok()?, &steps)?
         }
         Op::Concat { axis } => {
             let axis = *axis as usize;
@@ -170,15 +170,42 @@ fn shape_range(op: &Op, rank: usize) -> (usize, usize) {
     (s, e.max(s))
 }
 
-fn dot(idx: &[usize], strides: &[usize]) -> usize {
-    idx.iter().zip(strides).map(|(&i, &s)| i * s).sum()
-}
-
 /// Strides (in elements) that read an input of `shape` broadcast to `out` (0 along broadcast axes).
 pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let st = strides(shape);
     let pad = out.len() - shape.len();
     (0..out.len()).map(|a| if a < pad || shape[a - pad] == 1 { 0 } else { st[a - pad] }).collect()
+}
+
+/// A tensor of `shape` whose element at each index `i` is `x`'s element at `base + Σ i[a]·steps[a]` (in elements;
+/// `None` where that falls outside `x`), a row of the innermost axis at a time: folding a transposed, sliced or
+/// expanded weight matrix is one pass with no call per element.
+fn strided(x: &Tensor<'_>, shape: &[usize], base: isize, steps: &[isize]) -> Option<Tensor<'static>> {
+    let size = x.dt().size_of();
+    let bytes = x.as_bytes().ok()?;
+    let count: usize = shape.iter().product();
+    let mut out = vec![0u8; count * size];
+    let rank = shape.len();
+    let n = shape.last().copied().unwrap_or(1);
+    let step = steps.last().copied().unwrap_or(0);
+    let mut idx = vec![0usize; rank.saturating_sub(1)];
+    if count > 0 {
+        for row in out.chunks_exact_mut(n * size) {
+            let first = base + idx.iter().zip(steps).map(|(&i, &s)| i as isize * s).sum::<isize>();
+            for (j, dst) in row.chunks_exact_mut(size).enumerate() {
+                let at = usize::try_from(first + j as isize * step).ok()? * size;
+                dst.copy_from_slice(bytes.get(at..at + size)?);
+            }
+            for a in (0..idx.len()).rev() {
+                idx[a] += 1;
+                if idx[a] < shape[a] {
+                    break;
+                }
+                idx[a] = 0;
+            }
+        }
+    }
+    Tensor::from_bytes(x.dt(), shape, &out).ok()
 }
 
 /// A tensor of `shape` whose element at each index is `x`'s element at `source(index)`; `None` if any is.
