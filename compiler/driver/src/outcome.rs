@@ -179,7 +179,8 @@ fn first_and_median(mut times: Vec<f64>) -> (f64, f64) {
     (first, times[times.len() / 2])
 }
 
-/// With `STOWAGE_PROFILE` set: one more run, timed per step, summed per op, on stderr.
+/// With `STOWAGE_PROFILE` set: one more run, timed per step, summed per op, on stderr, then the eight slowest
+/// steps (every step with `STOWAGE_PROFILE=all`).
 fn print_profile(profile: &[(String, &'static str, f64)]) {
     let mut per_op: std::collections::BTreeMap<&str, (usize, f64)> = std::collections::BTreeMap::new();
     for (_, op, t) in profile {
@@ -195,7 +196,9 @@ fn print_profile(profile: &[(String, &'static str, f64)]) {
     }
     let mut steps: Vec<&(String, &str, f64)> = profile.iter().collect();
     steps.sort_by(|a, b| b.2.total_cmp(&a.2));
-    for (name, op, t) in steps.iter().take(8) {
+    // `STOWAGE_PROFILE=all` lists every step, in order of time.
+    let shown = if std::env::var("STOWAGE_PROFILE").is_ok_and(|v| v == "all") { steps.len() } else { 8 };
+    for (name, op, t) in steps.iter().take(shown) {
         eprintln!("profile step {name:<28} {op:<12} {:>9.3} ms", t * 1e3);
     }
 }

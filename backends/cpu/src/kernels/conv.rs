@@ -41,7 +41,7 @@ pub struct ConvParams<'a> {
 }
 
 /// Output positions per thread below which a block's product is split by rows instead of by columns.
-const SPLIT_MIN_COLUMNS: usize = 256;
+const SPLIT_MIN_COLUMNS: usize = 64;
 
 /// Upper bound on the elements of one im2col tile (2 MiB of f32: measured best on VGG-19 and ResNet-50 here).
 const COL_TILE_ELEMS: usize = 1 << 19;
