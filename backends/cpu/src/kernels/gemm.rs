@@ -76,6 +76,9 @@ pub trait Float:
     fn from_usize(n: usize) -> Self;
     /// `eˣ`.
     fn exp(self) -> Self;
+    /// e^x for softmax-like kernels: f32 through `stowage_kir::func::exp_f32` (within 2 ulp, and a loop of it
+    /// vectorises), f64 exact.
+    fn exp_fast(self) -> Self;
     /// Natural logarithm.
     fn ln(self) -> Self;
     /// Square root.
@@ -91,7 +94,7 @@ pub trait Float:
 }
 
 macro_rules! impl_float {
-    ($t:ty) => {
+    ($t:ty, $exp_fast:expr) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -124,6 +127,10 @@ macro_rules! impl_float {
                 <$t>::exp(self)
             }
             #[inline]
+            fn exp_fast(self) -> Self {
+                $exp_fast(self)
+            }
+            #[inline]
             fn ln(self) -> Self {
                 <$t>::ln(self)
             }
@@ -150,8 +157,8 @@ macro_rules! impl_float {
         }
     };
 }
-impl_float!(f32);
-impl_float!(f64);
+impl_float!(f32, stowage_kir::func::exp_f32);
+impl_float!(f64, f64::exp);
 
 /// One past the largest index that a `rows × cols` matrix with the given strides touches (0 if it is empty),
 /// or `None` on overflow.
