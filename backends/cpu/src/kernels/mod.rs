@@ -7,6 +7,7 @@ pub mod conv;
 pub mod depthwise;
 pub mod dtype;
 pub mod elementwise;
+pub mod few_rows;
 pub mod gemm;
 pub mod movement;
 pub mod norm;

@@ -55,6 +55,91 @@ fn matrix_view<'t, T: Float + stowage_runtime::Datum + bytemuck::Pod>(
     Some((elems, strides[0], strides[1]))
 }
 
+/// A Gemm or MatMul that runs as [`crate::kernels::few_rows::FewRows`]: f32, few rows, constant weights (and a
+/// constant bias of one value per output column, or none).
+pub(super) struct FewRowsPlan<'g> {
+    w: &'g Tensor<'static>,
+    w_strides: (usize, usize),
+    k: usize,
+    n: usize,
+    alpha: f32,
+    bias: Option<Vec<f32>>,
+    /// Rows of `op(A)` and their element strides, for `A` packed row-major.
+    rows: usize,
+    a_strides: (usize, usize),
+    /// `op(A)` is `A` transposed (Gemm's `transA`).
+    a_trans: bool,
+}
+
+/// The [`FewRowsPlan`] of a node, if it has one.
+pub(super) fn few_rows_plan<'g>(
+    graph: &'g Graph,
+    op: &Op,
+    inputs: &[Option<ValueId>],
+    out: &[usize],
+) -> Option<FewRowsPlan<'g>> {
+    let input = |i: usize| inputs.get(i).copied().flatten();
+    let (a, w) = (graph.ty(input(0)?), graph.const_value(input(1)?)?);
+    if a.dt != DatumType::F32 || w.dt() != DatumType::F32 || w.shape().len() != 2 || !w.is_row_major() {
+        return None;
+    }
+    let (b0, b1) = (w.shape()[0], w.shape()[1]);
+    let plan = match op {
+        Op::Gemm(g) if a.shape.len() == 2 => {
+            let (a0, a1) = (a.shape[0], a.shape[1]);
+            let (rows, k, a_strides) = if g.trans_a { (a1, a0, (1, a1)) } else { (a0, a1, (a1, 1)) };
+            let (n, w_strides) = if g.trans_b { (b0, (1, b1)) } else { (b1, (b1, 1)) };
+            let bias = match input(2) {
+                None => None,
+                Some(c) => {
+                    let c = graph.const_value(c)?;
+                    let v = c.to_vec::<f32>().ok()?;
+                    let per_column = matches!(c.shape(), [] | [1]) || c.shape() == [n] || c.shape() == [1, n];
+                    if !per_column {
+                        return None;
+                    }
+                    Some((0..n).map(|i| g.beta * v[if v.len() == 1 { 0 } else { i }]).collect())
+                }
+            };
+            FewRowsPlan { w, w_strides, k, n, alpha: g.alpha, bias, rows, a_strides, a_trans: g.trans_a }
+        }
+        Op::MatMul if a.shape.len() >= 2 && a.shape[a.shape.len() - 1] == b0 => {
+            let rows = a.shape[..a.shape.len() - 1].iter().product();
+            let (k, n) = (b0, b1);
+            FewRowsPlan { w, w_strides: (n, 1), k, n, alpha: 1.0, bias: None, rows, a_strides: (k, 1), a_trans: false }
+        }
+        _ => return None,
+    };
+    let fits = plan.rows * plan.n == out.iter().product::<usize>() && out.last() == Some(&plan.n);
+    let rows = crate::kernels::few_rows::MIN_ROWS..=crate::kernels::few_rows::MAX_ROWS;
+    (fits && rows.contains(&plan.rows) && plan.k > 0).then_some(plan)
+}
+
+/// The step of a [`FewRowsPlan`], its weights packed now; `None` where they do not pack on this CPU.
+fn few_rows_kernel(plan: FewRowsPlan<'_>, out: Vec<usize>) -> Option<Kernel> {
+    let w = plan.w.as_slice::<f32>().ok()?;
+    let packed = crate::kernels::few_rows::FewRows::new(w, plan.w_strides, plan.k, plan.n, plan.alpha, plan.bias)?;
+    let (rows, a_strides, a_trans) = (plan.rows, plan.a_strides, plan.a_trans);
+    Some(Box::new(move |a, cx| {
+        let xa = arg(a, 0)?;
+        let mut yt = crate::storage::output(DatumType::F32, &out)?;
+        let y = yt.as_slice_mut::<f32>()?;
+        // A matrix in another layout (`layouts.rs`: MatMul reads strided operands in place) is read through its
+        // strides; anything else as packed elements.
+        match matrix_view::<f32>(xa).filter(|_| !xa.is_row_major()) {
+            Some((x, r, c)) => packed.run(rows, x, if a_trans { (c, r) } else { (r, c) }, y, cx.threads),
+            None => packed.run(rows, &floats::<f32>(xa)?, a_strides, y, cx.threads),
+        }
+        one(yt)
+    }))
+}
+
+/// Bytes a [`FewRowsPlan`]'s step holds besides the constants (rows padded to whole panels, and the bias).
+pub(super) fn few_rows_bytes(plan: &FewRowsPlan<'_>) -> usize {
+    let panel = crate::kernels::sgemm512::PANEL_ROWS;
+    (plan.n.div_ceil(panel) * panel * plan.k + plan.bias.as_ref().map_or(0, Vec::len)) * 4
+}
+
 /// Mean and (population) variance per channel (axis 1) over the batch and spatial axes, in f64.
 fn batch_statistics<T: Float>(x: &[T], shape: &[usize]) -> (Vec<f64>, Vec<f64>) {
     let (n, c) = (shape[0], shape[1]);
@@ -145,6 +230,11 @@ pub(super) fn kernel(
     let in_shape = |i: usize| inputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone()).unwrap_or_default();
     let in_dt = inputs.first().copied().flatten().map(|v| graph.ty(v).dt).unwrap_or(dt);
     let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { dt };
+    if let Some(plan) = few_rows_plan(graph, op, inputs, &out) {
+        if let Some(k) = few_rows_kernel(plan, out.clone()) {
+            return Ok(k);
+        }
+    }
     let k: Kernel = match op {
         Op::Conv(c) => return conv_kernel(graph, c, inputs, out, dt, false),
         Op::Pool(p) => {
@@ -404,4 +494,74 @@ pub(super) fn kernel(
     };
     let _ = out_shape;
     Ok(via_f32(dt, k))
+}
+
+#[cfg(test)]
+mod tests {
+    use stowage_compiler::ir::{Gemm, Graph, Op, ValueType};
+    use stowage_runtime::{DatumType, Layout, PlainStorage, Tensor};
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7 + seed * 3) % 17) as f32 * 0.25 - 2.0).collect()
+    }
+
+    #[test]
+    fn products_of_few_rows_against_constant_weights_match_the_definition() {
+        // Gemm (transB, alpha, beta, a bias per column) and a batched MatMul, 20 rows of op(A): FewRows where the
+        // CPU packs, the product kernel elsewhere; both against the sums written out.
+        let (m, k, n) = (20usize, 33usize, 29usize);
+        let (av, wv, cv) = (values(m * k, 1), values(n * k, 2), values(n, 3));
+        let mut g = Graph::new("few");
+        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![m, k]));
+        let w = g.add_const("w", Tensor::from_slice(&[n, k], &wv).unwrap());
+        let c = g.add_const("c", Tensor::from_slice(&[n], &cv).unwrap());
+        let gemm = Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true };
+        let y = ValueType::new(DatumType::F32, vec![m, n]);
+        let node = g.add_node("gemm", Op::Gemm(gemm), vec![Some(a), Some(w), Some(c)], vec![Some(("y".into(), y))]);
+        let y = g.node(node).outputs[0].unwrap();
+        g.add_output("y", y);
+        let program = super::super::lower(&g, 2).expect("lowers");
+        let want: Vec<f32> = (0..m * n)
+            .map(|e| {
+                let (j, i) = (e / n, e % n);
+                0.5 * (0..k).map(|l| av[j * k + l] * wv[i * k + l]).sum::<f32>() + 2.0 * cv[i]
+            })
+            .collect();
+        let close = |got: Vec<f32>| {
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        };
+        let out = program.run(vec![Tensor::from_slice(&[m, k], &av).unwrap()]).expect("runs");
+        close(out.outputs[0].to_vec::<f32>().unwrap());
+        // The same A column-major, read through its strides.
+        let layout = Layout::column_major(DatumType::F32, &[m, k]).unwrap();
+        let mut bytes = vec![0u8; layout.span_bytes(DatumType::F32, &[m, k]).unwrap()];
+        for (e, v) in av.iter().enumerate() {
+            let at = ((e / k) * layout.strides()[0] + (e % k) * layout.strides()[1]) * 4;
+            bytes[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+        let a_cm = Tensor::from_storage(DatumType::F32, &[m, k], layout, PlainStorage::copy_from(&bytes).unwrap());
+        close(program.run(vec![a_cm.unwrap()]).expect("runs").outputs[0].to_vec::<f32>().unwrap());
+
+        // MatMul [2, 10, k] × constant [k, n]: 20 rows in one product.
+        let mut g = Graph::new("few");
+        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![2, m / 2, k]));
+        let wt: Vec<f32> = (0..k * n).map(|e| wv[(e % n) * k + e / n]).collect();
+        let w = g.add_const("w", Tensor::from_slice(&[k, n], &wt).unwrap());
+        let y = ValueType::new(DatumType::F32, vec![2, m / 2, n]);
+        let node = g.add_node("mm", Op::MatMul, vec![Some(a), Some(w)], vec![Some(("y".into(), y))]);
+        let y = g.node(node).outputs[0].unwrap();
+        g.add_output("y", y);
+        let program = super::super::lower(&g, 1).expect("lowers");
+        let got = program.run(vec![Tensor::from_slice(&[2, m / 2, k], &av).unwrap()]).expect("runs");
+        let want: Vec<f32> =
+            (0..m * n).map(|e| (0..k).map(|l| av[(e / n) * k + l] * wv[(e % n) * k + l]).sum::<f32>()).collect();
+        for (g, w) in got.outputs[0].to_vec::<f32>().unwrap().iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+        }
+        if crate::kernels::sgemm512::available() {
+            assert!(program.const_bytes() > k * n * 4, "the packed weights are counted with the constants");
+        }
+    }
 }
