@@ -46,6 +46,10 @@ pub enum UnaryFn {
     HardSwish,
     /// GELU, erf form, or tanh form when true.
     Gelu(bool),
+    /// Round to nearest, halves to even.
+    Round,
+    /// Bitwise not (integer kernels only).
+    BitNot,
 }
 
 /// Two-input elementwise functions.
@@ -77,6 +81,20 @@ pub enum BinaryFn {
     Max,
     /// Smaller (NaN wins).
     Min,
+    /// Remainder with the divisor's sign (Python's `%`).
+    Mod,
+    /// Remainder with the dividend's sign (C's `fmod`).
+    Fmod,
+    /// `a << b` (integer kernels only).
+    ShiftLeft,
+    /// `a >> b` (integer kernels only).
+    ShiftRight,
+    /// Bitwise and (integer kernels only).
+    BitAnd,
+    /// Bitwise or (integer kernels only).
+    BitOr,
+    /// Bitwise exclusive or (integer kernels only).
+    BitXor,
 }
 
 /// Numerator coefficients (in x², highest power first) of the rational approximation of erf on [-4, 4] that
@@ -187,6 +205,7 @@ pub fn native_unary(f: UnaryFn) -> bool {
             | UnaryFn::LeakyRelu(_)
             | UnaryFn::HardSigmoid(..)
             | UnaryFn::HardSwish
+            | UnaryFn::Round
     )
 }
 
@@ -200,12 +219,26 @@ pub fn native_binary(f: BinaryFn) -> bool {
 
 /// Functions a chain may hold (the f32 elementwise set, bool-valued ones excluded).
 pub fn fusable_unary(f: UnaryFn) -> bool {
-    !matches!(f, UnaryFn::Not | UnaryFn::Sign)
+    !matches!(f, UnaryFn::Not | UnaryFn::Sign | UnaryFn::BitNot)
 }
 
 /// Binary functions a chain may hold.
 pub fn fusable_binary(f: BinaryFn) -> bool {
-    !matches!(f, BinaryFn::And | BinaryFn::Or | BinaryFn::Equal | BinaryFn::Greater | BinaryFn::Less)
+    !matches!(
+        f,
+        BinaryFn::And
+            | BinaryFn::Or
+            | BinaryFn::Equal
+            | BinaryFn::Greater
+            | BinaryFn::Less
+            | BinaryFn::Mod
+            | BinaryFn::Fmod
+            | BinaryFn::ShiftLeft
+            | BinaryFn::ShiftRight
+            | BinaryFn::BitAnd
+            | BinaryFn::BitOr
+            | BinaryFn::BitXor
+    )
 }
 
 /// Scalar semantics of a unary function, as the interpreter kernels compute it.
@@ -263,6 +296,8 @@ pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
             }
         }
         UnaryFn::Not => f32::from(u8::from(x == 0.0)),
+        UnaryFn::Round => x.round_ties_even(),
+        UnaryFn::BitNot => f32::NAN,
     }
 }
 
@@ -296,7 +331,25 @@ pub fn binary_scalar(f: BinaryFn, a: f32, b: f32) -> f32 {
                 a
             }
         }
-        BinaryFn::And | BinaryFn::Or | BinaryFn::Equal | BinaryFn::Greater | BinaryFn::Less => f32::NAN,
+        BinaryFn::Fmod => a % b,
+        BinaryFn::Mod => {
+            let r = a % b;
+            if r != 0.0 && (r < 0.0) != (b < 0.0) {
+                r + b
+            } else {
+                r.copysign(b)
+            }
+        }
+        BinaryFn::And
+        | BinaryFn::Or
+        | BinaryFn::Equal
+        | BinaryFn::Greater
+        | BinaryFn::Less
+        | BinaryFn::ShiftLeft
+        | BinaryFn::ShiftRight
+        | BinaryFn::BitAnd
+        | BinaryFn::BitOr
+        | BinaryFn::BitXor => f32::NAN,
     }
 }
 

@@ -30,6 +30,7 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
                     Unary::Sign => v.iter().map(|a| a.signum()).collect(),
                     Unary::Relu => v.iter().map(|&a| a.max(0)).collect(),
                     Unary::Not => v.iter().map(|&a| i64::from(a == 0)).collect(),
+                    Unary::BitNot => v.iter().map(|&a| !a).collect(),
                     _ => return None,
                 };
                 return consts::from_i64s(out.dt, &out.shape, &r).ok();
@@ -49,6 +50,7 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
                 Unary::Sin => f64::sin,
                 Unary::Sqrt => f64::sqrt,
                 Unary::Tanh => f64::tanh,
+                Unary::Round => f64::round_ties_even,
                 _ => return None,
             };
             let r: Vec<f64> = consts::to_f64s(x).ok()?.into_iter().map(f).collect();
@@ -67,6 +69,15 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
                     Binary::Mul => |a, b| a * b,
                     Binary::Div => |a, b| a / b,
                     Binary::Pow => f64::powf,
+                    Binary::Fmod => |a, b| a % b,
+                    Binary::Mod => |a, b| {
+                        let r = a % b;
+                        if r != 0.0 && (r < 0.0) != (b < 0.0) {
+                            r + b
+                        } else {
+                            r.copysign(b)
+                        }
+                    },
                     Binary::Equal => |a, b| f64::from(u8::from(a == b)),
                     Binary::Greater => |a, b| f64::from(u8::from(a > b)),
                     Binary::Less => |a, b| f64::from(u8::from(a < b)),
@@ -75,9 +86,13 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
                 let r: Vec<f64> = p.iter().zip(&q).map(|(&a, &b)| f(a, b)).collect();
                 return consts::from_f64s(out.dt, &out.shape, &r).ok();
             }
-            if x.dt() == DatumType::U64 && matches!(b, Binary::Div | Binary::Greater | Binary::Less) {
+            if x.dt() == DatumType::U64
+                && matches!(b, Binary::Div | Binary::Greater | Binary::Less | Binary::Mod | Binary::Fmod)
+            {
                 return None;
             }
+            let width = 8 * x.dt().size_of() as i64;
+            let signed = matches!(x.dt(), DatumType::I8 | DatumType::I16 | DatumType::I32 | DatumType::I64);
             let (p, q) = (read_int(x)?, read_int(y)?);
             let mut r = Vec::with_capacity(count);
             for (&a, &c) in p.iter().zip(&q) {
@@ -91,6 +106,25 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
                     Binary::Less => i64::from(a < c),
                     Binary::And => i64::from(a != 0 && c != 0),
                     Binary::Or => i64::from(a != 0 || c != 0),
+                    Binary::Fmod => a.checked_rem(c)?,
+                    Binary::Mod => {
+                        let r = a.checked_rem(c)?;
+                        if r != 0 && (r < 0) != (c < 0) {
+                            r + c
+                        } else {
+                            r
+                        }
+                    }
+                    // Shifts by a negative amount or the width or more leave the sign's fill; unsigned values shift
+                    // their bits as u64 (a u64 above i64::MAX is negative here).
+                    Binary::ShiftLeft if (0..width).contains(&c) => ((a as u64) << c) as i64,
+                    Binary::ShiftRight if (0..width).contains(&c) && signed => a >> c,
+                    Binary::ShiftRight if (0..width).contains(&c) => ((a as u64) >> c) as i64,
+                    Binary::ShiftRight if signed && a < 0 => -1,
+                    Binary::ShiftLeft | Binary::ShiftRight => 0,
+                    Binary::BitAnd => a & c,
+                    Binary::BitOr => a | c,
+                    Binary::BitXor => a ^ c,
                     _ => return None,
                 });
             }

@@ -5,6 +5,10 @@ use stowage_runtime::DatumType;
 use super::{broadcast, invalid, InferError, Inputs};
 use crate::ir::{Binary, Op, Unary, ValueType};
 
+fn is_integer(d: DatumType) -> bool {
+    !d.is_float() && d != DatumType::Bool
+}
+
 pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<ValueType>, InferError> {
     let x = ins.ty(0)?;
     Ok(match op {
@@ -14,6 +18,7 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
                 Unary::Abs | Unary::Neg | Unary::Sign | Unary::Relu => {
                     ins.expect_dt(0, |d| d != DatumType::Bool, "a numeric type")?
                 }
+                Unary::BitNot => ins.expect_dt(0, is_integer, "an integer type")?,
                 _ => ins.expect_dt(0, DatumType::is_float, "a float type")?,
             }
             vec![x.clone()]
@@ -29,6 +34,21 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
                     ins.expect_dt(0, |d| d == DatumType::Bool, "bool")?;
                     ins.same_dt(1)?;
                     vec![ValueType::new(DatumType::Bool, shape)]
+                }
+                Binary::Mod | Binary::Fmod => {
+                    ins.expect_dt(0, |d| d != DatumType::Bool, "a numeric type")?;
+                    ins.same_dt(1)?;
+                    vec![ValueType::new(x.dt, shape)]
+                }
+                Binary::ShiftLeft | Binary::ShiftRight => {
+                    ins.expect_dt(0, is_integer, "an integer type")?;
+                    ins.same_dt(1)?;
+                    vec![ValueType::new(x.dt, shape)]
+                }
+                Binary::BitAnd | Binary::BitOr | Binary::BitXor => {
+                    ins.expect_dt(0, is_integer, "an integer type")?;
+                    ins.same_dt(1)?;
+                    vec![ValueType::new(x.dt, shape)]
                 }
                 Binary::PRelu => {
                     ins.same_dt(1)?;

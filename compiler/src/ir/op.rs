@@ -65,6 +65,10 @@ pub enum Unary {
         /// The tanh approximation instead of erf.
         tanh: bool,
     },
+    /// Round to the nearest integer, halves to even.
+    Round,
+    /// Bitwise not (integers).
+    BitNot,
 }
 
 /// Elementwise ops of two inputs with multidirectional broadcasting.
@@ -92,12 +96,31 @@ pub enum Binary {
     Less,
     /// `x` if positive else `slope*x`; slope broadcasts to x (one direction).
     PRelu,
+    /// Remainder with the divisor's sign (Python's `%`, ONNX `Mod` with `fmod=0`; a zero takes the divisor's sign).
+    Mod,
+    /// Remainder with the dividend's sign (C's `fmod`, ONNX `Mod` with `fmod=1`).
+    Fmod,
+    /// `a << b` (integers, wrapping; 0 when `b` is negative or at least the width).
+    ShiftLeft,
+    /// `a >> b` (integers, arithmetic for signed ones; the sign's fill when `b` is negative or at least the width).
+    ShiftRight,
+    /// Bitwise and (integers).
+    BitAnd,
+    /// Bitwise or (integers).
+    BitOr,
+    /// Bitwise exclusive or (integers).
+    BitXor,
 }
 
 impl Binary {
     /// True for the comparisons, whose result is bool.
     pub fn is_comparison(self) -> bool {
         matches!(self, Binary::Equal | Binary::Greater | Binary::Less)
+    }
+
+    /// True for the ops on integer bits (shifts and the bitwise ops).
+    pub fn is_bitwise(self) -> bool {
+        matches!(self, Binary::ShiftLeft | Binary::ShiftRight | Binary::BitAnd | Binary::BitOr | Binary::BitXor)
     }
 }
 
@@ -200,6 +223,8 @@ pub enum Reduce {
     Min,
     /// Sum.
     Sum,
+    /// Product.
+    Prod,
 }
 
 /// Softmax or its logarithm.
@@ -378,14 +403,16 @@ pub enum Op {
         /// No axes means identity rather than all axes.
         noop_with_empty_axes: bool,
     },
-    /// Index of the maximum along an axis: data. Output i64.
+    /// Index of the maximum (ArgMax) or minimum (ArgMin) along an axis: data. Output i64.
     ArgMax {
         /// Axis (non-negative once inferred).
         axis: i64,
         /// Keep the axis as size 1.
         keepdims: bool,
-        /// Among equal maxima take the last.
+        /// Among equal extremes take the last.
         select_last_index: bool,
+        /// The minimum (ONNX `ArgMin`) instead of the maximum.
+        min: bool,
     },
     /// The shape of the input as i64: data.
     Shape {
@@ -486,6 +513,8 @@ impl Op {
                 Unary::HardSigmoid { .. } => "HardSigmoid",
                 Unary::HardSwish => "HardSwish",
                 Unary::Gelu { .. } => "Gelu",
+                Unary::Round => "Round",
+                Unary::BitNot => "BitwiseNot",
             },
             Op::Binary(b) => match b {
                 Binary::Add => "Add",
@@ -499,6 +528,11 @@ impl Op {
                 Binary::Greater => "Greater",
                 Binary::Less => "Less",
                 Binary::PRelu => "PRelu",
+                Binary::Mod | Binary::Fmod => "Mod",
+                Binary::ShiftLeft | Binary::ShiftRight => "BitShift",
+                Binary::BitAnd => "BitwiseAnd",
+                Binary::BitOr => "BitwiseOr",
+                Binary::BitXor => "BitwiseXor",
             },
             Op::Variadic(v) => match v {
                 Variadic::Max => "Max",
@@ -528,8 +562,10 @@ impl Op {
                 Reduce::Mean => "ReduceMean",
                 Reduce::Min => "ReduceMin",
                 Reduce::Sum => "ReduceSum",
+                Reduce::Prod => "ReduceProd",
             },
-            Op::ArgMax { .. } => "ArgMax",
+            Op::ArgMax { min: false, .. } => "ArgMax",
+            Op::ArgMax { min: true, .. } => "ArgMin",
             Op::Shape { .. } => "Shape",
             Op::ConstantOfShape { .. } => "ConstantOfShape",
             Op::Reshape { .. } => "Reshape",
@@ -698,7 +734,7 @@ impl fmt::Display for OpAttrs<'_> {
                         write!(w, " noop_with_empty_axes")?;
                     }
                 }
-                Op::ArgMax { axis, keepdims, select_last_index } => {
+                Op::ArgMax { axis, keepdims, select_last_index, .. } => {
                     write!(w, "axis={axis} keepdims={}", u8::from(*keepdims))?;
                     if *select_last_index {
                         write!(w, " select_last_index")?;

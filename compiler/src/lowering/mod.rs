@@ -67,6 +67,8 @@ pub fn unary_fn(u: ir::Unary) -> UnaryFn {
         ir::Unary::HardSigmoid { alpha, beta } => UnaryFn::HardSigmoid(alpha, beta),
         ir::Unary::HardSwish => UnaryFn::HardSwish,
         ir::Unary::Gelu { tanh } => UnaryFn::Gelu(tanh),
+        ir::Unary::Round => UnaryFn::Round,
+        ir::Unary::BitNot => UnaryFn::BitNot,
     }
 }
 
@@ -84,6 +86,13 @@ pub fn binary_fn(b: ir::Binary) -> BinaryFn {
         ir::Binary::Greater => BinaryFn::Greater,
         ir::Binary::Less => BinaryFn::Less,
         ir::Binary::PRelu => BinaryFn::PRelu,
+        ir::Binary::Mod => BinaryFn::Mod,
+        ir::Binary::Fmod => BinaryFn::Fmod,
+        ir::Binary::ShiftLeft => BinaryFn::ShiftLeft,
+        ir::Binary::ShiftRight => BinaryFn::ShiftRight,
+        ir::Binary::BitAnd => BinaryFn::BitAnd,
+        ir::Binary::BitOr => BinaryFn::BitOr,
+        ir::Binary::BitXor => BinaryFn::BitXor,
     }
 }
 

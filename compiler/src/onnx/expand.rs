@@ -38,7 +38,10 @@ pub const EXPANDED_OPS: &[&str] =
 
 /// Whether `op` is imported as an expansion (here, or as an ONNX function in [`super::functions`]).
 pub fn is_expanded(op: &str) -> bool {
-    EXPANDED_OPS.contains(&op) || super::functions::FUNCTION_OPS.contains(&op)
+    EXPANDED_OPS.contains(&op)
+        || super::functions::FUNCTION_OPS.contains(&op)
+        || super::masks::MASK_OPS.contains(&op)
+        || super::norms::NORM_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -77,6 +80,8 @@ pub(super) fn expand(
         "Scan" => super::unroll::scan(&mut ex)?,
         "Loop" => super::unroll::r#loop(&mut ex)?,
         op if super::functions::FUNCTION_OPS.contains(&op) => super::functions::expand(&mut ex)?,
+        op if super::masks::MASK_OPS.contains(&op) => super::masks::expand(&mut ex)?,
+        op if super::norms::NORM_OPS.contains(&op) => super::norms::expand(&mut ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),
     };
     ex.finish(outputs)
@@ -139,6 +144,11 @@ impl Ex<'_, '_> {
         }
         self.at.unrolled.set(total);
         Ok(())
+    }
+
+    /// The most bytes one value may have (the import's size limit).
+    pub fn limit(&self) -> usize {
+        self.at.limit
     }
 
     /// The model's default-domain opset (the node's own, not [`OPSET`]).

@@ -1,5 +1,5 @@
 //! Ops that ONNX defines as functions of other ops, imported as those ops ([`super::expand`]): the activations
-//! (`Elu`, `Celu`, `Selu`, `ThresholdedRelu`, `Softsign`, `Mish`, `Shrink`), tests on floats (`IsNaN`, `IsInf`),
+//! (`Elu`, `Celu`, `Selu`, `ThresholdedRelu`, `Softsign`, `Mish`, `Shrink`, `Swish`), tests on floats (`IsNaN`, `IsInf`),
 //! `Xor`, `Tan`, the reductions made of a sum (`ReduceL1`, `ReduceL2`, `ReduceSumSquare`, `ReduceLogSum`,
 //! `ReduceLogSumExp`), the normalisations (`InstanceNormalization`, `MeanVarianceNormalization`,
 //! `LpNormalization`), and data movement (`DepthToSpace`, `SpaceToDepth`). Each is written as the function body of
@@ -31,6 +31,7 @@ pub const FUNCTION_OPS: &[&str] = &[
     "Shrink",
     "Softsign",
     "SpaceToDepth",
+    "Swish",
     "Tan",
     "ThresholdedRelu",
     "Xor",
@@ -127,7 +128,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let narrow = matches!(xt.dt, DatumType::F16 | DatumType::BF16)
         && matches!(
             ex.node.op_type(),
-            "Elu" | "Celu" | "Selu" | "ThresholdedRelu" | "Softsign" | "Mish" | "Shrink" | "Tan"
+            "Elu" | "Celu" | "Selu" | "ThresholdedRelu" | "Softsign" | "Mish" | "Shrink" | "Tan" | "Swish"
         );
     let (x, dt) = if narrow { (ex.op("Cast", &[&x], vec![int("to", 1)])?, DatumType::F32) } else { (x, xt.dt) };
     let y = match ex.node.op_type() {
@@ -151,6 +152,12 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             // x where x > alpha, else 0; a NaN is not above alpha and gives 0, as the body's Where does.
             let above = ex.op("Greater", &[&x, &a], vec![])?;
             ex.op("Where", &[&above, &x, &zero], vec![])?
+        }
+        "Swish" => {
+            let a = ex.scalar(dt, f64::from(f(ex, "alpha", 1.0)?))?;
+            let ax = ex.op("Mul", &[&a, &x], vec![])?;
+            let s = ex.op("Sigmoid", &[&ax], vec![])?;
+            ex.op("Mul", &[&x, &s], vec![])?
         }
         "Softsign" => {
             let abs = ex.op("Abs", &[&x], vec![])?;

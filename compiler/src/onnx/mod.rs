@@ -16,6 +16,8 @@ mod expand;
 pub mod external;
 mod functions;
 mod import;
+mod masks;
+mod norms;
 mod ops;
 pub mod proto;
 mod rnn;
@@ -35,14 +37,20 @@ use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
 /// The ONNX op types of the default domain that stowage imports (this round's op set); those of
-/// [`expand::EXPANDED_OPS`] and [`functions::FUNCTION_OPS`] are imported as small graphs of the others.
+/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`] and [`norms::NORM_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Add",
     "And",
     "ArgMax",
+    "ArgMin",
     "AveragePool",
     "BatchNormalization",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseNot",
+    "BitwiseOr",
+    "BitwiseXor",
     "Cast",
     "CastLike",
     "Ceil",
@@ -62,6 +70,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Erf",
     "Exp",
     "Expand",
+    "EyeLike",
     "Flatten",
     "Floor",
     "Gather",
@@ -71,7 +80,9 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "GroupNormalization",
     "GRU",
+    "Hardmax",
     "HardSigmoid",
     "HardSwish",
     "Identity",
@@ -96,9 +107,11 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "MeanVarianceNormalization",
     "Min",
     "Mish",
+    "Mod",
     "Mul",
     "Neg",
     "Not",
+    "OneHot",
     "Or",
     "Pad",
     "Pow",
@@ -112,12 +125,15 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "ReduceMax",
     "ReduceMean",
     "ReduceMin",
+    "ReduceProd",
     "ReduceSum",
     "ReduceSumSquare",
     "Relu",
     "Reshape",
     "Resize",
+    "RMSNormalization",
     "RNN",
+    "Round",
     "Scan",
     "Selu",
     "Shape",
@@ -136,11 +152,13 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Squeeze",
     "Sub",
     "Sum",
+    "Swish",
     "Tan",
     "Tanh",
     "ThresholdedRelu",
     "Tile",
     "Transpose",
+    "Trilu",
     "Unsqueeze",
     "Where",
     "Xor",

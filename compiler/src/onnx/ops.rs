@@ -119,6 +119,22 @@ pub(crate) fn parse(
         "Greater" => binary(Binary::Greater),
         "Less" => binary(Binary::Less),
         "PRelu" => binary(Binary::PRelu),
+        "Mod" => match a.int_or("fmod", 0)? {
+            0 => binary(Binary::Mod),
+            1 => binary(Binary::Fmod),
+            other => Err(attr_err("fmod", format!("must be 0 or 1, found {other}"))),
+        },
+        "BitShift" => match a.string("direction")?.as_deref() {
+            Some("LEFT") => binary(Binary::ShiftLeft),
+            Some("RIGHT") => binary(Binary::ShiftRight),
+            Some(other) => Err(attr_err("direction", format!("must be 'LEFT' or 'RIGHT', found '{other}'"))),
+            None => Err(attr_err("direction", "is required")),
+        },
+        "BitwiseAnd" => binary(Binary::BitAnd),
+        "BitwiseOr" => binary(Binary::BitOr),
+        "BitwiseXor" => binary(Binary::BitXor),
+        "BitwiseNot" => unary(Unary::BitNot),
+        "Round" => unary(Unary::Round),
         "Max" => variadic(Variadic::Max),
         "Min" => variadic(Variadic::Min),
         "Sum" => variadic(Variadic::Sum),
@@ -201,11 +217,12 @@ pub(crate) fn parse(
             let flatten = opset < 13;
             op(Op::Softmax { kind, axis: a.int_or("axis", if flatten { 1 } else { -1 })?, flatten })
         }
-        "ReduceMax" | "ReduceMean" | "ReduceMin" | "ReduceSum" => {
+        "ReduceMax" | "ReduceMean" | "ReduceMin" | "ReduceProd" | "ReduceSum" => {
             let kind = match op_type {
                 "ReduceMax" => Reduce::Max,
                 "ReduceMean" => Reduce::Mean,
                 "ReduceMin" => Reduce::Min,
+                "ReduceProd" => Reduce::Prod,
                 _ => Reduce::Sum,
             };
             let axes_are_input = if kind == Reduce::Sum { opset >= 13 } else { opset >= 18 };
@@ -221,10 +238,11 @@ pub(crate) fn parse(
                 Ok(Parsed::Op(reduce, moved(vec![Slot::Onnx(0)], 1, axes)))
             }
         }
-        "ArgMax" => op(Op::ArgMax {
+        "ArgMax" | "ArgMin" => op(Op::ArgMax {
             axis: a.int_or("axis", 0)?,
             keepdims: a.bool_or("keepdims", true)?,
             select_last_index: a.bool_or("select_last_index", false)?,
+            min: op_type == "ArgMin",
         }),
         "Shape" => op(Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? }),
         // Every shape is static, so a Size is its input's element count.

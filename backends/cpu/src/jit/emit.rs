@@ -342,6 +342,7 @@ fn emit(b: &mut FunctionBuilder<'_>, chain: &Chain, ty: Type, loads: &[Value], c
                     UnaryFn::Sqrt => b.ins().sqrt(x),
                     UnaryFn::Floor => b.ins().floor(x),
                     UnaryFn::Ceil => b.ins().ceil(x),
+                    UnaryFn::Round => b.ins().nearest(x),
                     UnaryFn::Reciprocal => {
                         let one = splat_const(b, ty, 1.0);
                         b.ins().fdiv(one, x)

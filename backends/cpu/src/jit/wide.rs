@@ -266,6 +266,7 @@ fn unary(f: UnaryFn, x: &[f32], out: &mut [f32]) {
         U::Erf => map(x, out, |v| unary_scalar(U::Erf, v)),
         U::Exp => map(x, out, |v| unary_scalar(U::Exp, v)),
         U::Floor => map(x, out, |v| unary_scalar(U::Floor, v)),
+        U::Round => map(x, out, |v| unary_scalar(U::Round, v)),
         U::Neg => map(x, out, |v| unary_scalar(U::Neg, v)),
         U::Reciprocal => map(x, out, |v| unary_scalar(U::Reciprocal, v)),
         U::Relu => map(x, out, |v| unary_scalar(U::Relu, v)),

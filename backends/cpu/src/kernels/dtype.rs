@@ -12,6 +12,12 @@ pub trait Arith: Copy + PartialOrd + Send + Sync + stowage_runtime::Datum + 'sta
     fn mul(self, b: Self) -> Self;
     /// `a / b`; integers truncate.
     fn div(self, b: Self) -> Self;
+    /// Remainder with the divisor's sign (Python's `%`); 0 for an integer division by zero.
+    fn rem_floor(self, b: Self) -> Self;
+    /// Remainder with the dividend's sign (C's `%` and `fmod`); 0 for an integer division by zero.
+    fn rem_trunc(self, b: Self) -> Self;
+    /// The bits of `a` and `b` combined by `op` (integers; NaN for floats, which ONNX does not allow).
+    fn bits(self, b: Self, op: Bits) -> Self;
     /// The value as `f64`.
     fn to_f64(self) -> f64;
     /// The value from `f64` (integers truncate and saturate).
@@ -24,9 +30,45 @@ pub trait Arith: Copy + PartialOrd + Send + Sync + stowage_runtime::Datum + 'sta
     }
 }
 
+/// An operation on the bits of integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bits {
+    /// `a << b`, wrapping; 0 when `b` is negative or at least the width.
+    Left,
+    /// `a >> b`, arithmetic for signed types; the sign's fill (0 or -1) when `b` is negative or at least the width.
+    Right,
+    /// `a & b`.
+    And,
+    /// `a | b`.
+    Or,
+    /// `a ^ b`.
+    Xor,
+    /// `!a` (`b` unused).
+    Not,
+}
+
 macro_rules! int_arith {
     ($($t:ty),*) => {$(
         impl Arith for $t {
+            #[allow(unused_comparisons)]
+            fn rem_floor(self, b: Self) -> Self {
+                let r = self.rem_trunc(b);
+                if r != 0 && (r < 0) != (b < 0) { r.wrapping_add(b) } else { r }
+            }
+            fn rem_trunc(self, b: Self) -> Self { if b == 0 { 0 } else { self.wrapping_rem(b) } }
+            #[allow(unused_comparisons)]
+            fn bits(self, b: Self, op: Bits) -> Self {
+                // A shift by a negative amount or by the width or more leaves nothing but the sign's fill.
+                let amount = u32::try_from(b).ok();
+                match op {
+                    Bits::Left => amount.and_then(|s| self.checked_shl(s)).unwrap_or(0),
+                    Bits::Right => amount.and_then(|s| self.checked_shr(s)).unwrap_or(if self < 0 { !0 } else { 0 }),
+                    Bits::And => self & b,
+                    Bits::Or => self | b,
+                    Bits::Xor => self ^ b,
+                    Bits::Not => !self,
+                }
+            }
             fn add(self, b: Self) -> Self { self.wrapping_add(b) }
             fn sub(self, b: Self) -> Self { self.wrapping_sub(b) }
             fn mul(self, b: Self) -> Self { self.wrapping_mul(b) }
@@ -42,6 +84,12 @@ int_arith!(u8, u16, u32, u64, i8, i16, i32, i64);
 macro_rules! float_arith {
     ($($t:ty),*) => {$(
         impl Arith for $t {
+            fn rem_floor(self, b: Self) -> Self {
+                let r = self % b;
+                if r != 0.0 && (r < 0.0) != (b < 0.0) { r + b } else { r.copysign(b) }
+            }
+            fn rem_trunc(self, b: Self) -> Self { self % b }
+            fn bits(self, _: Self, _: Bits) -> Self { <$t>::NAN }
             fn add(self, b: Self) -> Self { self + b }
             fn sub(self, b: Self) -> Self { self - b }
             fn mul(self, b: Self) -> Self { self * b }

@@ -5,7 +5,7 @@ use stowage_runtime::{DatumType, Tensor};
 
 use super::broadcast;
 use super::cast::cast;
-use super::dtype::{elems, Arith};
+use super::dtype::{elems, Arith, Bits};
 use crate::error::{CpuError, Result};
 use crate::numeric;
 
@@ -69,6 +69,8 @@ fn float_unary<T: Copy>(f: UnaryFn, x: f64) -> f64 {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
+        UnaryFn::Round => x.round_ties_even(),
+        UnaryFn::BitNot => f64::NAN,
     }
 }
 
@@ -98,6 +100,7 @@ pub fn unary(f: UnaryFn, x: &Tensor<'_>) -> Result<Tensor<'static>> {
                 UnaryFn::Neg => |v| T::zero().sub(v),
                 UnaryFn::Relu => |v| if v < T::zero() { T::zero() } else { v },
                 UnaryFn::Sign => |v| T::from_f64(if v > T::zero() { 1.0 } else if v < T::zero() { -1.0 } else { 0.0 }),
+                UnaryFn::BitNot => |v| v.bits(v, Bits::Not),
                 _ => return Err(CpuError::Unsupported { op: "this elementwise function", dt }),
             };
             Ok(crate::storage::tensor_from_vec(shape, x.to_vec::<T>()?.into_iter().map(g).collect::<Vec<_>>())?)
@@ -169,6 +172,13 @@ pub fn binary(f: BinaryFn, a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Res
             BinaryFn::Greater => cmp!(|p, q| p > q),
             BinaryFn::Less => cmp!(|p, q| p < q),
             BinaryFn::PRelu => num!(|p, q| if p < T::zero() { p.mul(q) } else { p }),
+            BinaryFn::Mod => num!(T::rem_floor),
+            BinaryFn::Fmod => num!(T::rem_trunc),
+            BinaryFn::ShiftLeft => num!(|p, q| p.bits(q, Bits::Left)),
+            BinaryFn::ShiftRight => num!(|p, q| p.bits(q, Bits::Right)),
+            BinaryFn::BitAnd => num!(|p, q| p.bits(q, Bits::And)),
+            BinaryFn::BitOr => num!(|p, q| p.bits(q, Bits::Or)),
+            BinaryFn::BitXor => num!(|p, q| p.bits(q, Bits::Xor)),
             BinaryFn::Max => num!(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q > p { q } else { p }),
             BinaryFn::Min => num!(|p, q| if p.is_nan() || q.is_nan() { T::from_f64(f64::NAN) } else if q < p { q } else { p }),
             BinaryFn::And | BinaryFn::Or => unreachable!("handled above"),

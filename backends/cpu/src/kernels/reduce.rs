@@ -18,6 +18,8 @@ pub enum ReduceKind {
     Min,
     /// Sum (wrapping for integers); 0 for an empty reduction.
     Sum,
+    /// Product (wrapping in the element type for integers); 1 for an empty reduction.
+    Prod,
 }
 
 /// Element types [`reduce`] supports: `f32`, `f64`, `i8`…`i64`, `u8`…`u64`. Each has an accumulator type
@@ -28,6 +30,8 @@ pub trait ReduceElem: Copy + Send + Sync + Debug + 'static {
     type Acc: Copy + Debug;
     /// Identity of addition.
     const ACC_ZERO: Self::Acc;
+    /// Identity of multiplication.
+    const ACC_ONE: Self::Acc;
     /// Result of `Max` over nothing: `−∞` or the type's minimum.
     const LOWEST: Self::Acc;
     /// Result of `Min` over nothing: `+∞` or the type's maximum.
@@ -38,6 +42,8 @@ pub trait ReduceElem: Copy + Send + Sync + Debug + 'static {
     fn from_acc(acc: Self::Acc) -> Self;
     /// `a + b` (wrapping for integers).
     fn add(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    /// `a · b` (wrapping for integers, which wraps exactly like multiplying in the narrow type).
+    fn mul(a: Self::Acc, b: Self::Acc) -> Self::Acc;
     /// Larger of two (NaN if either is NaN).
     fn max(a: Self::Acc, b: Self::Acc) -> Self::Acc;
     /// Smaller of two (NaN if either is NaN).
@@ -51,6 +57,7 @@ macro_rules! impl_reduce_float {
         impl ReduceElem for $t {
             type Acc = f64;
             const ACC_ZERO: f64 = 0.0;
+            const ACC_ONE: f64 = 1.0;
             const LOWEST: f64 = f64::NEG_INFINITY;
             const HIGHEST: f64 = f64::INFINITY;
             #[inline]
@@ -64,6 +71,10 @@ macro_rules! impl_reduce_float {
             #[inline]
             fn add(a: f64, b: f64) -> f64 {
                 a + b
+            }
+            #[inline]
+            fn mul(a: f64, b: f64) -> f64 {
+                a * b
             }
             #[inline]
             fn max(a: f64, b: f64) -> f64 {
@@ -104,6 +115,7 @@ macro_rules! impl_reduce_int {
         impl ReduceElem for $t {
             type Acc = $acc;
             const ACC_ZERO: $acc = 0;
+            const ACC_ONE: $acc = 1;
             const LOWEST: $acc = <$t>::MIN as $acc;
             const HIGHEST: $acc = <$t>::MAX as $acc;
             #[inline]
@@ -117,6 +129,10 @@ macro_rules! impl_reduce_int {
             #[inline]
             fn add(a: $acc, b: $acc) -> $acc {
                 a.wrapping_add(b)
+            }
+            #[inline]
+            fn mul(a: $acc, b: $acc) -> $acc {
+                a.wrapping_mul(b)
             }
             #[inline]
             fn max(a: $acc, b: $acc) -> $acc {
@@ -180,12 +196,14 @@ pub fn reduce<T: ReduceElem>(x: &[T], x_shape: &[usize], axes: &[usize], kind: R
         ReduceKind::Max => T::LOWEST,
         ReduceKind::Min => T::HIGHEST,
         ReduceKind::Mean | ReduceKind::Sum => T::ACC_ZERO,
+        ReduceKind::Prod => T::ACC_ONE,
     };
     // One loop per kind (not a function pointer), so that each inlines its operation.
     let acc = match kind {
         ReduceKind::Max => accumulate(x, x_shape, axes, init, out_len, T::max),
         ReduceKind::Min => accumulate(x, x_shape, axes, init, out_len, T::min),
         ReduceKind::Mean | ReduceKind::Sum => accumulate(x, x_shape, axes, init, out_len, T::add),
+        ReduceKind::Prod => accumulate(x, x_shape, axes, init, out_len, T::mul),
     };
     for (yv, &a) in y.iter_mut().zip(&acc) {
         *yv = match kind {
@@ -354,6 +372,7 @@ mod tests {
                 ReduceKind::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
                 ReduceKind::Sum => v.iter().sum(),
                 ReduceKind::Mean => v.iter().sum::<f64>() / v.len() as f64,
+                ReduceKind::Prod => v.iter().product(),
             })
             .collect()
     }
@@ -364,19 +383,20 @@ mod tests {
         let x: Vec<f64> = (0..60).map(|v| ((v * 37) % 23) as f64 - 11.0).collect();
         let sets: [&[usize]; 8] = [&[], &[0], &[1], &[2], &[0, 1], &[0, 2], &[1, 2], &[0, 1, 2]];
         for axes in sets {
-            for kind in [ReduceKind::Max, ReduceKind::Min, ReduceKind::Sum, ReduceKind::Mean] {
+            for kind in [ReduceKind::Max, ReduceKind::Min, ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Prod] {
                 let want = naive(&x, shape, axes, kind);
                 let mut y = vec![0.0; want.len()];
                 reduce(&x, &shape, axes, kind, &mut y);
                 for (a, b) in y.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-12, "{axes:?} {kind:?}: {y:?} vs {want:?}");
+                    // Relative to the value: products grow large.
+                    assert!((a - b).abs() < 1e-12 * b.abs().max(1.0), "{axes:?} {kind:?}: {y:?} vs {want:?}");
                 }
                 // Same through f32.
                 let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
                 let mut y32 = vec![0.0f32; want.len()];
                 reduce(&x32, &shape, axes, kind, &mut y32);
-                for (a, b) in y32.iter().zip(&want) {
-                    assert!((*a as f64 - b).abs() < 1e-5, "{axes:?} {kind:?}");
+                for (a, b) in y32.iter().zip(&want).filter(|(_, b)| b.abs() < f64::from(f32::MAX)) {
+                    assert!((*a as f64 - b).abs() < 1e-5 * b.abs().max(1.0), "{axes:?} {kind:?}");
                 }
             }
         }

@@ -428,6 +428,7 @@ pub(super) fn kernel(
                 ir::Reduce::Mean => reduce::ReduceKind::Mean,
                 ir::Reduce::Min => reduce::ReduceKind::Min,
                 ir::Reduce::Sum => reduce::ReduceKind::Sum,
+                ir::Reduce::Prod => reduce::ReduceKind::Prod,
             };
             // Max and Min of bools are Or and And: reduce them as u8.
             let rdt = if wide == DatumType::Bool { DatumType::U8 } else { wide };
@@ -458,8 +459,8 @@ pub(super) fn kernel(
                 }, else Err(CpuError::Unsupported { op: "reduction", dt: rdt }))
             })
         }
-        Op::ArgMax { axis, select_last_index, .. } => {
-            let (xs, axis, last) = (in_shape(0), *axis as usize, *select_last_index);
+        Op::ArgMax { axis, select_last_index, min, .. } => {
+            let (xs, axis, last, min) = (in_shape(0), *axis as usize, *select_last_index, *min);
             let xdt = if matches!(in_dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { in_dt };
             Box::new(move |a, _| {
                 let x = arg(a, 0)?;
@@ -473,7 +474,11 @@ pub(super) fn kernel(
                 numeric!(xdt, T => {
                     let v = x.to_vec::<T>()?;
                     let mut y = vec![0i64; out.iter().product()];
-                    reduce::argmax(&v, &xs, axis, last, &mut y);
+                    if min {
+                        reduce::argmin(&v, &xs, axis, last, &mut y);
+                    } else {
+                        reduce::argmax(&v, &xs, axis, last, &mut y);
+                    }
                     one(crate::storage::tensor_from_vec(&out, y)?)
                 }, else Err(CpuError::Unsupported { op: "ArgMax", dt: xdt }))
             })

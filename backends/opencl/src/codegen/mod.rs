@@ -94,6 +94,10 @@ fn inst_expr(inst: &Inst) -> String {
                 }
                 UnaryFn::Sign => format!("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : {x}))"),
                 UnaryFn::Not => format!("({x} == 0.0f ? 1.0f : 0.0f)"),
+                // rint rounds in the default mode: to nearest, halves to even.
+                UnaryFn::Round => format!("rint({x})"),
+                // Never in a float chain (`fusable_unary`); integer kernels have their own expression.
+                UnaryFn::BitNot => "NAN".into(),
             }
         }
         Inst::Binary(f, a, b) => {
@@ -112,6 +116,15 @@ fn inst_expr(inst: &Inst) -> String {
                 BinaryFn::Equal => format!("({x} == {y} ? 1.0f : 0.0f)"),
                 BinaryFn::Greater => format!("({x} > {y} ? 1.0f : 0.0f)"),
                 BinaryFn::Less => format!("({x} < {y} ? 1.0f : 0.0f)"),
+                BinaryFn::Fmod => format!("fmod({x}, {y})"),
+                // Never in a float chain (`fusable_binary`; ONNX takes Mod of floats only with fmod=1); integer
+                // kernels have their own expressions.
+                BinaryFn::Mod
+                | BinaryFn::ShiftLeft
+                | BinaryFn::ShiftRight
+                | BinaryFn::BitAnd
+                | BinaryFn::BitOr
+                | BinaryFn::BitXor => "NAN".into(),
             }
         }
     }

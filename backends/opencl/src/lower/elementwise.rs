@@ -89,6 +89,7 @@ pub(super) fn reduce(
     b.fp64 |= float;
     let (init, step, finish) = match kind {
         ir::Reduce::Sum => ("0", "acc += x;", "acc"),
+        ir::Reduce::Prod => ("1", "acc *= x;", "acc"),
         ir::Reduce::Mean => ("0", "acc += x;", "acc / (double)count"),
         ir::Reduce::Max if float => ("-INFINITY", "acc = (isnan((double)x) || x > acc) ? x : acc;", "acc"),
         ir::Reduce::Min if float => ("INFINITY", "acc = (isnan((double)x) || x < acc) ? x : acc;", "acc"),
@@ -100,13 +101,24 @@ pub(super) fn reduce(
     cx.unary_launch(cx.node.op.name(), k)
 }
 
-/// ArgMax along `axis`: the first (or last) index of the largest element.
-pub(super) fn arg_max(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, select_last_index: bool) -> Result<Lowered> {
+/// ArgMax (ArgMin) along `axis`: the first (or last) index of the largest (smallest) element.
+pub(super) fn arg_max(
+    b: &mut Builder<'_>,
+    cx: &NodeCx<'_>,
+    axis: i64,
+    select_last_index: bool,
+    min: bool,
+) -> Result<Lowered> {
     let x = cx.input(0, "input")?;
     let t = codegen::dt_type(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
     let axis = axis as usize;
     let reduced: Vec<bool> = (0..x.shape.len()).map(|a| a == axis).collect();
-    let better = if select_last_index { ">=" } else { ">" };
+    let better = match (min, select_last_index) {
+        (false, false) => ">",
+        (false, true) => ">=",
+        (true, false) => "<",
+        (true, true) => "<=",
+    };
     let step = format!("if (j == 0 || x {better} best) {{ best = x; acc = (long)j; }}");
     let shape = x.shape.clone();
     let k = b.kernel(|name| {
@@ -116,5 +128,5 @@ pub(super) fn arg_max(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, select_la
             1,
         )
     });
-    cx.unary_launch("ArgMax", k)
+    cx.unary_launch(cx.node.op.name(), k)
 }

@@ -345,7 +345,7 @@ fn by_family(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
             elementwise::typed(b, cx)
         }
         Op::Reduce { kind, noop_with_empty_axes, .. } => elementwise::reduce(b, cx, *kind, *noop_with_empty_axes),
-        Op::ArgMax { axis, select_last_index, .. } => elementwise::arg_max(b, cx, *axis, *select_last_index),
+        Op::ArgMax { axis, select_last_index, min, .. } => elementwise::arg_max(b, cx, *axis, *select_last_index, *min),
         other => Err(cx.unsupported(format!("{} has no kernel on this target yet", other.name()))),
     }
 }

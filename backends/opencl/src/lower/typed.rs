@@ -28,6 +28,7 @@ pub(super) fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> 
             (ir::Unary::Relu, false) => "(@0 < 0 ? 0 : @0)".into(),
             (ir::Unary::Sign, _) => "(@0 > 0 ? 1 : (@0 < 0 ? -1 : @0))".into(),
             (ir::Unary::Not, _) => "(!@0)".into(),
+            (ir::Unary::BitNot, false) => "(~@0)".into(),
             (_, true) => {
                 let f = stowage_compiler::lowering::unary_fn(*u);
                 codegen::float_unary(f, "@0")
@@ -50,6 +51,26 @@ pub(super) fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> 
                 ir::Binary::Greater => format!("({x} > {y})"),
                 ir::Binary::Less => format!("({x} < {y})"),
                 ir::Binary::PRelu => format!("({x} < 0 ? {x} * {y} : {x})"),
+                ir::Binary::Fmod if float => format!("fmod({x}, {y})"),
+                // A zero remainder takes the divisor's sign, as numpy's.
+                ir::Binary::Mod if float => {
+                    let r = format!("fmod({x}, {y})");
+                    format!("(({r} != 0 && ({r} < 0) != ({y} < 0)) ? {r} + {y} : copysign({r}, {y}))")
+                }
+                ir::Binary::Fmod => format!("({y} == 0 ? 0 : {x} % {y})"),
+                // The truncated remainder moved to the divisor's sign; unsigned types have no sign to move to.
+                ir::Binary::Mod if signed => {
+                    let r = format!("({y} == 0 ? 0 : {x} % {y})");
+                    format!("(({r} != 0 && ({r} < 0) != ({y} < 0)) ? {r} + {y} : {r})")
+                }
+                ir::Binary::Mod => format!("({y} == 0 ? 0 : {x} % {y})"),
+                ir::Binary::ShiftLeft => format!("(({y} < 0 || {y} >= {w}) ? 0 : {x} << {y})", w = 8 * dt0.size_of()),
+                ir::Binary::ShiftRight => {
+                    format!("(({y} < 0 || {y} >= {w}) ? ({x} < 0 ? -1 : 0) : {x} >> {y})", w = 8 * dt0.size_of())
+                }
+                ir::Binary::BitAnd => format!("({x} & {y})"),
+                ir::Binary::BitOr => format!("({x} | {y})"),
+                ir::Binary::BitXor => format!("({x} ^ {y})"),
             }
         }
         Op::Variadic(v) => {

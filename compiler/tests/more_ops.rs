@@ -1,0 +1,125 @@
+//! The ops added to the node suite's coverage (issue 17): what their import computes where the node suite cannot
+//! tell (a constant `depth`), and one clear line naming node and attribute or input for each kind of bad use.
+
+mod common;
+
+use common::build::{self, float, int, node, string, typed_value, value};
+use stowage_compiler::onnx::proto::{tensor_proto::DataType, TensorProto};
+use stowage_compiler::onnx::{self, ImportConfig};
+
+fn int64s(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: data.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn error_of(m: &onnx::proto::ModelProto) -> String {
+    let err = match onnx::load_bytes(&build::bytes(m), &ImportConfig::new()) {
+        Ok(_) => panic!("the model imported, but it should not have"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!err.contains('\n'), "error is not one line: {err}");
+    err
+}
+
+fn check(err: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(err.contains(p), "error {err:?} does not mention {p:?}");
+    }
+}
+
+/// OneHot of indices [2, 3] with a constant depth of 5 on axis 1: the output is [2, 5, 3] of the values' type.
+fn one_hot(depth: Option<TensorProto>) -> onnx::proto::ModelProto {
+    let mut inits = vec![build::floats("values", &[2], &[0.0, 1.0])];
+    let mut inputs = vec![typed_value("i", DataType::Int64, &[2, 3])];
+    match depth {
+        Some(d) => inits.push(d),
+        None => inputs.push(typed_value("depth", DataType::Int64, &[])),
+    }
+    build::model(
+        13,
+        vec![node("OneHot", &["i", "depth", "values"], &["y"], vec![int("axis", 1)])],
+        inputs,
+        vec![value("y", &[2, 5, 3])],
+        inits,
+    )
+}
+
+#[test]
+fn one_hot_with_a_constant_depth_inserts_the_axis() {
+    let g = onnx::load_bytes(&build::bytes(&one_hot(Some(int64s("depth", &[], &[5])))), &ImportConfig::new())
+        .expect("imports");
+    let out = &g.outputs()[0];
+    assert_eq!(g.ty(out.value).shape, vec![2, 5, 3]);
+}
+
+#[test]
+fn one_hot_with_a_run_time_depth_names_the_node_and_why() {
+    let err = error_of(&one_hot(None));
+    check(&err, &["node 'OneHot_y'", "depth must be a constant", "sets the output's shape"]);
+}
+
+fn unary_model(
+    op: &str,
+    dt: DataType,
+    dims: &[i64],
+    attrs: Vec<onnx::proto::AttributeProto>,
+) -> onnx::proto::ModelProto {
+    build::model(18, vec![node(op, &["x"], &["y"], attrs)], vec![typed_value("x", dt, dims)], vec![], vec![])
+}
+
+fn binary_model(op: &str, dt: DataType, attrs: Vec<onnx::proto::AttributeProto>) -> onnx::proto::ModelProto {
+    build::model(
+        18,
+        vec![node(op, &["a", "b"], &["y"], attrs)],
+        vec![typed_value("a", dt, &[4]), typed_value("b", dt, &[4])],
+        vec![],
+        vec![],
+    )
+}
+
+#[test]
+fn bad_attributes_of_the_integer_ops_are_named() {
+    let err = error_of(&binary_model("BitShift", DataType::Uint8, vec![string("direction", "UP")]));
+    check(&err, &["node 'BitShift_y'", "attribute 'direction'", "'LEFT' or 'RIGHT'", "'UP'"]);
+    let err = error_of(&binary_model("BitShift", DataType::Uint8, vec![]));
+    check(&err, &["attribute 'direction'", "is required"]);
+    let err = error_of(&binary_model("Mod", DataType::Int32, vec![int("fmod", 2)]));
+    check(&err, &["node 'Mod_y'", "attribute 'fmod'", "0 or 1"]);
+}
+
+#[test]
+fn bitwise_ops_on_floats_name_the_input_and_the_types_they_take() {
+    let err = error_of(&binary_model("BitwiseAnd", DataType::Float, vec![]));
+    check(&err, &["node 'BitwiseAnd_y'", "input 0", "f32", "an integer type"]);
+    let err = error_of(&unary_model("BitwiseNot", DataType::Float, &[4], vec![]));
+    check(&err, &["node 'BitwiseNot_y'", "an integer type"]);
+    let err = error_of(&unary_model("Round", DataType::Int32, &[4], vec![]));
+    check(&err, &["node 'Round_y'", "a float type"]);
+}
+
+#[test]
+fn shapes_the_mask_and_norm_ops_cannot_take_are_named() {
+    let err = error_of(&unary_model("Trilu", DataType::Float, &[4], vec![]));
+    check(&err, &["node 'Trilu_y'", "at least two axes"]);
+    let err = error_of(&unary_model("EyeLike", DataType::Float, &[2, 2, 2], vec![]));
+    check(&err, &["node 'EyeLike_y'", "must be a matrix"]);
+    let err = error_of(&unary_model("Hardmax", DataType::Float, &[2, 3], vec![int("axis", 5)]));
+    check(&err, &["node 'Hardmax_y'", "attribute 'axis'"]);
+    let err = error_of(&unary_model("RMSNormalization", DataType::Float, &[2, 3], vec![float("epsilon", 1e-5)]));
+    check(&err, &["node 'RMSNormalization_y'", "input 1 is required"]);
+
+    let group = build::model(
+        21,
+        vec![node("GroupNormalization", &["x", "s", "b"], &["y"], vec![int("num_groups", 3)])],
+        vec![value("x", &[1, 4, 2, 2])],
+        vec![],
+        vec![build::floats("s", &[4], &[1.0; 4]), build::floats("b", &[4], &[0.0; 4])],
+    );
+    let err = error_of(&group);
+    check(&err, &["node 'GroupNormalization_y'", "attribute 'num_groups'", "divide X's 4 channels"]);
+}
