@@ -123,3 +123,20 @@ fn shapes_the_mask_and_norm_ops_cannot_take_are_named() {
     let err = error_of(&group);
     check(&err, &["node 'GroupNormalization_y'", "attribute 'num_groups'", "divide X's 4 channels"]);
 }
+
+#[test]
+fn a_cumulative_axis_of_several_values_or_out_of_range_is_named() {
+    let cum = |axis: TensorProto| {
+        build::model(
+            14,
+            vec![node("CumSum", &["x", "axis"], &["y"], vec![])],
+            vec![value("x", &[2, 3])],
+            vec![],
+            vec![axis],
+        )
+    };
+    let err = error_of(&cum(int64s("axis", &[2], &[0, 1])));
+    check(&err, &["node 'CumSum_y'", "axis must have one element"]);
+    let err = error_of(&cum(int64s("axis", &[], &[2])));
+    check(&err, &["node 'CumSum_y'", "axis 2"]);
+}

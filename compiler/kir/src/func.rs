@@ -50,6 +50,22 @@ pub enum UnaryFn {
     Round,
     /// Bitwise not (integer kernels only).
     BitNot,
+    /// Arccosine (not in chains).
+    Acos,
+    /// Arcsine (not in chains).
+    Asin,
+    /// Arctangent (not in chains).
+    Atan,
+    /// Inverse hyperbolic cosine (not in chains).
+    Acosh,
+    /// Inverse hyperbolic sine (not in chains).
+    Asinh,
+    /// Inverse hyperbolic tangent (not in chains).
+    Atanh,
+    /// Hyperbolic sine (not in chains).
+    Sinh,
+    /// Hyperbolic cosine (not in chains).
+    Cosh,
 }
 
 /// Two-input elementwise functions.
@@ -219,7 +235,20 @@ pub fn native_binary(f: BinaryFn) -> bool {
 
 /// Functions a chain may hold (the f32 elementwise set, bool-valued ones excluded).
 pub fn fusable_unary(f: UnaryFn) -> bool {
-    !matches!(f, UnaryFn::Not | UnaryFn::Sign | UnaryFn::BitNot)
+    !matches!(
+        f,
+        UnaryFn::Not
+            | UnaryFn::Sign
+            | UnaryFn::BitNot
+            | UnaryFn::Acos
+            | UnaryFn::Asin
+            | UnaryFn::Atan
+            | UnaryFn::Acosh
+            | UnaryFn::Asinh
+            | UnaryFn::Atanh
+            | UnaryFn::Sinh
+            | UnaryFn::Cosh
+    )
 }
 
 /// Binary functions a chain may hold.
@@ -298,6 +327,14 @@ pub fn unary_scalar(f: UnaryFn, x: f32) -> f32 {
         UnaryFn::Not => f32::from(u8::from(x == 0.0)),
         UnaryFn::Round => x.round_ties_even(),
         UnaryFn::BitNot => f32::NAN,
+        UnaryFn::Acos => x.acos(),
+        UnaryFn::Asin => x.asin(),
+        UnaryFn::Atan => x.atan(),
+        UnaryFn::Acosh => x.acosh(),
+        UnaryFn::Asinh => x.asinh(),
+        UnaryFn::Atanh => x.atanh(),
+        UnaryFn::Sinh => x.sinh(),
+        UnaryFn::Cosh => x.cosh(),
     }
 }
 

@@ -51,6 +51,15 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
                 Unary::Sqrt => f64::sqrt,
                 Unary::Tanh => f64::tanh,
                 Unary::Round => f64::round_ties_even,
+                Unary::Acos => f64::acos,
+                Unary::Asin => f64::asin,
+                Unary::Atan => f64::atan,
+                Unary::Acosh => f64::acosh,
+                Unary::Asinh => f64::asinh,
+                Unary::Atanh => f64::atanh,
+                Unary::Sinh => f64::sinh,
+                Unary::Cosh => f64::cosh,
+
                 _ => return None,
             };
             let r: Vec<f64> = consts::to_f64s(x).ok()?.into_iter().map(f).collect();

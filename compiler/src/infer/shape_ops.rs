@@ -159,6 +159,39 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
             shape.extend_from_slice(&x.shape[a + 1..]);
             one(shape)
         }
+        Op::Cumulative { .. } => {
+            ins.expect_dt(0, |d| d != DatumType::Bool, "a numeric type")?;
+            ins.expect_dt(1, |d| matches!(d, DatumType::I32 | DatumType::I64), "i32 or i64")?;
+            if ins.ty(1)?.element_count() != Some(1) {
+                return invalid(format!("axis must have one element, found shape {:?}", ins.shape(1)?));
+            }
+            if rank == 0 {
+                return invalid("x must have at least one axis");
+            }
+            // A constant axis is checked here; one given at run time, by the kernel.
+            if ins.get(1).is_some_and(|f| f.value.is_some()) {
+                if let Some(axis) = ins.ints(1)?.and_then(|v| v.first().copied()) {
+                    normalize_axis(axis, rank)?;
+                }
+            }
+            one(x.shape.clone())
+        }
+        Op::GatherElements { axis } => {
+            let a = normalize_axis(*axis, rank)?;
+            *axis = a as i64;
+            ins.expect_dt(1, |d| matches!(d, DatumType::I32 | DatumType::I64), "i32 or i64")?;
+            let shape = ins.shape(1)?.to_vec();
+            if shape.len() != rank {
+                return invalid(format!("indices have rank {}, data {rank}: they must be equal", shape.len()));
+            }
+            if let Some(ax) = (0..rank).find(|&k| k != a && shape[k] > x.shape[k]) {
+                return invalid(format!(
+                    "indices of shape {shape:?} are longer than data {:?} along axis {ax}, not the gathered one",
+                    x.shape
+                ));
+            }
+            one(shape)
+        }
         Op::Expand => {
             let target = dims(&ins.ints(1)?.unwrap_or_default(), "shape")?;
             one(broadcast(&x.shape, &target)?)

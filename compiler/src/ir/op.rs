@@ -69,6 +69,22 @@ pub enum Unary {
     Round,
     /// Bitwise not (integers).
     BitNot,
+    /// Arccosine.
+    Acos,
+    /// Arcsine.
+    Asin,
+    /// Arctangent.
+    Atan,
+    /// Inverse hyperbolic cosine.
+    Acosh,
+    /// Inverse hyperbolic sine.
+    Asinh,
+    /// Inverse hyperbolic tangent.
+    Atanh,
+    /// Hyperbolic sine.
+    Sinh,
+    /// Hyperbolic cosine.
+    Cosh,
 }
 
 /// Elementwise ops of two inputs with multidirectional broadcasting.
@@ -465,6 +481,22 @@ pub enum Op {
         /// Axis (non-negative once inferred).
         axis: i64,
     },
+    /// One element per index, from data at the index's own position but along `axis`: data, indices (of data's
+    /// rank). The output has the indices' shape.
+    GatherElements {
+        /// Axis (non-negative once inferred).
+        axis: i64,
+    },
+    /// Running sums (`CumSum`) or products (`CumProd`) along an axis: x, axis (a one-element integer tensor, read
+    /// at run time where it is not a constant).
+    Cumulative {
+        /// Products instead of sums.
+        product: bool,
+        /// Each element gets the total of those before it.
+        exclusive: bool,
+        /// From the end of the axis.
+        reverse: bool,
+    },
     /// Broadcast to a shape: data, shape.
     Expand,
     /// Repeat: data, repeats.
@@ -515,6 +547,14 @@ impl Op {
                 Unary::Gelu { .. } => "Gelu",
                 Unary::Round => "Round",
                 Unary::BitNot => "BitwiseNot",
+                Unary::Acos => "Acos",
+                Unary::Asin => "Asin",
+                Unary::Atan => "Atan",
+                Unary::Acosh => "Acosh",
+                Unary::Asinh => "Asinh",
+                Unary::Atanh => "Atanh",
+                Unary::Sinh => "Sinh",
+                Unary::Cosh => "Cosh",
             },
             Op::Binary(b) => match b {
                 Binary::Add => "Add",
@@ -577,6 +617,9 @@ impl Op {
             Op::Split { .. } => "Split",
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
+            Op::GatherElements { .. } => "GatherElements",
+            Op::Cumulative { product: false, .. } => "CumSum",
+            Op::Cumulative { product: true, .. } => "CumProd",
             Op::Expand => "Expand",
             Op::Tile => "Tile",
             Op::Pad { .. } => "Pad",
@@ -607,6 +650,8 @@ impl Op {
             | Op::Reshape { .. }
             | Op::Unsqueeze
             | Op::Gather { .. }
+            | Op::GatherElements { .. }
+            | Op::Cumulative { .. }
             | Op::Expand
             | Op::Tile => (2, 2),
             Op::Variadic(_) | Op::Concat { .. } => (1, usize::MAX),
@@ -750,8 +795,13 @@ impl fmt::Display for OpAttrs<'_> {
                 }
                 Op::ConstantOfShape { value } => write!(w, "value={}", crate::ir::print::Scalar(value))?,
                 Op::Reshape { allowzero: true } => write!(w, "allowzero")?,
-                Op::Flatten { axis } | Op::Concat { axis } | Op::Gather { axis } => write!(w, "axis={axis}")?,
+                Op::Flatten { axis } | Op::Concat { axis } | Op::Gather { axis } | Op::GatherElements { axis } => {
+                    write!(w, "axis={axis}")?
+                }
                 Op::Transpose { perm: Some(perm) } => write!(w, "perm={}", List(perm))?,
+                Op::Cumulative { exclusive, reverse, .. } => {
+                    write!(w, "exclusive={} reverse={}", u8::from(*exclusive), u8::from(*reverse))?
+                }
                 Op::Split { axis, num_outputs } => {
                     write!(w, "axis={axis}")?;
                     if let Some(n) = num_outputs {

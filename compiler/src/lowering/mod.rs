@@ -69,6 +69,14 @@ pub fn unary_fn(u: ir::Unary) -> UnaryFn {
         ir::Unary::Gelu { tanh } => UnaryFn::Gelu(tanh),
         ir::Unary::Round => UnaryFn::Round,
         ir::Unary::BitNot => UnaryFn::BitNot,
+        ir::Unary::Acos => UnaryFn::Acos,
+        ir::Unary::Asin => UnaryFn::Asin,
+        ir::Unary::Atan => UnaryFn::Atan,
+        ir::Unary::Acosh => UnaryFn::Acosh,
+        ir::Unary::Asinh => UnaryFn::Asinh,
+        ir::Unary::Atanh => UnaryFn::Atanh,
+        ir::Unary::Sinh => UnaryFn::Sinh,
+        ir::Unary::Cosh => UnaryFn::Cosh,
     }
 }
 

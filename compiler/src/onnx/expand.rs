@@ -42,6 +42,7 @@ pub fn is_expanded(op: &str) -> bool {
         || super::functions::FUNCTION_OPS.contains(&op)
         || super::masks::MASK_OPS.contains(&op)
         || super::norms::NORM_OPS.contains(&op)
+        || super::losses::LOSS_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -82,6 +83,7 @@ pub(super) fn expand(
         op if super::functions::FUNCTION_OPS.contains(&op) => super::functions::expand(&mut ex)?,
         op if super::masks::MASK_OPS.contains(&op) => super::masks::expand(&mut ex)?,
         op if super::norms::NORM_OPS.contains(&op) => super::norms::expand(&mut ex)?,
+        op if super::losses::LOSS_OPS.contains(&op) => super::losses::expand(&mut ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),
     };
     ex.finish(outputs)

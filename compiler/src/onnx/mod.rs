@@ -16,6 +16,7 @@ mod expand;
 pub mod external;
 mod functions;
 mod import;
+mod losses;
 mod masks;
 mod norms;
 mod ops;
@@ -37,13 +38,19 @@ use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
 /// The ONNX op types of the default domain that stowage imports (this round's op set); those of
-/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`] and [`norms::NORM_OPS`] are imported as small graphs of the others.
+/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`] and [`losses::LOSS_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
+    "Acos",
+    "Acosh",
     "Add",
     "And",
     "ArgMax",
     "ArgMin",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
     "AveragePool",
     "BatchNormalization",
     "BitShift",
@@ -62,6 +69,9 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Conv",
     "ConvTranspose",
     "Cos",
+    "Cosh",
+    "CumProd",
+    "CumSum",
     "DepthToSpace",
     "Div",
     "Dropout",
@@ -74,6 +84,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Flatten",
     "Floor",
     "Gather",
+    "GatherElements",
     "Gelu",
     "Gemm",
     "GlobalAveragePool",
@@ -110,6 +121,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Mod",
     "Mul",
     "Neg",
+    "NegativeLogLikelihoodLoss",
     "Not",
     "OneHot",
     "Or",
@@ -141,9 +153,11 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Sigmoid",
     "Sign",
     "Sin",
+    "Sinh",
     "Size",
     "Slice",
     "Softmax",
+    "SoftmaxCrossEntropyLoss",
     "Softplus",
     "Softsign",
     "SpaceToDepth",

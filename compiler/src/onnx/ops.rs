@@ -135,6 +135,15 @@ pub(crate) fn parse(
         "BitwiseXor" => binary(Binary::BitXor),
         "BitwiseNot" => unary(Unary::BitNot),
         "Round" => unary(Unary::Round),
+        "Acos" => unary(Unary::Acos),
+        "Asin" => unary(Unary::Asin),
+        "Atan" => unary(Unary::Atan),
+        "Acosh" => unary(Unary::Acosh),
+        "Asinh" => unary(Unary::Asinh),
+        "Atanh" => unary(Unary::Atanh),
+        "Sinh" => unary(Unary::Sinh),
+        "Cosh" => unary(Unary::Cosh),
+
         "Max" => variadic(Variadic::Max),
         "Min" => variadic(Variadic::Min),
         "Sum" => variadic(Variadic::Sum),
@@ -314,6 +323,12 @@ pub(crate) fn parse(
             Ok(Parsed::Op(Op::Slice, slots))
         }
         "Gather" => op(Op::Gather { axis: a.int_or("axis", 0)? }),
+        "GatherElements" => op(Op::GatherElements { axis: a.int_or("axis", 0)? }),
+        "CumSum" | "CumProd" => op(Op::Cumulative {
+            product: op_type == "CumProd",
+            exclusive: a.bool_or("exclusive", false)?,
+            reverse: a.bool_or("reverse", false)?,
+        }),
         "Expand" => op(Op::Expand),
         "Tile" => op(Op::Tile),
         "Pad" => {

@@ -71,6 +71,14 @@ fn float_unary<T: Copy>(f: UnaryFn, x: f64) -> f64 {
         }
         UnaryFn::Round => x.round_ties_even(),
         UnaryFn::BitNot => f64::NAN,
+        UnaryFn::Acos => x.acos(),
+        UnaryFn::Asin => x.asin(),
+        UnaryFn::Atan => x.atan(),
+        UnaryFn::Acosh => x.acosh(),
+        UnaryFn::Asinh => x.asinh(),
+        UnaryFn::Atanh => x.atanh(),
+        UnaryFn::Sinh => x.sinh(),
+        UnaryFn::Cosh => x.cosh(),
     }
 }
 

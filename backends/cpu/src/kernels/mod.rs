@@ -4,6 +4,7 @@
 pub mod broadcast;
 pub mod cast;
 pub mod conv;
+pub mod cumulative;
 pub mod depthwise;
 pub mod dtype;
 pub mod elementwise;

@@ -142,6 +142,49 @@ pub fn gather(x: &Tensor<'_>, axis: usize, indices: &Tensor<'_>, out: &[usize]) 
     })?)
 }
 
+/// ONNX `GatherElements`: output element at position `p` (of the indices' shape) is `x` at `p` with axis `axis`
+/// replaced by `indices[p]` (negative indices count from the end).
+pub fn gather_elements(x: &Tensor<'_>, axis: usize, indices: &Tensor<'_>) -> Result<Tensor<'static>> {
+    let dim = x.shape()[axis] as i64;
+    let idx: Vec<i64> = match indices.dt() {
+        DatumType::I32 => indices.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
+        _ => indices.to_vec::<i64>()?,
+    };
+    let out = indices.shape().to_vec();
+    let rank = out.len();
+    // Packed strides of x, in elements.
+    let mut st = vec![1usize; rank];
+    for a in (0..rank.saturating_sub(1)).rev() {
+        st[a] = st[a + 1] * x.shape()[a + 1];
+    }
+    let size = x.dt().size_of();
+    let src = packed_bytes(x)?;
+    let mut pos = vec![0usize; rank];
+    let mut offsets = Vec::with_capacity(idx.len());
+    for &i in &idx {
+        let j = if i < 0 { i + dim } else { i };
+        if !(0..dim).contains(&j) {
+            return Err(CpuError::NotImplemented(format!(
+                "GatherElements index {i} is out of range for an axis of {dim}"
+            )));
+        }
+        let base: usize = (0..rank).filter(|&a| a != axis).map(|a| pos[a] * st[a]).sum();
+        offsets.push((base + j as usize * st[axis]) * size);
+        for a in (0..rank).rev() {
+            pos[a] += 1;
+            if pos[a] < out[a] {
+                break;
+            }
+            pos[a] = 0;
+        }
+    }
+    Ok(crate::storage::tensor_filled(x.dt(), &out, |dst| {
+        for (d, &from) in dst.chunks_exact_mut(size).zip(&offsets) {
+            d.copy_from_slice(&src[from..from + size]);
+        }
+    })?)
+}
+
 /// Repeats `x` along each axis: axis `a` of the output is `out[a] / x[a]` copies of `x`'s, so the output is `x`
 /// broadcast into the shape `[r0, x0, r1, x1, …]`.
 pub fn tile(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {

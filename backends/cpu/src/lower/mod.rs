@@ -11,7 +11,7 @@ use stowage_runtime::{DatumType, Tensor};
 use crate::error::{CpuError, Result};
 use crate::jit::{Jit, JitCode, Loops};
 use crate::kernels::elementwise::{self, BinaryFn};
-use crate::kernels::{cast, movement};
+use crate::kernels::{cast, cumulative, movement};
 use crate::program::{Binding, Kernel, Program, Step};
 
 mod nn;
@@ -495,6 +495,34 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
         Op::Gather { axis } => {
             let axis = *axis as usize;
             Box::new(move |a, _| one(movement::gather(arg(a, 0)?, axis, arg(a, 1)?, &out)?))
+        }
+        Op::GatherElements { axis } => {
+            let axis = *axis as usize;
+            Box::new(move |a, _| one(movement::gather_elements(arg(a, 0)?, axis, arg(a, 1)?)?))
+        }
+        Op::Cumulative { product, exclusive, reverse } => {
+            let how = cumulative::Cumulation { product: *product, exclusive: *exclusive, reverse: *reverse };
+            let shape = out.clone();
+            Box::new(move |a, _| {
+                let x = arg(a, 0)?;
+                let axis = consts::to_i64s(arg(a, 1)?)?.first().copied().unwrap_or(0);
+                let rank = shape.len() as i64;
+                if !(-rank..rank).contains(&axis) {
+                    return Err(CpuError::NotImplemented(format!("axis {axis} is not an axis of {shape:?}")));
+                }
+                let axis = if axis < 0 { axis + rank } else { axis } as usize;
+                let dt = x.dt();
+                let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) {
+                    cast::cast(x, DatumType::F32)?
+                } else {
+                    x.clone()
+                };
+                let y = crate::numeric!(wide.dt(), T => {
+                    let v = wide.to_vec::<T>()?;
+                    crate::storage::tensor_from_vec(&shape, cumulative::cumulate(&v, &shape, axis, how))?
+                }, else return Err(CpuError::Unsupported { op: "CumSum", dt }));
+                one(if y.dt() == dt { y } else { cast::cast(&y, dt)? })
+            })
         }
         Op::Expand => Box::new(move |a, _| one(movement::expand(arg(a, 0)?, &out)?)),
         Op::Tile => Box::new(move |a, _| one(movement::tile(arg(a, 0)?, &out)?)),

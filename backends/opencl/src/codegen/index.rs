@@ -1,4 +1,4 @@
-//! Data movement by computed source index: Slice, Tile, Pad, Gather.
+//! Data movement by computed source index: Slice, Tile, Pad, Gather, GatherElements.
 
 use std::fmt::Write as _;
 
@@ -34,6 +34,14 @@ pub enum IndexMap {
         /// C type of the indices.
         index_type: &'static str,
     },
+    /// `x[o0, …, indices[o], …]`: the output's own position, `axis` replaced by the index at that position (the
+    /// indices have the output's shape).
+    GatherElements {
+        /// The gathered axis.
+        axis: usize,
+        /// C type of the indices.
+        index_type: &'static str,
+    },
 }
 
 /// A data movement kernel over elements of `size` bytes: output element `o` (of `out`, row-major) is read from the
@@ -50,7 +58,7 @@ pub fn index_map(name: &str, out: &[usize], input: &[usize], size: usize, map: &
         st
     };
     let mut params = vec![format!("__global const {t}* restrict X")];
-    if let IndexMap::Gather { index_type, .. } = map {
+    if let IndexMap::Gather { index_type, .. } | IndexMap::GatherElements { index_type, .. } = map {
         params.push(format!("__global const {index_type}* restrict I"));
     }
     if matches!(map, IndexMap::Pad { mode: "constant", .. }) {
@@ -114,6 +122,14 @@ pub fn index_map(name: &str, out: &[usize], input: &[usize], size: usize, map: &
                     std::cmp::Ordering::Equal => "idx".into(),
                     std::cmp::Ordering::Greater => format!("o{}", a + rank - 1),
                 };
+                let _ = writeln!(s, "  src += {o} * {stride};");
+            }
+        }
+        IndexMap::GatherElements { axis, .. } => {
+            let _ = writeln!(s, "  long idx = (long)I[g]; if (idx < 0) idx += {};", input[*axis]);
+            let _ = writeln!(s, "  ok &= (idx >= 0 && idx < {});", input[*axis]);
+            for (a, stride) in st.iter().enumerate() {
+                let o = if a == *axis { "idx".to_string() } else { format!("o{a}") };
                 let _ = writeln!(s, "  src += {o} * {stride};");
             }
         }

@@ -96,6 +96,15 @@ fn inst_expr(inst: &Inst) -> String {
                 UnaryFn::Not => format!("({x} == 0.0f ? 1.0f : 0.0f)"),
                 // rint rounds in the default mode: to nearest, halves to even.
                 UnaryFn::Round => format!("rint({x})"),
+                UnaryFn::Acos => format!("acos({x})"),
+                UnaryFn::Asin => format!("asin({x})"),
+                UnaryFn::Atan => format!("atan({x})"),
+                UnaryFn::Acosh => format!("acosh({x})"),
+                UnaryFn::Asinh => format!("asinh({x})"),
+                UnaryFn::Atanh => format!("atanh({x})"),
+                UnaryFn::Sinh => format!("sinh({x})"),
+                UnaryFn::Cosh => format!("cosh({x})"),
+
                 // Never in a float chain (`fusable_unary`); integer kernels have their own expression.
                 UnaryFn::BitNot => "NAN".into(),
             }

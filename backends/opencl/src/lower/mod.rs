@@ -330,7 +330,9 @@ fn by_family(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         Op::Transpose { perm } => movement::transpose(b, cx, perm),
         Op::Concat { axis } => movement::concat(b, cx, *axis as usize),
         Op::Expand => movement::expand(b, cx),
-        Op::Slice | Op::Tile | Op::Pad { .. } | Op::Gather { .. } => movement::index_map(b, cx),
+        Op::Slice | Op::Tile | Op::Pad { .. } | Op::Gather { .. } | Op::GatherElements { .. } => {
+            movement::index_map(b, cx)
+        }
         Op::Resize(r) => movement::resize(b, cx, r),
         Op::MatMul | Op::Gemm(_) => products::matmul(b, cx),
         Op::Conv(c) => products::convolution(b, cx, c),

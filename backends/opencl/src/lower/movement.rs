@@ -162,6 +162,16 @@ pub(super) fn index_map(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered>
             args.push(cx.arg(1)?);
             codegen::IndexMap::Gather { axis: *axis as usize, rank: idx.shape.len(), index_type }
         }
+        Op::GatherElements { axis } => {
+            let idx = cx.input(1, "indices")?;
+            let index_type = match idx.dt {
+                DatumType::I64 => "long",
+                DatumType::I32 => "int",
+                other => return Err(cx.unsupported(format!("{other} indices"))),
+            };
+            args.push(cx.arg(1)?);
+            codegen::IndexMap::GatherElements { axis: *axis as usize, index_type }
+        }
         other => return Err(cx.unsupported(format!("{} is not an index map", other.name()))),
     };
     args.push(cx.out_arg());
