@@ -140,3 +140,31 @@ fn a_cumulative_axis_of_several_values_or_out_of_range_is_named() {
     let err = error_of(&cum(int64s("axis", &[], &[2])));
     check(&err, &["node 'CumSum_y'", "axis 2"]);
 }
+
+#[test]
+fn scatter_and_gather_nd_name_bad_attributes_and_shapes() {
+    let scatter = |op: &str, attrs, upd: &[i64]| {
+        build::model(
+            18,
+            vec![node(op, &["x", "i", "u"], &["y"], attrs)],
+            vec![value("x", &[4, 3]), value("u", upd)],
+            vec![],
+            vec![int64s("i", &[2, 1], &[0, 2])],
+        )
+    };
+    let err = error_of(&scatter("ScatterND", vec![string("reduction", "avg")], &[2, 3]));
+    check(&err, &["node 'ScatterND_y'", "attribute 'reduction'", "'avg'"]);
+    let err = error_of(&scatter("ScatterND", vec![], &[2, 4]));
+    check(&err, &["node 'ScatterND_y'", "they must be [2, 3]"]);
+    let err = error_of(&scatter("ScatterElements", vec![], &[2, 3]));
+    check(&err, &["node 'ScatterElements_y'", "must have one shape"]);
+    let gather = build::model(
+        13,
+        vec![node("GatherND", &["x", "i"], &["y"], vec![int("batch_dims", 1)])],
+        vec![value("x", &[4, 3])],
+        vec![],
+        vec![int64s("i", &[2, 1], &[0, 2])],
+    );
+    let err = error_of(&gather);
+    check(&err, &["node 'GatherND_y'", "batch_dims 1"]);
+}

@@ -159,6 +159,50 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
             shape.extend_from_slice(&x.shape[a + 1..]);
             one(shape)
         }
+        Op::Scatter { axis, .. } => {
+            ins.expect_dt(1, |d| matches!(d, DatumType::I32 | DatumType::I64), "i32 or i64")?;
+            ins.same_dt(2)?;
+            let (idx, upd) = (ins.shape(1)?.to_vec(), ins.shape(2)?.to_vec());
+            match axis {
+                Some(axis) => {
+                    *axis = normalize_axis(*axis, rank)? as i64;
+                    if idx != upd || idx.len() != rank {
+                        return invalid(format!(
+                            "indices {idx:?} and updates {upd:?} must have one shape, of data's rank {rank}"
+                        ));
+                    }
+                }
+                None => {
+                    let k = *idx.last().ok_or_else(|| InferError::Invalid("indices must have an axis".into()))?;
+                    let mut want = idx[..idx.len() - 1].to_vec();
+                    want.extend_from_slice(x.shape.get(k..).unwrap_or(&[]));
+                    if k > rank || upd != want {
+                        return invalid(format!(
+                            "updates are {upd:?}: for indices {idx:?} into data {:?} they must be {want:?}",
+                            x.shape
+                        ));
+                    }
+                }
+            }
+            one(x.shape.clone())
+        }
+        Op::GatherNd { batch_dims } => {
+            ins.expect_dt(1, |d| d == DatumType::I64, "i64")?;
+            let idx = ins.shape(1)?.to_vec();
+            let b = *batch_dims;
+            let k = idx.last().copied().unwrap_or(usize::MAX);
+            if idx.is_empty() || b >= idx.len() || b >= rank || b + k > rank || idx[..b] != x.shape[..b] {
+                return invalid(format!(
+                    "indices {idx:?} do not index data {:?} with batch_dims {b}: the first {b} axes must agree and \
+                     the last axis of indices be at most {}",
+                    x.shape,
+                    rank.saturating_sub(b)
+                ));
+            }
+            let mut shape = idx[..idx.len() - 1].to_vec();
+            shape.extend_from_slice(&x.shape[b + k..]);
+            one(shape)
+        }
         Op::Cumulative { .. } => {
             ins.expect_dt(0, |d| d != DatumType::Bool, "a numeric type")?;
             ins.expect_dt(1, |d| matches!(d, DatumType::I32 | DatumType::I64), "i32 or i64")?;

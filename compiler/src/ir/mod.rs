@@ -19,6 +19,6 @@ pub use entities::{NodeId, ValueId};
 pub use graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
 pub use op::{
     AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, OpAttrs, PadMode, Pool,
-    PoolKind, Reduce, Resize, ResizeMode, SoftmaxKind, Unary, Variadic, Window,
+    PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, Variadic, Window,
 };
 pub use types::{ShapeDisplay, ValueType};

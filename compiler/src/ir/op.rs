@@ -140,6 +140,21 @@ impl Binary {
     }
 }
 
+/// How `ScatterElements` and `ScatterND` combine an update with the element it lands on (`reduction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScatterReduction {
+    /// Replace it.
+    None,
+    /// Sum.
+    Add,
+    /// Product.
+    Mul,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+}
+
 /// Elementwise ops of any number of inputs with multidirectional broadcasting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Variadic {
@@ -487,6 +502,20 @@ pub enum Op {
         /// Axis (non-negative once inferred).
         axis: i64,
     },
+    /// Updates written into a copy of data at indexed places: data, indices, updates. Along `axis` one element per
+    /// index (`ScatterElements`, `Scatter`), or, without an axis, one slice per index tuple (`ScatterND`).
+    Scatter {
+        /// The indexed axis of `ScatterElements` (non-negative once inferred); `None` for `ScatterND`.
+        axis: Option<i64>,
+        /// How an update meets its element.
+        reduction: ScatterReduction,
+    },
+    /// Slices of data at index tuples (the last axis of indices), within each of the first `batch_dims` axes: data,
+    /// indices.
+    GatherNd {
+        /// Leading axes data and indices share.
+        batch_dims: usize,
+    },
     /// Running sums (`CumSum`) or products (`CumProd`) along an axis: x, axis (a one-element integer tensor, read
     /// at run time where it is not a constant).
     Cumulative {
@@ -618,6 +647,9 @@ impl Op {
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
             Op::GatherElements { .. } => "GatherElements",
+            Op::Scatter { axis: Some(_), .. } => "ScatterElements",
+            Op::Scatter { axis: None, .. } => "ScatterND",
+            Op::GatherNd { .. } => "GatherND",
             Op::Cumulative { product: false, .. } => "CumSum",
             Op::Cumulative { product: true, .. } => "CumProd",
             Op::Expand => "Expand",
@@ -652,11 +684,12 @@ impl Op {
             | Op::Gather { .. }
             | Op::GatherElements { .. }
             | Op::Cumulative { .. }
+            | Op::GatherNd { .. }
             | Op::Expand
             | Op::Tile => (2, 2),
             Op::Variadic(_) | Op::Concat { .. } => (1, usize::MAX),
             Op::Clip => (1, 3),
-            Op::Where | Op::Range => (3, 3),
+            Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
             Op::Conv(_) | Op::Gemm(_) => (2, 3),
             Op::LayerNorm { .. } => (2, 3),
             Op::BatchNorm { .. } => (5, 5),
@@ -799,6 +832,13 @@ impl fmt::Display for OpAttrs<'_> {
                     write!(w, "axis={axis}")?
                 }
                 Op::Transpose { perm: Some(perm) } => write!(w, "perm={}", List(perm))?,
+                Op::Scatter { axis, reduction } => {
+                    if let Some(axis) = axis {
+                        write!(w, "axis={axis} ")?;
+                    }
+                    write!(w, "reduction={reduction:?}")?
+                }
+                Op::GatherNd { batch_dims } => write!(w, "batch_dims={batch_dims}")?,
                 Op::Cumulative { exclusive, reverse, .. } => {
                     write!(w, "exclusive={} reverse={}", u8::from(*exclusive), u8::from(*reverse))?
                 }

@@ -8,7 +8,7 @@ use super::attrs::{AttrError, Attrs};
 use crate::consts;
 use crate::ir::{
     AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, PadMode, Pool, PoolKind,
-    Reduce, Resize, ResizeMode, SoftmaxKind, Unary, ValueType, Variadic, Window,
+    Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, ValueType, Variadic, Window,
 };
 
 /// Where one IR input of a node comes from.
@@ -324,6 +324,26 @@ pub(crate) fn parse(
         }
         "Gather" => op(Op::Gather { axis: a.int_or("axis", 0)? }),
         "GatherElements" => op(Op::GatherElements { axis: a.int_or("axis", 0)? }),
+        "ScatterElements" | "Scatter" | "ScatterND" => {
+            let reduction = match a.string("reduction")?.as_deref().unwrap_or("none") {
+                "none" => ScatterReduction::None,
+                "add" => ScatterReduction::Add,
+                "mul" => ScatterReduction::Mul,
+                "max" => ScatterReduction::Max,
+                "min" => ScatterReduction::Min,
+                other => {
+                    return Err(attr_err("reduction", format!("must be none, add, mul, max or min, found '{other}'")))
+                }
+            };
+            let axis = if op_type == "ScatterND" { None } else { Some(a.int_or("axis", 0)?) };
+            op(Op::Scatter { axis, reduction })
+        }
+        "GatherND" => {
+            let b = a.int_or("batch_dims", 0)?;
+            let batch_dims =
+                usize::try_from(b).map_err(|_| attr_err("batch_dims", format!("is {b}: it must be at least 0")))?;
+            op(Op::GatherNd { batch_dims })
+        }
         "CumSum" | "CumProd" => op(Op::Cumulative {
             product: op_type == "CumProd",
             exclusive: a.bool_or("exclusive", false)?,

@@ -15,5 +15,6 @@ pub mod norm;
 pub mod pool;
 pub mod reduce;
 pub mod resize;
+pub mod scatter;
 pub mod sgemm512;
 pub mod strided;

@@ -11,7 +11,7 @@ use stowage_runtime::{DatumType, Tensor};
 use crate::error::{CpuError, Result};
 use crate::jit::{Jit, JitCode, Loops};
 use crate::kernels::elementwise::{self, BinaryFn};
-use crate::kernels::{cast, cumulative, movement};
+use crate::kernels::{cast, cumulative, movement, scatter};
 use crate::program::{Binding, Kernel, Program, Step};
 
 mod nn;
@@ -499,6 +499,67 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
         Op::GatherElements { axis } => {
             let axis = *axis as usize;
             Box::new(move |a, _| one(movement::gather_elements(arg(a, 0)?, axis, arg(a, 1)?)?))
+        }
+        Op::Scatter { axis, reduction } => {
+            let how = match reduction {
+                ir::ScatterReduction::None => scatter::Combine::Replace,
+                ir::ScatterReduction::Add => scatter::Combine::Add,
+                ir::ScatterReduction::Mul => scatter::Combine::Mul,
+                ir::ScatterReduction::Max => scatter::Combine::Max,
+                ir::ScatterReduction::Min => scatter::Combine::Min,
+            };
+            let (axis, shape) = (axis.map(|a| a as usize), out.clone());
+            Box::new(move |a, _| {
+                let (data, updates) = (arg(a, 0)?, arg(a, 2)?);
+                let idx_t = arg(a, 1)?;
+                let idx = consts::to_i64s(idx_t)?;
+                let targets = match axis {
+                    Some(ax) => scatter::element_targets(&shape, ax, &idx, idx_t.shape())?,
+                    None => {
+                        let (offsets, slice) = scatter::tuple_offsets(&shape, 0, &idx, idx_t.shape())?;
+                        offsets.iter().flat_map(|&o| o..o + slice).collect()
+                    }
+                };
+                let dt = data.dt();
+                if how == scatter::Combine::Replace || !matches!(dt, DatumType::F16 | DatumType::BF16) {
+                    if how == scatter::Combine::Replace {
+                        // Any datum type: the updates' bytes.
+                        let size = dt.size_of();
+                        let mut y = data.to_row_major()?.as_bytes()?.to_vec();
+                        let u = updates.to_row_major()?;
+                        for (k, &t) in targets.iter().enumerate() {
+                            y[t * size..(t + 1) * size].copy_from_slice(&u.as_bytes()?[k * size..(k + 1) * size]);
+                        }
+                        return one(crate::storage::tensor_from_bytes(dt, &shape, &y)?);
+                    }
+                    return one(crate::numeric!(dt, T => {
+                        let y = scatter::scatter(&data.to_vec::<T>()?, &updates.to_vec::<T>()?, &targets, how);
+                        crate::storage::tensor_from_vec(&shape, y)?
+                    }, else return Err(CpuError::Unsupported { op: "a scatter reduction", dt })));
+                }
+                let (d, u) = (cast::cast(data, DatumType::F32)?, cast::cast(updates, DatumType::F32)?);
+                let y = scatter::scatter(&d.to_vec::<f32>()?, &u.to_vec::<f32>()?, &targets, how);
+                one(cast::cast(&crate::storage::tensor_from_vec(&shape, y)?, dt)?)
+            })
+        }
+        Op::GatherNd { batch_dims } => {
+            let (b, xs) = (
+                *batch_dims,
+                graph.ty(inputs[0].ok_or(CpuError::NotImplemented("GatherND without data".into()))?).shape.clone(),
+            );
+            Box::new(move |a, _| {
+                let (data, idx_t) = (arg(a, 0)?, arg(a, 1)?);
+                let idx = consts::to_i64s(idx_t)?;
+                let (offsets, slice) = scatter::tuple_offsets(&xs, b, &idx, idx_t.shape())?;
+                let size = data.dt().size_of();
+                let src = data.to_row_major()?;
+                let src = src.as_bytes()?;
+                let mut y = Vec::with_capacity(offsets.len() * slice * size);
+                for o in offsets {
+                    y.extend_from_slice(&src[o * size..(o + slice) * size]);
+                }
+                one(crate::storage::tensor_from_bytes(data.dt(), &out, &y)?)
+            })
         }
         Op::Cumulative { product, exclusive, reverse } => {
             let how = cumulative::Cumulation { product: *product, exclusive: *exclusive, reverse: *reverse };
