@@ -158,6 +158,15 @@ fn scatter_and_gather_nd_name_bad_attributes_and_shapes() {
     check(&err, &["node 'ScatterND_y'", "they must be [2, 3]"]);
     let err = error_of(&scatter("ScatterElements", vec![], &[2, 3]));
     check(&err, &["node 'ScatterElements_y'", "must have one shape"]);
+    // Indices longer than data along an axis they do not scatter on.
+    let long = build::model(
+        18,
+        vec![node("ScatterElements", &["x", "i", "u"], &["y"], vec![int("axis", 1)])],
+        vec![value("x", &[2, 2]), value("u", &[3, 1])],
+        vec![],
+        vec![int64s("i", &[3, 1], &[0, 0, 0])],
+    );
+    check(&error_of(&long), &["node 'ScatterElements_y'", "longer than data [2, 2] along axis 0"]);
     let gather = build::model(
         13,
         vec![node("GatherND", &["x", "i"], &["y"], vec![int("batch_dims", 1)])],
@@ -167,4 +176,31 @@ fn scatter_and_gather_nd_name_bad_attributes_and_shapes() {
     );
     let err = error_of(&gather);
     check(&err, &["node 'GatherND_y'", "batch_dims 1"]);
+}
+
+#[test]
+fn attention_and_lp_pool_name_what_they_cannot_take() {
+    let attention = |attrs, dims: &[i64]| {
+        build::model(
+            23,
+            vec![node("Attention", &["q", "k", "v"], &["y"], attrs)],
+            vec![value("q", dims), value("k", dims), value("v", dims)],
+            vec![],
+            vec![],
+        )
+    };
+    let err = error_of(&attention(vec![], &[1, 4, 8]));
+    check(&err, &["node 'Attention_y'", "attribute 'q_num_heads'", "3-D inputs"]);
+    let err = error_of(&attention(vec![int("q_num_heads", 3), int("kv_num_heads", 3)], &[1, 4, 8]));
+    check(&err, &["node 'Attention_y'", "3 heads do not divide its 8 features"]);
+    let err = error_of(&attention(vec![int("qk_matmul_output_mode", 7)], &[1, 2, 4, 8]));
+    check(&err, &["attribute 'qk_matmul_output_mode'", "0 to 3"]);
+
+    let pool = |attrs| {
+        build::model(18, vec![node("LpPool", &["x"], &["y"], attrs)], vec![value("x", &[1, 2, 5, 5])], vec![], vec![])
+    };
+    let err = error_of(&pool(vec![]));
+    check(&err, &["node 'LpPool_y'", "attribute 'kernel_shape'", "is required"]);
+    let err = error_of(&pool(vec![build::ints("kernel_shape", &[2, 2]), int("ceil_mode", 1)]));
+    check(&err, &["attribute 'ceil_mode'", "not supported"]);
 }

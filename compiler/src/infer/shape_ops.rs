@@ -171,6 +171,12 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
                             "indices {idx:?} and updates {upd:?} must have one shape, of data's rank {rank}"
                         ));
                     }
+                    if let Some(k) = (0..rank).find(|&k| k as i64 != *axis && idx[k] > x.shape[k]) {
+                        return invalid(format!(
+                            "indices {idx:?} are longer than data {:?} along axis {k}, not the scattered one",
+                            x.shape
+                        ));
+                    }
                 }
                 None => {
                     let k = *idx.last().ok_or_else(|| InferError::Invalid("indices must have an axis".into()))?;

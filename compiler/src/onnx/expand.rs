@@ -43,6 +43,8 @@ pub fn is_expanded(op: &str) -> bool {
         || super::masks::MASK_OPS.contains(&op)
         || super::norms::NORM_OPS.contains(&op)
         || super::losses::LOSS_OPS.contains(&op)
+        || super::attention::ATTENTION_OPS.contains(&op)
+        || super::lp_pool::LP_POOL_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -84,6 +86,8 @@ pub(super) fn expand(
         op if super::masks::MASK_OPS.contains(&op) => super::masks::expand(&mut ex)?,
         op if super::norms::NORM_OPS.contains(&op) => super::norms::expand(&mut ex)?,
         op if super::losses::LOSS_OPS.contains(&op) => super::losses::expand(&mut ex)?,
+        op if super::attention::ATTENTION_OPS.contains(&op) => super::attention::expand(&mut ex)?,
+        op if super::lp_pool::LP_POOL_OPS.contains(&op) => super::lp_pool::expand(&mut ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),
     };
     ex.finish(outputs)
@@ -324,6 +328,16 @@ pub(super) fn float(name: &str, v: f32) -> AttributeProto {
         name: Some(name.into()),
         r#type: Some(AttributeType::Float as i32),
         f: Some(v),
+        ..Default::default()
+    }
+}
+
+/// A string attribute for a written node.
+pub(super) fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(v.as_bytes().to_vec()),
         ..Default::default()
     }
 }

@@ -72,11 +72,24 @@ fn nll(
     let picked = ex.op("GatherElements", &[x, &idx], vec![int("axis", 1)])?;
     let picked = ex.op("Squeeze", &[&picked, &one], vec![])?;
     let loss = ex.op("Neg", &[&picked], vec![])?;
+    // An ignored position's loss is 0 whatever class 0 holds (−∞ times a zero weight would be NaN).
+    let loss = match &ignored {
+        Some(m) => {
+            let zero = ex.scalar(dt, 0.0)?;
+            ex.op("Where", &[m, &zero, &loss], vec![])?
+        }
+        None => loss,
+    };
     // Each position's weight: its class's, or 1; 0 where ignored.
     let w = match weight {
         Some(w) => Some(ex.op("Gather", &[w, &safe], vec![])?),
         None => None,
     };
+    let loss = match &w {
+        Some(w) => ex.op("Mul", &[&loss, w], vec![])?,
+        None => loss,
+    };
+    // The weights the mean divides by: 0 where ignored.
     let w = match (&ignored, w) {
         (Some(m), w) => {
             let zero = ex.scalar(dt, 0.0)?;
@@ -87,10 +100,6 @@ fn nll(
             Some(ex.op("Where", &[m, &zero, &w], vec![])?)
         }
         (None, w) => w,
-    };
-    let loss = match &w {
-        Some(w) => ex.op("Mul", &[&loss, w], vec![])?,
-        None => loss,
     };
     let all = |ex: &mut Ex<'_, '_>, v: &str| ex.op("ReduceSum", &[v], vec![int("keepdims", 0)]);
     match (reduction, w) {

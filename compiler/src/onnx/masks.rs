@@ -26,7 +26,12 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
 }
 
 /// A constant of `dt` and `shape` from one value per element, checked against the size limit before it is made.
-fn table(ex: &mut Ex<'_, '_>, dt: DatumType, shape: &[usize], at: impl Fn(&[usize]) -> i64) -> Result<String, E> {
+pub(super) fn table(
+    ex: &mut Ex<'_, '_>,
+    dt: DatumType,
+    shape: &[usize],
+    at: impl Fn(&[usize]) -> i64,
+) -> Result<String, E> {
     let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
     let bytes = count.and_then(|n| n.checked_mul(dt.size_of()));
     match bytes {

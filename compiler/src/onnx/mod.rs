@@ -9,6 +9,7 @@
 //! # Ok::<(), stowage_compiler::ImportError>(())
 //! ```
 
+mod attention;
 mod attrs;
 mod branch;
 mod conv_transpose;
@@ -17,6 +18,7 @@ pub mod external;
 mod functions;
 mod import;
 mod losses;
+mod lp_pool;
 mod masks;
 mod norms;
 mod ops;
@@ -38,7 +40,7 @@ use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
 /// The ONNX op types of the default domain that stowage imports (this round's op set); those of
-/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`] and [`losses::LOSS_OPS`] are imported as small graphs of the others.
+/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] and [`lp_pool::LP_POOL_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Acos",
@@ -51,6 +53,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Asinh",
     "Atan",
     "Atanh",
+    "Attention",
     "AveragePool",
     "BatchNormalization",
     "BitShift",
@@ -110,6 +113,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "LogSoftmax",
     "Loop",
     "LpNormalization",
+    "LpPool",
     "LRN",
     "LSTM",
     "MatMul",

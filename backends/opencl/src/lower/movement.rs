@@ -153,22 +153,12 @@ pub(super) fn index_map(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered>
             codegen::IndexMap::Pad { begin, mode }
         }
         Op::Gather { axis } => {
-            let idx = cx.input(1, "indices")?;
-            let index_type = match idx.dt {
-                DatumType::I64 => "long",
-                DatumType::I32 => "int",
-                other => return Err(cx.unsupported(format!("{other} indices"))),
-            };
+            let (rank, index_type) = indices(cx)?;
             args.push(cx.arg(1)?);
-            codegen::IndexMap::Gather { axis: *axis as usize, rank: idx.shape.len(), index_type }
+            codegen::IndexMap::Gather { axis: *axis as usize, rank, index_type }
         }
         Op::GatherElements { axis } => {
-            let idx = cx.input(1, "indices")?;
-            let index_type = match idx.dt {
-                DatumType::I64 => "long",
-                DatumType::I32 => "int",
-                other => return Err(cx.unsupported(format!("{other} indices"))),
-            };
+            let (_, index_type) = indices(cx)?;
             args.push(cx.arg(1)?);
             codegen::IndexMap::GatherElements { axis: *axis as usize, index_type }
         }
@@ -178,6 +168,16 @@ pub(super) fn index_map(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered>
     let (shape, out_shape) = (x.shape.clone(), cx.out_ty.shape.clone());
     let k = b.kernel(|name| codegen::index_map(name, &out_shape, &shape, size, &map));
     Ok(cx.single(cx.node.op.name(), k, args, vec![out_shape.iter().product()]))
+}
+
+/// The rank and C type of a gather's indices (input 1): i32 or i64.
+fn indices(cx: &NodeCx<'_>) -> Result<(usize, &'static str)> {
+    let idx = cx.input(1, "indices")?;
+    match idx.dt {
+        DatumType::I64 => Ok((idx.shape.len(), "long")),
+        DatumType::I32 => Ok((idx.shape.len(), "int")),
+        other => Err(cx.unsupported(format!("{other} indices"))),
+    }
 }
 
 /// Resize, one launch per resized axis as the CPU does: the first reads X, each writes a scratch buffer the next

@@ -57,17 +57,24 @@ pub(super) fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> 
                     let r = format!("fmod({x}, {y})");
                     format!("(({r} != 0 && ({r} < 0) != ({y} < 0)) ? {r} + {y} : copysign({r}, {y}))")
                 }
+                // x % −1 is 0, and computing it for the type's minimum traps on some devices.
+                ir::Binary::Fmod if signed => format!("(({y} == 0 || {y} == -1) ? 0 : {x} % {y})"),
                 ir::Binary::Fmod => format!("({y} == 0 ? 0 : {x} % {y})"),
                 // The truncated remainder moved to the divisor's sign; unsigned types have no sign to move to.
                 ir::Binary::Mod if signed => {
-                    let r = format!("({y} == 0 ? 0 : {x} % {y})");
+                    let r = format!("(({y} == 0 || {y} == -1) ? 0 : {x} % {y})");
                     format!("(({r} != 0 && ({r} < 0) != ({y} < 0)) ? {r} + {y} : {r})")
                 }
                 ir::Binary::Mod => format!("({y} == 0 ? 0 : {x} % {y})"),
-                ir::Binary::ShiftLeft => format!("(({y} < 0 || {y} >= {w}) ? 0 : {x} << {y})", w = 8 * dt0.size_of()),
-                ir::Binary::ShiftRight => {
+                // Shifts by a negative amount (signed types) or by the width or more leave the sign's fill.
+                ir::Binary::ShiftLeft if signed => {
+                    format!("(({y} < 0 || {y} >= {w}) ? 0 : {x} << {y})", w = 8 * dt0.size_of())
+                }
+                ir::Binary::ShiftLeft => format!("({y} >= {w} ? 0 : {x} << {y})", w = 8 * dt0.size_of()),
+                ir::Binary::ShiftRight if signed => {
                     format!("(({y} < 0 || {y} >= {w}) ? ({x} < 0 ? -1 : 0) : {x} >> {y})", w = 8 * dt0.size_of())
                 }
+                ir::Binary::ShiftRight => format!("({y} >= {w} ? 0 : {x} >> {y})", w = 8 * dt0.size_of()),
                 ir::Binary::BitAnd => format!("({x} & {y})"),
                 ir::Binary::BitOr => format!("({x} | {y})"),
                 ir::Binary::BitXor => format!("({x} ^ {y})"),
