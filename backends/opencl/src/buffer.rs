@@ -228,6 +228,7 @@ pub(crate) enum Backing {
     Imported(Arc<dyn TensorStorage>),
 }
 
+mod external;
 pub mod raw;
 
 // SAFETY: the mapping is a pointer into a mapped region that stays valid (and is only reached through this

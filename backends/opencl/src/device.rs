@@ -209,9 +209,14 @@ impl Target {
             reason: format!("there are {count} OpenCL devices (opencl:0 to opencl:{})", count - 1),
         })?;
         let mode = if info.unified && !force_discrete { Mode::Unified } else { Mode::Discrete };
+        let context = Context::from_device(&device).map_err(call_err(&format!("opencl:{index}"), "clCreateContext"))?;
+        Target::assemble(device, info, mode, context)
+    }
+
+    /// A target on `device` (described by `info`) taken in `mode`, working in `context`: its queue is made here.
+    pub(crate) fn assemble(device: Device, info: DeviceInfo, mode: Mode, context: Context) -> Result<Target> {
         let kind = if mode == Mode::Unified { MemoryKind::Unified } else { MemoryKind::Device };
-        let space = MemorySpace::named(format!("opencl:{index}"), kind);
-        let context = Context::from_device(&device).map_err(call_err(space.name(), "clCreateContext"))?;
+        let space = MemorySpace::named(format!("opencl:{}", info.index), kind);
         let profiling = std::env::var_os("STOWAGE_OPENCL_PROFILE").is_some_and(|v| !v.is_empty() && v != "0");
         let properties = if profiling { opencl3::command_queue::CL_QUEUE_PROFILING_ENABLE } else { 0 };
         // SAFETY: the device is the one the context was made for.

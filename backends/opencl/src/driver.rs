@@ -154,6 +154,44 @@ impl OpenedTarget for OpenedDevice {
     fn finish(&self) -> Result<(), BackendError> {
         Ok(self.device.finish()?)
     }
+
+    fn handle(&self) -> Option<&dyn std::any::Any> {
+        Some(&self.device)
+    }
+
+    fn holds(&self, t: &Tensor<'static>) -> bool {
+        ClBuffer::of(t).is_some_and(|b| b.is_of(&self.device))
+    }
+
+    /// A held tensor as a fresh lazy handle on the same buffer, in its layout; anything else uploaded as it is
+    /// laid out (padding and all: the plan relays it on the device), recorded in `ledger`.
+    fn resident(&self, t: &Tensor<'static>, ledger: &Ledger) -> Result<Tensor<'static>, BackendError> {
+        let name = t.name_or_unnamed().to_string();
+        let (buffer, layout) = match ClBuffer::of(t).filter(|b| b.is_of(&self.device)) {
+            Some(b) => (b.clone(), t.layout().clone()),
+            None => {
+                let (dt, layout) = (t.dt(), t.layout());
+                let host = t.storage().host_bytes().ok_or_else(|| format!("input '{name}' is not in host memory"))?;
+                let (start, end) = (layout.offset(), layout.span_bytes(dt, t.shape())?);
+                let bytes = host.get(start..end).ok_or_else(|| format!("input '{name}': its layout overruns it"))?;
+                let flat = [bytes.len() / dt.size_of()];
+                let up = <ClBuffer as stowage_runtime::DeviceBuffer>::upload(&self.device, dt, &flat, bytes)?;
+                let space = self.device.space();
+                let tag = stowage_runtime::LedgerTag::new(ledger, name.as_str());
+                tag.record(
+                    stowage_runtime::MoveKind::Upload,
+                    &stowage_runtime::MemorySpace::HOST,
+                    space,
+                    bytes.len(),
+                    || format!("put on {space} before the runs, where --input-device says it lives").into(),
+                );
+                (up.value, stowage_runtime::Layout::strided(layout.strides().to_vec(), 0))
+            }
+        };
+        let tag = stowage_runtime::LedgerTag::new(ledger, name.as_str());
+        let lazy = stowage_runtime::LazyHost::new(buffer, tag)?;
+        Ok(Tensor::from_storage(t.dt(), t.shape(), layout, lazy)?.with_name(name))
+    }
 }
 
 /// An OpenCL program as the driver runs it.

@@ -74,6 +74,14 @@ pub enum ClError {
         /// What is missing.
         reason: String,
     },
+    /// A caller's OpenCL object (context, device, buffer) that stowage cannot take as it is.
+    #[error("{what}: {message}")]
+    External {
+        /// The object, as the caller named it (`input 'frame'`, `a caller's context`).
+        what: String,
+        /// Why.
+        message: String,
+    },
     /// A generated kernel did not build; the log is the device compiler's.
     #[error("{space}: the OpenCL kernel for {op} did not build: {log}")]
     Build {

@@ -261,6 +261,12 @@ impl ClProgram {
             let t = t.clone().with_name(b.name.clone());
             let transfer =
                 |e: stowage_runtime::RuntimeError| ClError::Transfer { value: b.name.clone(), message: e.to_string() };
+            if let Some(held) = ClBuffer::of(&t) {
+                if let Some(buffer) = self.held_input(held, &t, ledger)? {
+                    slots[b.slot] = Some(buffer);
+                    continue;
+                }
+            }
             let buffer = match ClBuffer::import(&self.target, &t)? {
                 Ok(imported) => imported,
                 // A device output handed back: the runtime's rule (used as is where it is).
@@ -356,6 +362,42 @@ impl ClProgram {
                     .map_err(|e| ClError::Transfer { value: b.name.clone(), message: e.to_string() })
             })
             .collect()
+    }
+
+    /// The buffer to run on for input `t`, held in OpenCL memory (`buffer/external.rs`, rule 5): this target's own
+    /// memory used as is when packed, padded rows packed on the device (one relayout); another target's buffer
+    /// copied in once, through the host, as one counted copy. `None` leaves `t` to the host paths.
+    fn held_input(&self, held: &ClBuffer, t: &Tensor<'static>, ledger: &Ledger) -> Result<Option<ClBuffer>> {
+        let name = t.name_or_unnamed();
+        let packed = t.is_row_major() && t.is_whole_storage();
+        if held.is_of(&self.target) {
+            if packed {
+                return Ok(Some(held.with_shape(t.shape())));
+            }
+            return match held.packed_on_device(t, ledger)? {
+                Some(b) => Ok(Some(b)),
+                None => Err(ClError::Input {
+                    input: name.to_string(),
+                    message: format!(
+                        "held on {} as {}: device memory is read packed or in padded rows only",
+                        self.target.space(),
+                        t.layout_kind()
+                    ),
+                }),
+            };
+        }
+        if !packed || t.is_host_readable() {
+            return Ok(None);
+        }
+        let transfer = |m: String| ClError::Transfer { value: name.to_string(), message: m };
+        let bytes = held.read_now()?;
+        let up = <ClBuffer as DeviceBuffer>::upload(&self.target, t.dt(), t.shape(), &bytes)
+            .map_err(|e| transfer(e.to_string()))?;
+        let from = DeviceBuffer::space(held);
+        LedgerTag::new(ledger, name).record(MoveKind::DeviceToDevice, &from, self.target.space(), bytes.len(), || {
+            format!("a buffer of another OpenCL target ({from}), copied in through the host").into()
+        });
+        Ok(Some(up.value))
     }
 
     /// Device time per step, in step order, when the target was opened with `STOWAGE_OPENCL_PROFILE=1` (empty

@@ -128,3 +128,52 @@ fn run_reports_the_plan_beside_the_ledger_with_a_caller_layout_and_a_budget() {
     let err = fails(&[&args[..], &["--max-copy-bytes", "1000"]].concat());
     assert!(err.contains("over the budget of 1000 bytes") && err.contains("upload 'frame'"), "{err}");
 }
+
+#[test]
+fn an_input_that_lives_on_the_device_is_planned_and_run_with_no_copy_per_run() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let frame = frame_file(tmp.path());
+    let report = tmp.path().join("r.json");
+    let json = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).expect("report")).expect("json")
+    };
+    let camera = example("camera");
+    // The plan says where it lives and plans nothing for it, on the picture too.
+    let text = plan(&[&camera, "--target", "opencl:discrete", "--input-device", "frame=opencl:0"]);
+    assert!(
+        text.contains("frame: row-major, 4096-byte aligned on opencl:0 (--input-device); opencl:0 reads it in place")
+    );
+    assert!(!text.contains("'frame'"), "{text}");
+    let dot = plan(&[&camera, "--target", "opencl", "--input-device", "frame=opencl", "--format", "dot"]);
+    assert!(dot.contains("label=\"frame\\non opencl:0\", shape=ellipse, fillcolor=lightblue"), "{dot}");
+    // `stowage run` puts the file's frame there once, before three runs that move nothing but the output read.
+    let report_arg = s(&report);
+    let base = ["run", &camera, "--input", &frame, "--report", &report_arg, "--repeat", "3"];
+    for target in ["opencl", "opencl:discrete"] {
+        let args = [&base[..], &["--target", target, "--input-device", "frame=opencl:0"]].concat();
+        let (code, _, err) = stowage(&args);
+        assert_eq!(code, 0, "{err}");
+        let r = json(&report);
+        let frame_moves = |key: &str| r[key].as_array().expect(key).iter().filter(|c| c["value"] == "frame").count();
+        assert_eq!(frame_moves("planned_copies"), 0, "{r}");
+        assert_eq!(frame_moves("performed_copies"), 0, "{r}");
+        assert_eq!(frame_moves("placed_inputs"), 1, "{r}");
+        // Padded rows where it lives: one relayout on the device per run, planned and performed.
+        let padded = [&args[..], &["--input-layout", "frame=nhwc,row-pitch=2048"]].concat();
+        let (code, _, err) = stowage(&padded);
+        assert_eq!(code, 0, "{err}");
+        let r = json(&report);
+        let relaid = |key: &str| {
+            let all = r[key].as_array().expect(key).iter();
+            all.filter(|c| c["value"] == "frame" && c["from"] == "opencl:0" && c["to"] == "opencl:0").count()
+        };
+        assert_eq!((relaid("planned_copies"), relaid("performed_copies")), (1, 3), "{r}");
+    }
+    // Names that are not there are errors naming them.
+    let err = fails(&[&base[..], &["--target", "opencl", "--input-device", "frame=opencl:3"]].concat());
+    assert!(err.contains("--input-device frame=opencl:3: 'opencl:3' is none of the targets (opencl)"), "{err}");
+    let err = fails(&[&base[..], &["--target", "opencl", "--input-device", "image=opencl"]].concat());
+    assert!(err.contains("--input-device image=opencl:0: the model has no run-time input 'image'"), "{err}");
+    let err = fails(&[&base[..], &["--target", "opencl,cpu", "--input-device", "frame=cpu"]].concat());
+    assert!(err.contains("--input-device frame=cpu: 'cpu' is host memory"), "{err}");
+}

@@ -72,6 +72,26 @@ pub trait OpenedTarget: Backend {
         None
     }
 
+    /// The backend's own handle of this opened target (OpenCL: its `stowage_opencl::Target`), for a caller that
+    /// makes memory and work beside it: downcast it to the backend's type. `None` when the backend offers none.
+    fn handle(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
+    /// True when `t`'s bytes are in this target's memory now, usable by its kernels as they are: a caller's
+    /// device buffer wrapped for it, an output of an earlier run here. Such an input is planned where it lives.
+    fn holds(&self, _t: &Tensor<'static>) -> bool {
+        false
+    }
+
+    /// `t` in this target's memory for one run, with its host reads recorded in `ledger`: a tensor the target
+    /// [`holds`](OpenedTarget::holds) as a fresh handle to the same memory (no copy); anything else moved there
+    /// first, that move recorded in `ledger` (what `stowage run --input-device` does with a file's tensor). An
+    /// error when the target cannot hold a caller's tensor.
+    fn resident(&self, _t: &Tensor<'static>, _ledger: &Ledger) -> Result<Tensor<'static>, BackendError> {
+        Err(format!("the {} target does not hold a caller's tensors in its memory", self.kind()).into())
+    }
+
     /// Waits until all work queued on the target has finished.
     fn finish(&self) -> Result<(), BackendError> {
         Ok(())

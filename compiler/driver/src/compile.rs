@@ -148,11 +148,37 @@ pub(crate) fn make_plan(
             }
         }
     }
+    for (name, target) in &options.planning.input_devices {
+        let home = opened.iter().find(|o| o.spec().name == *target || o.spec().space == *target).ok_or_else(|| {
+            let names: Vec<&str> = opened.iter().map(|o| o.spec().name.as_str()).collect();
+            DriverError::Plan(format!(
+                "--input-device {name}={target}: '{target}' is none of the targets ({})",
+                names.join(", ")
+            ))
+        })?;
+        if home.spec().is_host() {
+            return Err(DriverError::Plan(format!(
+                "--input-device {name}={target}: '{target}' is host memory, where inputs are unless said otherwise"
+            )));
+        }
+        plan_options.input_devices.insert(name.clone(), home.spec().space.clone());
+    }
     for (name, t) in inputs {
         if !graph.inputs().iter().any(|&v| graph.value(v).name == *name) {
             continue; // folded: a shape-setting input's value is a constant of this compilation
         }
-        let Some(actual) = layout_of(t) else { continue };
+        // A tensor a device holds (a caller's buffer, an earlier run's output) is planned where it is.
+        if let Some(home) = opened.iter().find(|o| !o.spec().is_host() && o.holds(t)) {
+            plan_options.input_devices.insert(name.clone(), home.spec().space.clone());
+            plan_options.input_layouts.insert(name.clone(), strides_layout(t, INPUT_ALIGNMENT));
+            continue;
+        }
+        // Declared on a device but given elsewhere: `stowage run` puts it there before the runs (`Session::place`),
+        // in the layout declared for it.
+        if plan_options.input_devices.contains_key(name) {
+            continue;
+        }
+        let Some(mut actual) = layout_of(t) else { continue };
         if let Some(declared) = plan_options.input_layouts.get(name) {
             let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
             // Axes of extent 1 are never stepped: their strides do not matter.
@@ -163,6 +189,9 @@ pub(crate) fn make_plan(
                     actual.describe()
                 )));
             }
+            // The alignment declared is what the caller promises: an address that happens to be more aligned
+            // this time does not change the plan (built code's plan and a run's agree, whatever the allocator).
+            actual.alignment = actual.alignment.min(declared.alignment.max(1));
         }
         plan_options.input_layouts.insert(name.clone(), actual);
     }
@@ -186,6 +215,11 @@ pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
     let bytes = t.storage().host_bytes()?;
     let address = bytes.as_ptr() as usize + t.layout().offset();
     let alignment = if address == 0 { 4096 } else { (1usize << address.trailing_zeros()).min(4096) };
+    Some(strides_layout(t, alignment))
+}
+
+/// The layout `t`'s strides describe, its base address taken to be `alignment`-aligned.
+fn strides_layout(t: &Tensor<'_>, alignment: usize) -> InputLayout {
     let (strides, shape) = (t.layout().strides(), t.shape());
     let rank = shape.len();
     let mut order: Vec<usize> = (0..rank).collect();
@@ -208,7 +242,7 @@ pub fn layout_of(t: &Tensor<'_>) -> Option<InputLayout> {
         layout.strided = Some(strides.to_vec());
     }
     layout.view = !t.is_whole_storage();
-    Some(layout)
+    layout
 }
 
 /// Checks a given input against the model's declaration of it (or its `--input-shape`): datum type, rank and every

@@ -86,6 +86,8 @@ impl Built {
             planning: Planning {
                 input_layouts: pairs(self.input_layouts),
                 states: pairs(self.states),
+                // The built plan says where each input lives.
+                input_devices: Vec::new(),
                 pins: Vec::new(),
                 max_copies: self.max_copies,
                 max_copy_bytes: self.max_copy_bytes,

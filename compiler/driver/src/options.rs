@@ -89,6 +89,10 @@ pub struct Planning {
     /// `(output, input)`: an output fed back as the next run's input. Over `repeat` runs, run k+1 gets run k's
     /// output as is, wherever it is.
     pub states: Vec<(String, String)>,
+    /// `(input, target)`: an input that already lives on a device when a run starts (`--input-device`), the target
+    /// named as in `--target` or by its memory space (`opencl:0`). A tensor given for it must be held there
+    /// ([`crate::OpenedTarget::holds`]); `stowage run` puts its file there before the runs ([`crate::Session::place`]).
+    pub input_devices: Vec<(String, String)>,
     /// `(node, target)`: nodes placed by hand (the library's [`PlanOptions::pin`]).
     pub pins: Vec<(String, String)>,
     /// At most this many copies per run.

@@ -54,6 +54,9 @@ pub struct Outcome {
     pub ledger: Ledger,
     /// Transfers made once when the program was made (its constants to a device).
     pub setup_copies: Vec<Move>,
+    /// Inputs put on the device they are declared to live on (`--input-device`) before the runs, as a caller
+    /// holding them there would have: not a run's copies.
+    pub placed_inputs: Vec<Move>,
     /// The memory path of each device target used, when one is (`unified memory: inputs imported in place` …).
     pub path: Option<String>,
     /// The plan that ran.
@@ -85,8 +88,11 @@ pub fn run_bytes(
     let compile_ms = session.compile_ms;
     let ledger = Ledger::recording();
     // Inputs folded into the compilation (shape-setting ones) are not given at run time.
-    let mut given: Vec<(String, Tensor<'static>)> =
+    let given: Vec<(String, Tensor<'static>)> =
         inputs.into_iter().filter(|(n, _)| graph.inputs().iter().any(|&v| graph.value(v).name == *n)).collect();
+    // Inputs declared on a device (`--input-device`) are put there first, as their holder would.
+    let placing = Ledger::recording();
+    let mut given = session.place(given, &placing)?;
     let state_pairs: Vec<(usize, String)> = options
         .planning
         .states
@@ -154,6 +160,7 @@ pub fn run_bytes(
         const_bytes,
         ledger,
         setup_copies: setup.entries(),
+        placed_inputs: placing.entries(),
         path: path.map(|p| p.report),
         plan,
         built_path,

@@ -121,6 +121,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
         "planned_copies": crate::show::copies_json(&outcome.plan),
         "performed_copies": moves(&performed),
         "setup_copies": moves(&outcome.setup_copies),
+        "placed_inputs": moves(&outcome.placed_inputs),
         "bytes_moved": outcome.ledger.bytes_moved(),
         "peak_bytes": planned_peak,
         "peak_lower_bound_bytes": bound,

@@ -138,6 +138,27 @@ impl Session {
             let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
             values.insert(v, t.ok_or_else(|| DriverError::Input(format!("input '{name}' is missing")))?);
         }
+        // Inputs planned on a device: held there, each a fresh handle whose reads count in this run.
+        for planned in &self.plan.inputs {
+            let (Some(space), Some(&v)) =
+                (&planned.device, graph.inputs().iter().find(|&&v| graph.value(v).name == planned.name))
+            else {
+                continue;
+            };
+            let Some(t) = values.get(&v) else { continue };
+            let home = self.home(space)?;
+            if !home.holds(t) {
+                return Err(DriverError::Input(format!(
+                    "input '{}': planned as living on {space}, the tensor given is not held there (it is in {} \
+                     memory)",
+                    planned.name,
+                    t.space().name()
+                )));
+            }
+            let fresh =
+                home.resident(t, ledger).map_err(|e| DriverError::Input(format!("input '{}': {e}", planned.name)))?;
+            values.insert(v, fresh);
+        }
         let mut relaid: HashMap<ValueId, Tensor<'static>> = HashMap::new();
         for (&v, t) in &values {
             let name = &graph.value(v).name;
@@ -191,6 +212,46 @@ impl Session {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(RunResult { outputs, peaks })
+    }
+}
+
+impl Session {
+    /// The opened target whose memory space is `space`.
+    fn home(&self, space: &str) -> Result<&dyn OpenedTarget> {
+        let found = self.opened.iter().find(|o| o.spec().space == space);
+        found
+            .map(|o| o.as_ref())
+            .ok_or_else(|| DriverError::Plan(format!("no target of the plan has memory '{space}'")))
+    }
+
+    /// The backend's handle of the opened target whose memory space is `space` (`opencl:0`), for a caller that
+    /// makes memory beside it ([`OpenedTarget::handle`]); `None` when no target has that memory or its backend
+    /// offers none.
+    pub fn target_handle(&self, space: &str) -> Option<&dyn std::any::Any> {
+        self.opened.iter().find(|o| o.spec().space == space).and_then(|o| o.handle())
+    }
+
+    /// Puts the inputs the plan says live on a device (`--input-device`) there, as a caller holding them there
+    /// would before the runs: each move is recorded in `ledger` (not a run's). Other inputs are returned as given.
+    pub fn place(
+        &self,
+        inputs: Vec<(String, Tensor<'static>)>,
+        ledger: &Ledger,
+    ) -> Result<Vec<(String, Tensor<'static>)>> {
+        inputs
+            .into_iter()
+            .map(|(name, t)| {
+                let Some(space) = self.plan.inputs.iter().find(|i| i.name == name).and_then(|i| i.device.as_ref())
+                else {
+                    return Ok((name, t));
+                };
+                let home = self.home(space)?;
+                let t = t.with_name(name.as_str());
+                let placed =
+                    home.resident(&t, ledger).map_err(|e| DriverError::Input(format!("input '{name}': {e}")))?;
+                Ok((name, placed))
+            })
+            .collect()
     }
 }
 

@@ -99,6 +99,7 @@ pub fn json(plan: &Plan) -> serde_json::Value {
         "inputs": plan.inputs.iter().map(|i| serde_json::json!({
             "input": i.name,
             "layout": i.layout.describe(),
+            "lives_on": i.device.as_deref().unwrap_or("host"),
             "read": i.access.iter().map(|(space, a)| serde_json::json!({"space": space, "in_place": *a == plan::InputAccess::InPlace, "as_held": *a == plan::InputAccess::Held})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "states": plan.states.iter().map(|(o, i)| serde_json::json!({"output": o, "input": i})).collect::<Vec<_>>(),

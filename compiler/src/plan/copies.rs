@@ -1,5 +1,6 @@
 //! Copy insertion: a transfer or relayout only where a value's producer and a consumer disagree, at most one per
-//! value and destination space. Graph inputs are the caller's memory, on the host, in the caller's layout;
+//! value and destination space. Graph inputs are the caller's memory, on the host, in the caller's layout (or on
+//! a device, where the caller says they live: `resident.rs`);
 //! outputs stay where they were produced (lazy), and move only when the caller reads their bytes.
 
 use std::collections::{BTreeMap, HashSet};
@@ -209,6 +210,23 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
                         .get(&data.name)
                         .cloned()
                         .unwrap_or_else(|| InputLayout::packed(data.ty.rank()));
+                    if let Some(home) = options.input_devices.get(&data.name) {
+                        let home = targets.iter().map(|t| t.spec()).find(|s| s.space == *home);
+                        // Checked against the targets before planning (`check_options`).
+                        let Some(home) = home else { continue };
+                        let made = |kind, from: &str, to: &str, reason| PlannedCopy {
+                            from: from.to_string(),
+                            to: to.to_string(),
+                            ..copy(kind, from, reason, When::EveryRun)
+                        };
+                        let downloaded = seen.arrived(*v, "host");
+                        let (access, copies) = super::resident::access(home, here, &layout, downloaded, &made);
+                        for c in copies {
+                            seen.push(&mut out.copies, c);
+                        }
+                        out.input_access.insert(key, access);
+                        continue;
+                    }
                     let state = states.get(data.name.as_str());
                     let when = if state.is_some() { When::FirstRun } else { When::EveryRun };
                     let fed = |reason: String| match state {

@@ -20,6 +20,7 @@ pub mod layout;
 pub mod memory;
 mod overlap;
 pub mod placement;
+mod resident;
 pub mod segments;
 pub mod serial;
 pub mod show;
@@ -54,12 +55,22 @@ pub struct PlanOptions {
     /// True when the caller reads the outputs' bytes (`stowage run` writes them): outputs on discrete memory are
     /// then downloaded once each.
     pub read_outputs: bool,
+    /// Inputs that already live on a device, by input name: the memory space they live in (`--input-device`,
+    /// `resident.rs`).
+    pub input_devices: BTreeMap<String, String>,
 }
 
 impl PlanOptions {
     /// Sets an input's layout (the library's `--input-layout`).
     pub fn input_layout(mut self, input: impl Into<String>, layout: InputLayout) -> Self {
         self.input_layouts.insert(input.into(), layout);
+        self
+    }
+
+    /// Declares that `input` already lives in memory space `space` (a target's space, `opencl:0`) when a run
+    /// starts (`--input-device NAME=TARGET`): the caller hands a tensor held there.
+    pub fn input_device(mut self, input: impl Into<String>, space: impl Into<String>) -> Self {
+        self.input_devices.insert(input.into(), space.into());
         self
     }
 
@@ -125,6 +136,9 @@ pub struct PlanInput {
     pub layout: InputLayout,
     /// Per memory space that reads it: in place, or through its one copy.
     pub access: Vec<(String, InputAccess)>,
+    /// The memory space it lives in when a run starts, where the caller said (`--input-device`); `None`: the
+    /// host.
+    pub device: Option<String>,
 }
 
 impl PlanInput {
@@ -171,7 +185,7 @@ pub enum PlanError {
 
 /// Plans `graph` for `targets` (in order of preference).
 pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> Result<Plan, PlanError> {
-    check_options(graph, options)?;
+    check_options(graph, targets, options)?;
     let mut simplified = options.clone();
     for (name, layout) in simplified.input_layouts.iter_mut() {
         if let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == *name) {
@@ -195,7 +209,8 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
                 .take_while(|((input, _), _)| *input == name)
                 .map(|((_, space), a)| (space.clone(), a.clone()))
                 .collect();
-            PlanInput { name, layout, access }
+            let device = options.input_devices.get(&name).cloned();
+            PlanInput { name, layout, access, device }
         })
         .collect();
     let steps: Vec<(usize, Vec<KernelStep>)> = segments::segments_of(graph, &nodes)
@@ -217,7 +232,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
     Ok(plan)
 }
 
-fn check_options(graph: &Graph, options: &PlanOptions) -> Result<(), PlanError> {
+fn check_options(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> Result<(), PlanError> {
     let input = |name: &str| graph.inputs().iter().copied().find(|&v| graph.value(v).name == name);
     let names = |vs: Vec<&str>| vs.join(", ");
     let input_names = || names(graph.inputs().iter().map(|&v| graph.value(v).name.as_str()).collect());
@@ -227,6 +242,22 @@ fn check_options(graph: &Graph, options: &PlanOptions) -> Result<(), PlanError> 
             .ok_or_else(|| bad(format!("the model has no run-time input '{name}' (its inputs: {})", input_names())))?;
         let ty = graph.ty(v);
         layout.check(ty.dt, &ty.shape).map_err(|m| bad(format!("{m} (the input is {}{:?})", ty.dt, ty.shape)))?;
+    }
+    for (name, space) in &options.input_devices {
+        let bad = |message: String| PlanError::BadOption { option: format!("--input-device {name}={space}"), message };
+        input(name)
+            .ok_or_else(|| bad(format!("the model has no run-time input '{name}' (its inputs: {})", input_names())))?;
+        if !targets.iter().any(|t| t.spec().space == *space && !t.spec().is_host()) {
+            let devices: Vec<&str> =
+                targets.iter().filter(|t| !t.spec().is_host()).map(|t| t.spec().space.as_str()).collect();
+            return Err(bad(format!(
+                "'{space}' is not the memory of a device among the targets (theirs: {})",
+                if devices.is_empty() { "none".to_string() } else { devices.join(", ") }
+            )));
+        }
+        if options.states.iter().any(|(_, i)| i == name) {
+            return Err(bad(format!("'{name}' is a state input (--state): it is fed back where its output is made")));
+        }
     }
     for (out, inp) in &options.states {
         let bad = |message: String| PlanError::BadOption { option: format!("--state {out}={inp}"), message };

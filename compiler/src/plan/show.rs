@@ -33,7 +33,7 @@ pub fn text(plan: &Plan) -> String {
         let _ = writeln!(s, "  {name:<width$} {op:<18} {}: {}", plan.targets[p.target].name, p.reason);
     }
     s.push_str("inputs:\n");
-    for super::PlanInput { name, layout, access } in &plan.inputs {
+    for super::PlanInput { name, layout, access, device } in &plan.inputs {
         let reads: Vec<String> = access
             .iter()
             .map(|(space, a)| {
@@ -47,9 +47,10 @@ pub fn text(plan: &Plan) -> String {
                 )
             })
             .collect();
+        let lives = device.as_ref().map_or(String::new(), |d| format!(" on {d} (--input-device)"));
         let _ = writeln!(
             s,
-            "  {name}: {}; {}",
+            "  {name}: {}{lives}; {}",
             layout.describe(),
             if reads.is_empty() { "unused".to_string() } else { reads.join(", ") }
         );
@@ -115,12 +116,15 @@ pub fn dot(plan: &Plan, graph: &Graph) -> String {
     }
     s.push_str("  }\n");
     for &v in graph.inputs() {
-        let _ = writeln!(
-            s,
-            "  \"v{}\" [label=\"{}\", shape=ellipse, fillcolor=white];",
-            v.as_u32(),
-            esc(&graph.value(v).name)
-        );
+        let name = &graph.value(v).name;
+        // An input the caller holds on a device (`--input-device`) is drawn there, in its target's colour.
+        let home = plan.inputs.iter().find(|i| i.name == *name).and_then(|i| i.device.as_ref());
+        let target = home.and_then(|d| plan.targets.iter().position(|t| t.space == *d));
+        let (label, fill) = match (home, target) {
+            (Some(d), Some(t)) => (format!("{}\\non {d}", esc(name)), COLOURS[t % COLOURS.len()]),
+            _ => (esc(name), "white"),
+        };
+        let _ = writeln!(s, "  \"v{}\" [label=\"{label}\", shape=ellipse, fillcolor={fill}];", v.as_u32());
     }
     for (p, (name, op)) in plan.nodes.iter().zip(&plan.node_names) {
         let colour = COLOURS[p.target % COLOURS.len()];

@@ -96,7 +96,7 @@ fn new_mem(target: &Target, flags: u64, len: usize, host: *mut u8) -> Result<Buf
 }
 
 impl RawCl {
-    fn wrap(target: &Target, mem: Buffer<u8>, len: usize, host: Option<Backing>) -> RawCl {
+    pub(super) fn wrap(target: &Target, mem: Buffer<u8>, len: usize, host: Option<Backing>) -> RawCl {
         target.inner.live.fetch_add(1, Ordering::SeqCst);
         let (last_write, last_access) = (Mutex::new(None), Mutex::new(None));
         let (mem, parent, retired) = (ManuallyDrop::new(mem), None, Mutex::new(Vec::new()));
@@ -180,7 +180,7 @@ impl RawCl {
         self.0.last_write.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|e| e.get()).into_iter().collect()
     }
 
-    fn set_write(&self, e: Event) {
+    pub(super) fn set_write(&self, e: Event) {
         let e = Arc::new(e);
         self.accessed(&e);
         *self.0.last_write.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);

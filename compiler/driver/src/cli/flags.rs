@@ -57,6 +57,10 @@ pub struct PlanningFlags {
     /// An output fed back as the next run's input: OUT=IN. It stays on its device between runs.
     #[arg(long = "state", value_name = "OUT=IN")]
     pub states: Vec<String>,
+    /// An input that already lives on a device when a run starts: NAME=TARGET (a target of --target, or its
+    /// memory: opencl:0). `stowage run` puts the file's tensor there before the runs (report: placed_inputs).
+    #[arg(long = "input-device", value_name = "NAME=TARGET")]
+    pub input_devices: Vec<String>,
     /// Fail planning when a run would make more copies than this.
     #[arg(long = "max-copies", value_name = "N")]
     pub max_copies: Option<usize>,
@@ -80,6 +84,10 @@ impl PlanningFlags {
         for spec in &self.states {
             let (out, inp) = split_spec("--state", spec)?;
             p.states.push((out.to_string(), inp.to_string()));
+        }
+        for spec in &self.input_devices {
+            let (name, target) = split_spec("--input-device", spec)?;
+            p.input_devices.push((name.to_string(), target.to_string()));
         }
         Ok(p)
     }
