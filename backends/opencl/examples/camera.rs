@@ -40,9 +40,12 @@ pub struct Frames {
     pub median_ms: f64,
 }
 
-/// The planner's camera model.
+/// The planner's camera model (`STOWAGE_CAMERA_MODEL` names another copy, as on a machine the binary is carried to).
 pub fn model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/planning-examples/camera.onnx")
+    match std::env::var_os("STOWAGE_CAMERA_MODEL") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/planning-examples/camera.onnx"),
+    }
 }
 
 fn open(target: &str, on_device: bool) -> Result<Session, Box<dyn Error>> {
