@@ -98,6 +98,14 @@ pub enum RuntimeError {
         /// Why it cannot.
         reason: String,
     },
+    /// A DLPack tensor that cannot cross as it is (`dlpack.rs`).
+    #[error("DLPack tensor {tensor}: {reason}")]
+    Dlpack {
+        /// The tensor's name, or `<unnamed>`.
+        tensor: String,
+        /// Why.
+        reason: String,
+    },
     /// An allocation the system refused.
     #[error("tensor {tensor}: cannot allocate {bytes} bytes")]
     OutOfMemory {

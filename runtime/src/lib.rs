@@ -32,6 +32,7 @@ mod datum;
 pub mod derive_support;
 mod descriptor;
 mod device;
+mod dlpack;
 mod error;
 mod layout;
 pub mod lazy;
@@ -46,6 +47,7 @@ mod tensor;
 pub use datum::{Datum, DatumType};
 pub use descriptor::{LayoutSupport, MapMode, MapSupport, StorageDescriptor};
 pub use device::{device_input, device_input_as_held, DeviceBuffer, ReadMapping, Transferred, WriteMapping};
+pub use dlpack::{check as check_dlpack, datum_type, dlpack_type, Checked as CheckedDlpack, DlpackTensor};
 pub use error::{Result, RuntimeError};
 pub use layout::{Layout, LayoutKind, HOST_ALIGNMENT};
 pub use lazy::LazyHost;
@@ -60,5 +62,7 @@ pub use stowage_macros::TensorStorage;
 
 /// Re-exported so that backends and tests use the same version.
 pub use bytemuck;
+/// The DLPack ABI crate, for backends that export and import device tensors.
+pub use dlpark;
 /// Re-exported so that backends and tests use the same version.
 pub use half;

@@ -1,7 +1,8 @@
-//! A camera-like pipeline with no copy per frame: a producer (a kernel this example enqueues on its own queue,
-//! standing in for a decoder) writes each frame into an OpenCL buffer in stowage's context; stowage runs the
-//! planner's camera model on that buffer in place, the frame declared on the device (`input_devices`), and the
-//! ledger counts what each frame moved: nothing, on unified memory and on a discrete device alike.
+//! A camera-like pipeline with no copy per frame: a producer (a kernel this example enqueues on its own queue in
+//! its own context, standing in for a decoder) writes each frame into an OpenCL buffer; stowage, opened in that
+//! context (`Target::from_raw`, adopted by the session), runs the planner's camera model on the buffer in place,
+//! the frame declared on the device (`input_devices`), the producer's event ordering the two queues; the ledger
+//! counts what each frame moved: nothing, on unified memory and on a discrete device alike.
 //!
 //!     "$PY" scripts/onnx/planning_examples.py      # writes target/planning-examples/camera.onnx
 //!     cargo run -p stowage-opencl --example camera [-- TARGET [FRAMES]]
@@ -11,6 +12,7 @@
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use opencl3::command_queue::CommandQueue;
@@ -19,7 +21,7 @@ use opencl3::kernel::{ExecuteKernel, Kernel};
 use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
 use stowage_driver::pipeline::{RunOptions, Session};
-use stowage_driver::Registry;
+use stowage_driver::{Adopted, Registry};
 use stowage_opencl::{ClBuffer, Target};
 use stowage_runtime::{DatumType, Layout, Ledger, Tensor};
 
@@ -48,12 +50,14 @@ pub fn model() -> PathBuf {
     }
 }
 
-fn open(target: &str, on_device: bool) -> Result<Session, Box<dyn Error>> {
+fn open(target: &str, adopted: Option<&Target>) -> Result<Session, Box<dyn Error>> {
     let mut options = RunOptions::new(Registry::new(&[&stowage_opencl::KIND])?);
     options.target = target.to_string();
     // Outputs stay on the device: the next stage (a renderer, a tracker) would read them there.
     options.read_outputs = false;
-    if on_device {
+    if let Some(t) = adopted {
+        // The session works in the decoder's context, and the frame lives there.
+        options.adopted = Adopted(vec![Arc::new(t.clone())]);
         options.planning.input_devices.push(("frame".into(), "opencl:0".into()));
     }
     let path = model();
@@ -64,16 +68,19 @@ fn open(target: &str, on_device: bool) -> Result<Session, Box<dyn Error>> {
 
 /// Runs `frames` frames of the producer through the camera model on `target`.
 pub fn run(target: &str, frames: usize) -> Result<Frames, Box<dyn Error>> {
-    let session = open(target, true)?;
-    let device =
-        session.target_handle("opencl:0").and_then(|h| h.downcast_ref::<Target>()).ok_or("no OpenCL target")?;
-    // The producer's context is stowage's: a reference of its own, released when `context` is dropped.
-    // SAFETY: the target's context is valid while `session` lives, which outlives `context`.
-    unsafe { opencl3::context::context::retain_context(device.raw_context()) }
-        .map_err(|e| format!("clRetainContext: {e}"))?;
-    let context = Context::new(device.raw_context(), &[device.raw_device()]);
+    // The decoder's own context and queue.
+    let (device, _) = stowage_opencl::devices()?.into_iter().next().ok_or("no OpenCL device")?;
+    let context = Context::from_device(&device)?;
     // SAFETY: the device is the context's.
-    let queue = unsafe { CommandQueue::create_with_properties(&context, device.raw_device(), 0, 0) }?;
+    let queue = unsafe { CommandQueue::create_with_properties(&context, device.id(), 0, 0) }?;
+    // stowage opened in that context, and the session adopting it.
+    // SAFETY: valid handles of one context.
+    let shared = unsafe { Target::from_raw(context.get(), device.id(), target.ends_with(":discrete")) }?;
+    let session = open(target, Some(&shared))?;
+    let held = session.target_handle("opencl:0").and_then(|h| h.downcast_ref::<Target>()).ok_or("no OpenCL target")?;
+    if held.raw_context() != context.get() {
+        return Err("the session did not adopt the decoder's context".into());
+    }
     let program =
         Program::create_and_build_from_source(&context, PRODUCER, "").map_err(|log| format!("producer: {log}"))?;
     let kernel = Kernel::create(&program, "produce")?;
@@ -94,7 +101,7 @@ pub fn run(target: &str, frames: usize) -> Result<Frames, Box<dyn Error>> {
         }?;
         // SAFETY: a valid buffer and event of the target's context.
         let wrapped = unsafe {
-            ClBuffer::from_raw(device, "frame", frame.get(), DatumType::U8, &SHAPE, &layout, Some(ready.get()))
+            ClBuffer::from_raw(held, "frame", frame.get(), DatumType::U8, &SHAPE, &layout, Some(ready.get()))
         }?;
         let input = wrapped.input("frame", &SHAPE, &layout)?;
         let ledger = Ledger::recording();
@@ -109,7 +116,7 @@ pub fn run(target: &str, frames: usize) -> Result<Frames, Box<dyn Error>> {
     // Frame 0 of the producer: (i * 7 + 0 * 13) % 251.
     let host: Vec<u8> = (0..len).map(|i| ((i as u32 * 7) % 251) as u8).collect();
     let reference =
-        open(target, false)?.run(&[("frame".to_string(), Tensor::from_slice(&SHAPE, &host)?)], &Ledger::off())?;
+        open(target, None)?.run(&[("frame".to_string(), Tensor::from_slice(&SHAPE, &host)?)], &Ledger::off())?;
     let got = first.ok_or("no frame ran")?[0].to_vec::<f32>()?;
     let want = reference.outputs[0].to_vec::<f32>()?;
     let max_difference = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);

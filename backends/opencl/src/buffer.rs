@@ -228,7 +228,9 @@ pub(crate) enum Backing {
     Imported(Arc<dyn TensorStorage>),
 }
 
+mod dlpack;
 mod external;
+pub use dlpack::{export_dlpack, import_dlpack};
 pub mod raw;
 
 // SAFETY: the mapping is a pointer into a mapped region that stays valid (and is only reached through this

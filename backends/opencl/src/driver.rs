@@ -38,8 +38,18 @@ impl TargetKind for OpenClKind {
         }
     }
 
-    fn open(&self, target: &str, _options: &OpenOptions, graph: &Graph) -> Result<Box<dyn OpenedTarget>, BackendError> {
-        let device = Target::open(target)?;
+    /// A target the caller opened (`OpenOptions::adopted`: a `Target` on the same device, taken the same way,
+    /// perhaps in the caller's own context, `Target::from_raw`) is used as it is; otherwise one is opened.
+    fn open(&self, target: &str, options: &OpenOptions, graph: &Graph) -> Result<Box<dyn OpenedTarget>, BackendError> {
+        let (index, discrete) = crate::parse_target(target)?;
+        let adopted = options.adopted.0.iter().filter_map(|a| a.downcast_ref::<Target>()).find(|t| {
+            let mode = if t.info().unified && !discrete { Mode::Unified } else { Mode::Discrete };
+            t.info().index == index && t.mode() == mode
+        });
+        let device = match adopted {
+            Some(t) => t.clone(),
+            None => Target::open(target)?,
+        };
         let view = PlanTarget::new(target, device.info(), device.mode(), graph)?;
         Ok(Box::new(OpenedDevice { device, view, arena: Default::default() }))
     }

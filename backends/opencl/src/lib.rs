@@ -23,7 +23,7 @@ mod lower;
 mod plan;
 mod program;
 
-pub use buffer::{ClBuffer, Staging};
+pub use buffer::{export_dlpack, import_dlpack, ClBuffer, Staging};
 pub use device::{describe_devices, descriptor_for, devices, parse_target, DeviceInfo, Mode, Target};
 pub use driver::KIND;
 pub use error::{ClError, Result};

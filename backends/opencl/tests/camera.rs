@@ -1,6 +1,7 @@
-//! The camera example (`examples/camera.rs`) as a test: a producer kernel writes each frame into an OpenCL buffer
-//! in stowage's context, and the camera model runs on it in place, on unified memory and through the discrete path:
-//! no ledger entry for any frame, and the first frame's output equals the same model run on the frame from host memory.
+//! The camera example (`examples/camera.rs`) as a test: a producer kernel in its own context writes each frame
+//! into an OpenCL buffer, and a session adopting that context runs the camera model on it in place, on unified
+//! memory and through the discrete path: no ledger entry for any frame, and the first frame's output equals the
+//! same model run on the frame from host memory.
 
 #[path = "../examples/camera.rs"]
 mod camera;

@@ -172,3 +172,34 @@ fn a_buffer_of_another_target_is_one_counted_copy() {
     let twice: Vec<f32> = want().iter().map(|v| v.tanh()).collect();
     close(&z[0].to_vec::<f32>().expect("reads"), &twice);
 }
+
+#[test]
+fn an_output_crosses_dlpack_in_place_and_comes_back_as_an_input_with_no_copy() {
+    for discrete in PATHS {
+        let (_, _, target) = caller(discrete);
+        let program = stowage_opencl::lower(&graph(), &target, &Ledger::off()).expect("lowers");
+        let x = Tensor::from_slice(&SHAPE, &values()).expect("x");
+        let y = program.run(vec![x], &Ledger::off()).expect("runs").remove(0);
+        let exported = stowage_opencl::export_dlpack(&y).expect("exports");
+        let described = exported.validate().expect("valid");
+        assert_eq!(described.device().device_type, stowage_runtime::dlpark::ffi::DLDeviceType::OPENCL);
+        assert_eq!(described.data_ptr() as usize, ClBuffer::of(&y).expect("device").raw_mem() as usize, "in place");
+        assert_eq!(described.shape(), &[2, 3, 5]);
+        drop(y); // the export keeps the buffer
+        let again = stowage_opencl::import_dlpack(&target, exported, "y", 1 << 20).expect("imports");
+        let ledger = Ledger::recording();
+        let z = program.run(vec![again], &ledger).expect("runs");
+        assert!(ledger.entries().is_empty(), "discrete {discrete}: {:?}", ledger.entries());
+        let twice: Vec<f32> = want().iter().map(|v| v.tanh()).collect();
+        close(&z[0].to_vec::<f32>().expect("reads"), &twice);
+    }
+    // A host tensor is not OpenCL's to import or export.
+    let (_, _, target) = caller(false);
+    let host = Tensor::from_slice(&SHAPE, &values()).expect("x").with_name("h");
+    let err = stowage_opencl::export_dlpack(&host).err().expect("a host tensor is refused").to_string();
+    assert!(err.starts_with("DLPack tensor h: it is in host memory, not OpenCL's"), "{err}");
+    let err = stowage_opencl::import_dlpack(&target, host.to_dlpack().expect("exports"), "h", 1 << 20)
+        .expect_err("a CPU tensor")
+        .to_string();
+    assert!(err.contains("DLPack tensor h: it is on device type 1 (id 0); this import takes 4"), "{err}");
+}

@@ -50,6 +50,20 @@ pub struct OpenOptions {
     /// them ([`ObjectCode::items`]). A backend takes its own table (by downcasting) and finds every kernel its
     /// lowering asks for there instead of compiling it; a missing one is an error. Other backends ignore it.
     pub linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
+    /// Targets the caller opened itself, in its own way (OpenCL: a `stowage_opencl::Target` made in the caller's
+    /// context with `Target::from_raw`): a kind that finds one of its own type for the target it opens takes it
+    /// instead of opening another, so the session works in the caller's context. Others ignore them.
+    pub adopted: Adopted,
+}
+
+/// Handles of targets a caller opened itself ([`OpenOptions::adopted`]), each downcast by the kind it is for.
+#[derive(Clone, Default)]
+pub struct Adopted(pub Vec<std::sync::Arc<dyn std::any::Any + Send + Sync>>);
+
+impl fmt::Debug for Adopted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} adopted target(s)", self.0.len())
+    }
 }
 
 /// One target opened for one graph.

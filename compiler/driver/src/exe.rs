@@ -93,6 +93,7 @@ impl Built {
                 max_copy_bytes: self.max_copy_bytes,
             },
             read_outputs,
+            adopted: Default::default(),
             built_graph: Some(BuiltGraph { graph: self.graph, constants: (self.constants)(), inputs: self.inputs }),
             built_plans: std::iter::once(BuiltPlan { path: self.path, plan: self.plan })
                 .chain(self.other.map(|(path, _, plan)| BuiltPlan { path, plan }))

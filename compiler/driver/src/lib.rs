@@ -23,8 +23,8 @@ mod staging;
 pub mod targets;
 
 pub use backend::{
-    BackendError, Executable, KindSource, MemoryPath, ObjectCode, OpenOptions, OpenedTarget, Ran, Registry, StepTimes,
-    TargetKind,
+    Adopted, BackendError, Executable, KindSource, MemoryPath, ObjectCode, OpenOptions, OpenedTarget, Ran, Registry,
+    StepTimes, TargetKind,
 };
 pub use error::{DriverError, Result};
 pub use progress::Progress;

@@ -36,6 +36,9 @@ pub struct RunOptions {
     /// In built code: the kernels linked in, handed to every target opened
     /// ([`OpenOptions::linked`](crate::OpenOptions::linked)).
     pub linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
+    /// Targets the caller opened itself, taken by the kinds they are for instead of opening their own
+    /// ([`OpenOptions::adopted`](crate::OpenOptions::adopted)): a session in the caller's OpenCL context.
+    pub adopted: crate::backend::Adopted,
 }
 
 impl RunOptions {
@@ -52,7 +55,13 @@ impl RunOptions {
             built_plans: Vec::new(),
             built_graph: None,
             linked: None,
+            adopted: Default::default(),
         }
+    }
+
+    /// What each target is told when it is opened.
+    pub fn open_options(&self) -> crate::backend::OpenOptions {
+        crate::backend::OpenOptions { threads: self.threads, linked: self.linked, adopted: self.adopted.clone() }
     }
 }
 

@@ -173,7 +173,7 @@ pub fn plan_only(model: &Path, options: &RunOptions) -> Result<(Context, Plan)> 
     let bytes = read_model(model)?;
     let progress = Progress::start(model);
     let mut cx = compile(&bytes, model, &[], options, &progress, false)?;
-    let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+    let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
     place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;
     progress.finish();

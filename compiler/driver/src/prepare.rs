@@ -61,7 +61,7 @@ pub fn prepare_build(bytes: &[u8], model: &Path, options: &RunOptions, prefix: &
     let progress = Progress::start(model);
     let mut cx = compile(bytes, model, &[], options, &progress, false)?;
     progress.phase("planning");
-    let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+    let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
     // Planned as built code holds it: constants where the image puts them.
     place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;

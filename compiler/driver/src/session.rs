@@ -62,7 +62,7 @@ impl Session {
             None => compile(bytes, model, inputs, options, &progress, !inputs.is_empty())?,
         };
         progress.phase("planning");
-        let opened = targets::open(&options.registry, &options.target, options.threads, options.linked, &cx.graph)?;
+        let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
         if options.built_graph.is_none() {
             place_constants(&mut cx.graph, &opened)?;
         }

@@ -25,20 +25,18 @@ pub fn check(registry: &Registry, list: &str) -> Result<Vec<String>> {
 pub fn open(
     registry: &Registry,
     list: &str,
-    threads: usize,
-    linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
+    options: &OpenOptions,
     graph: &Graph,
 ) -> Result<Vec<Box<dyn OpenedTarget>>> {
-    let max = crate::flags::MAX_THREADS;
+    let (max, threads) = (crate::flags::MAX_THREADS, options.threads);
     if threads > max as usize {
         return Err(DriverError::TooManyThreads { threads, max });
     }
-    let options = OpenOptions { threads, linked };
     let mut opened: Vec<Box<dyn OpenedTarget>> = Vec::new();
     for name in check(registry, list)? {
         let target = registry
             .kind_of(&name)?
-            .open(&name, &options, graph)
+            .open(&name, options, graph)
             .map_err(|e| DriverError::Open { target: name.clone(), message: e.to_string() })?;
         let spec = target.spec();
         if !space_fits(&spec.space, &spec.memory) {

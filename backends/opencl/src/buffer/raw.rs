@@ -29,6 +29,9 @@ pub struct ClMem {
     /// released after an older one that overlaps it, once kernels have used both (`tests/regions.rs`); releasing
     /// in the reverse of the order they were made in is safe there and everywhere.
     pub(super) retired: Mutex<Vec<(u64, Buffer<u8>)>>,
+    /// What else must live as long as the memory: a DLPack producer's managed tensor (`buffer/dlpack.rs`), whose
+    /// deleter runs when this is dropped, after the memory object's release.
+    pub(super) keep: Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 /// The order regions are made in, across every allocation.
@@ -111,6 +114,7 @@ impl RawCl {
             parent,
             offset,
             retired,
+            keep: Mutex::new(None),
         }))
     }
 
@@ -140,7 +144,8 @@ impl RawCl {
         let parent = Some((self.clone(), NEXT_REGION.fetch_add(1, Ordering::SeqCst)));
         let (mem, retired) = (ManuallyDrop::new(mem), Mutex::new(Vec::new()));
         let host = None;
-        let mem = ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, offset, retired };
+        let keep = Mutex::new(None);
+        let mem = ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, offset, retired, keep };
         Ok(RawCl(Arc::new(mem)))
     }
 
