@@ -36,6 +36,10 @@ for run in "mixed $TARGET,cpu" "camera $TARGET" "camera cpu"; do
   "$BIN" run "$ex/$1.onnx" --input "$ex/$1_input.pb" --target "$2" --input-layout "$( [ "$1" = camera ] && echo frame=nhwc,row-pitch=2048 || echo x=row-major)" --repeat 5 --report "$rep" | tail -1 | sed "s/^/$1 on $2: /"
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  planned per run:', [(c['kind'], c['value'], c['bytes']) for c in r['planned_copies']]); print('  performed over 5 runs:', len(r['performed_copies']), 'copies,', r['bytes_moved'], 'bytes'); print('  placement:', sorted({(p['op'], p['target']) for p in r['placement']}))" "$rep"
 done
+echo "--- the camera frame already on the device (--input-device): placed once, then no copy per run"
+rep=$(mktemp)
+"$BIN" run "$ex/camera.onnx" --input "$ex/camera_input.pb" --target "$TARGET" --input-device frame=opencl:0 --repeat 20 --report "$rep" | tail -1
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('  placed before the runs:', [(c['kind'], c['value'], c['bytes']) for c in r['placed_inputs']]); print('  performed over 20 runs:', len(r['performed_copies']), 'copies'); sys.exit(len(r['performed_copies']) > 1)" "$rep" || status=1
 echo "--- executables built on PoCL for opencl: the plan each picks on this device, and the output"
 built_check() {
   local exe=$1 input=$2 ref=$3 out
