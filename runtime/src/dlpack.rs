@@ -122,6 +122,32 @@ pub fn check<M: ManagedTensorBase>(
     Ok(Checked { dt, shape, layout, span, data, device })
 }
 
+/// `tensor`'s datum type, shape and element strides with `data`, `device` and `byte_offset` as a managed DLPack
+/// tensor, flagged read-only, holding a handle to `tensor` until its deleter runs (rules 1 and 2). Backends
+/// export their device tensors through it.
+///
+/// # Safety
+/// `data` and `byte_offset`, with the tensor's strides, describe memory on `device` that the tensor's storage
+/// keeps alive and unmoved.
+pub unsafe fn export(
+    tensor: &Tensor<'static>,
+    data: *mut c_void,
+    device: DLDevice,
+    byte_offset: usize,
+) -> Result<DlpackTensor> {
+    let name = tensor.name_or_unnamed();
+    let as_i64 = |v: usize| i64::try_from(v).map_err(|_| refused(name, format!("{v} does not fit DLPack's i64")));
+    let shape = tensor.shape().iter().map(|&d| as_i64(d)).collect::<Result<Vec<_>>>()?;
+    let strides = tensor.layout().strides().iter().map(|&s| as_i64(s)).collect::<Result<Vec<_>>>()?;
+    let fail = |e: &dyn std::fmt::Display| refused(name, e.to_string());
+    let mut made = Dynamic::new(shape, strides).initialize(Box::new(tensor.clone())).map_err(|e| fail(&e))?;
+    made.set_data(data).set_dtype(dlpack_type(tensor.dt())).set_device(device);
+    made.set_byte_offset(byte_offset as u64);
+    made.set_flags(DlpackFlags::READ_ONLY).map_err(|e| fail(&e))?;
+    // SAFETY: the caller's promise: the descriptor is the tensor's memory, which the owner keeps alive.
+    Ok(unsafe { made.finish() })
+}
+
 impl Tensor<'static> {
     /// This tensor as a managed DLPack tensor on the CPU, in place (rules 1 to 3).
     pub fn to_dlpack(&self) -> Result<DlpackTensor> {
@@ -136,18 +162,9 @@ impl Tensor<'static> {
             )
         })?;
         let data = bytes.as_ptr().cast_mut().cast::<c_void>();
-        let as_i64 = |v: usize| i64::try_from(v).map_err(|_| refused(&name, format!("{v} does not fit DLPack's i64")));
-        let shape = self.shape().iter().map(|&d| as_i64(d)).collect::<Result<Vec<_>>>()?;
-        let strides = self.layout().strides().iter().map(|&s| as_i64(s)).collect::<Result<Vec<_>>>()?;
-        let owner = Box::new(self.clone());
-        let fail = |e: &dyn std::fmt::Display| refused(&name, e.to_string());
-        let mut made = Dynamic::new(shape, strides).initialize(owner).map_err(|e| fail(&e))?;
-        made.set_data(data).set_dtype(dlpack_type(self.dt())).set_device(DLDevice::CPU);
-        made.set_byte_offset(self.layout().offset() as u64);
-        made.set_flags(DlpackFlags::READ_ONLY).map_err(|e| fail(&e))?;
-        // SAFETY: the data pointer, strides and offset describe the storage's bytes, which the owner (a handle
-        // to this tensor) keeps alive and unmoved until the deleter drops it.
-        Ok(unsafe { made.finish() })
+        // SAFETY: the data pointer, strides and offset describe the storage's bytes, which the export's handle to
+        // this tensor keeps alive and unmoved until the deleter drops it.
+        unsafe { export(self, data, DLDevice::CPU, self.layout().offset()) }
     }
 
     /// A managed DLPack tensor on the CPU as a tensor named `name`, in place (rules 4 and 5); at most `limit`

@@ -47,7 +47,9 @@ mod tensor;
 pub use datum::{Datum, DatumType};
 pub use descriptor::{LayoutSupport, MapMode, MapSupport, StorageDescriptor};
 pub use device::{device_input, device_input_as_held, DeviceBuffer, ReadMapping, Transferred, WriteMapping};
-pub use dlpack::{check as check_dlpack, datum_type, dlpack_type, Checked as CheckedDlpack, DlpackTensor};
+pub use dlpack::{
+    check as check_dlpack, datum_type, dlpack_type, export as export_dlpack, Checked as CheckedDlpack, DlpackTensor,
+};
 pub use error::{Result, RuntimeError};
 pub use layout::{Layout, LayoutKind, HOST_ALIGNMENT};
 pub use lazy::LazyHost;

@@ -11,8 +11,7 @@
 //!    naming the tensor.
 
 use stowage_runtime::dlpark::ffi::{DLDevice, DLDeviceType};
-use stowage_runtime::dlpark::metadata::Dynamic;
-use stowage_runtime::dlpark::{DlpackFlags, Managed, ManagedTensorBase};
+use stowage_runtime::dlpark::{Managed, ManagedTensorBase};
 use stowage_runtime::{DlpackTensor, Tensor};
 
 use super::ClBuffer;
@@ -33,19 +32,14 @@ pub fn export_dlpack(tensor: &Tensor<'static>) -> Result<DlpackTensor> {
         )
     })?;
     buffer.wait_done().map_err(|e| refused(&name, e.to_string()))?;
-    let as_i64 = |v: usize| i64::try_from(v).map_err(|_| refused(&name, format!("{v} does not fit DLPack's i64")));
-    let shape = tensor.shape().iter().map(|&d| as_i64(d)).collect::<Result<Vec<_>>>()?;
-    let strides = tensor.layout().strides().iter().map(|&s| as_i64(s)).collect::<Result<Vec<_>>>()?;
     let device = DLDevice { device_type: DLDeviceType::OPENCL, device_id: buffer.device_index() as i32 };
-    let (mem, offset) = (buffer.raw_mem(), buffer.raw_offset() + tensor.layout().offset());
-    let fail = |e: &dyn std::fmt::Display| refused(&name, e.to_string());
-    let mut made = Dynamic::new(shape, strides).initialize(Box::new(tensor.clone())).map_err(|e| fail(&e))?;
-    made.set_data(mem.cast()).set_dtype(stowage_runtime::dlpack_type(tensor.dt())).set_device(device);
-    made.set_byte_offset(offset as u64);
-    made.set_flags(DlpackFlags::READ_ONLY).map_err(|e| fail(&e))?;
-    // SAFETY: the data pointer is the buffer's memory object, which the owner (a handle to the tensor, and so to
+    let offset = buffer.raw_offset() + tensor.layout().offset();
+    // SAFETY: the data pointer is the buffer's memory object, which the export's handle to the tensor (and so to
     // the buffer) keeps retained until the deleter drops it; offset and strides describe the tensor there.
-    Ok(unsafe { made.finish() })
+    unsafe { stowage_runtime::export_dlpack(tensor, buffer.raw_mem().cast(), device, offset) }.map_err(|e| match e {
+        stowage_runtime::RuntimeError::Dlpack { reason, .. } => refused(&name, reason),
+        other => refused(&name, other.to_string()),
+    })
 }
 
 /// A managed DLPack tensor on `target`'s OpenCL device as the input tensor `name`, in place (rule 2); at most
