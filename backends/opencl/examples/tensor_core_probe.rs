@@ -16,7 +16,7 @@ use opencl3::kernel::{ExecuteKernel, Kernel};
 use opencl3::memory::{Buffer, CL_MEM_READ_WRITE};
 use opencl3::platform::get_platforms;
 use opencl3::program::Program;
-use opencl3::types::{CL_BLOCKING, CL_NON_BLOCKING};
+use opencl3::types::CL_BLOCKING;
 
 const SOURCE: &str = r#"
 __kernel void mma_tf32(__global const float* A, __global const float* B, __global float* D) {
@@ -122,8 +122,9 @@ fn run<T: Copy + Default>(
     let kernel = Kernel::create(program, name)?;
     let mut buffers = Vec::new();
     for bytes in inputs {
-        // SAFETY: no host pointer; then a blocking write of exactly its length.
+        // SAFETY: no host pointer.
         let mut b = unsafe { Buffer::<u8>::create(cx, CL_MEM_READ_WRITE, bytes.len(), std::ptr::null_mut()) }?;
+        // SAFETY: a blocking write of exactly the buffer's length.
         unsafe { queue.enqueue_write_buffer(&mut b, CL_BLOCKING, 0, bytes, &[]) }?;
         buffers.push(b);
     }
@@ -139,7 +140,7 @@ fn run<T: Copy + Default>(
     unsafe { launch.set_arg(&result).set_global_work_size(32).set_local_work_size(32).enqueue_nd_range(queue) }?;
     let mut host = vec![0u8; bytes];
     // SAFETY: a blocking read of the whole output.
-    unsafe { queue.enqueue_read_buffer(&result, CL_NON_BLOCKING, 0, &mut host, &[]) }?;
+    unsafe { queue.enqueue_read_buffer(&result, CL_BLOCKING, 0, &mut host, &[]) }?;
     queue.finish()?;
     let mut values = vec![T::default(); out];
     // SAFETY: `host` holds `out` values of `T`, which are plain numbers.
@@ -199,7 +200,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
     let a: Vec<f32> = (0..16 * 16).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
     let b: Vec<f32> = (0..16 * 8).map(|i| ((i * 3) % 7) as f32 - 3.0).collect();
-    let halves = |v: &[f32]| -> Vec<u16> { v.iter().map(|&x| stowage_runtime::half::f16::from_f32(x).to_bits()).collect() };
+    let halves =
+        |v: &[f32]| -> Vec<u16> { v.iter().map(|&x| stowage_runtime::half::f16::from_f32(x).to_bits()).collect() };
     verdict(
         "mma.sync m16n8k16 f16",
         run::<f32>(&cx, &queue, &program, "mma_f16", &[&as_bytes(&halves(&a)), &as_bytes(&halves(&b))], 128)
@@ -221,7 +223,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         let r = run::<u32>(&cx, &queue, &program, &name, &[&as_bytes(&m)], 128)?;
         for l in [0usize, 1, 31] {
             let wide = r[l * 4] as u64 | ((r[l * 4 + 1] as u64) << 32);
-            println!("lane {l}: (ulong)&tile = {wide:#x}, (uint) = {:#x}, ld.shared there = {} (want {})", r[l * 4 + 2], r[l * 4 + 3], l * 8);
+            println!(
+                "lane {l}: (ulong)&tile = {wide:#x}, (uint) = {:#x}, ld.shared there = {} (want {})",
+                r[l * 4 + 2],
+                r[l * 4 + 3],
+                l * 8
+            );
         }
         return Ok(());
     }

@@ -45,6 +45,7 @@ pub fn is_expanded(op: &str) -> bool {
         || super::losses::LOSS_OPS.contains(&op)
         || super::attention::ATTENTION_OPS.contains(&op)
         || super::lp_pool::LP_POOL_OPS.contains(&op)
+        || super::windows::WINDOW_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -88,6 +89,7 @@ pub(super) fn expand(
         op if super::losses::LOSS_OPS.contains(&op) => super::losses::expand(&mut ex)?,
         op if super::attention::ATTENTION_OPS.contains(&op) => super::attention::expand(&mut ex)?,
         op if super::lp_pool::LP_POOL_OPS.contains(&op) => super::lp_pool::expand(&mut ex)?,
+        op if super::windows::WINDOW_OPS.contains(&op) => super::windows::expand(&mut ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),
     };
     ex.finish(outputs)

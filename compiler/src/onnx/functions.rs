@@ -111,10 +111,13 @@ fn normalize(ex: &mut Ex<'_, '_>, x: &str, dt: DatumType, axes: &[i64], eps: f64
 }
 
 /// The inputs of an expanded op that set its output's shape (as [`crate::ir::Op::static_inputs`] does for the
-/// others): the axes of the reductions, inputs from opset 18.
+/// others): the axes of the reductions (inputs from opset 18), a window's length, the one-hot depth.
 pub(super) fn static_inputs(op: &str, opset: i64) -> &'static [usize] {
     match op {
         "ReduceL1" | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" if opset >= 18 => &[1],
+        // The window's length and the one-hot depth set the output's shape (`windows.rs`, `masks.rs`).
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => &[0],
+        "OneHot" => &[1],
         _ => &[],
     }
 }

@@ -26,6 +26,7 @@ pub mod proto;
 mod rnn;
 pub mod tensor;
 mod unroll;
+mod windows;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -40,7 +41,7 @@ use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
 /// The ONNX op types of the default domain that stowage imports (this round's op set); those of
-/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] and [`lp_pool::LP_POOL_OPS`] are imported as small graphs of the others.
+/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] [`lp_pool::LP_POOL_OPS`] and [`windows::WINDOW_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Acos",
@@ -61,6 +62,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "BitwiseNot",
     "BitwiseOr",
     "BitwiseXor",
+    "BlackmanWindow",
     "Cast",
     "CastLike",
     "Ceil",
@@ -97,6 +99,8 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GreaterOrEqual",
     "GroupNormalization",
     "GRU",
+    "HammingWindow",
+    "HannWindow",
     "Hardmax",
     "HardSigmoid",
     "HardSwish",
