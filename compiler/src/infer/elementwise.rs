@@ -103,6 +103,20 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
             vec![ValueType::new(y.dt, shape)]
         }
         Op::Cast { to } => vec![ValueType::new(*to, x.shape.clone())],
+        // ONNX asks for the same bit width: the same shape, each element's bits read as `to`. A bool holds only 0
+        // and 1, so nothing is read as one.
+        Op::BitCast { to } if to.size_of() != x.dt.size_of() || *to == DatumType::Bool => {
+            let (to_bits, x_bits) = (8 * to.size_of(), 8 * x.dt.size_of());
+            return invalid(if *to == DatumType::Bool {
+                "to is bool, whose bytes hold only 0 or 1: BitCast cannot make one".to_string()
+            } else {
+                format!(
+                    "to is {to}, {to_bits} bits wide; the input is {}, {x_bits} bits: BitCast keeps the width",
+                    x.dt
+                )
+            });
+        }
+        Op::BitCast { to } => vec![ValueType::new(*to, x.shape.clone())],
         Op::Identity => vec![x.clone()],
         Op::Dropout { .. } => {
             ins.ints(2)?; // training_mode must be a constant: it decides what the op computes.

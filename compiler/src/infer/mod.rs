@@ -94,6 +94,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         | Op::Clip
         | Op::Where
         | Op::Cast { .. }
+        | Op::BitCast { .. }
         | Op::Identity
         | Op::Dropout { .. } => elementwise::infer(op, ins, outputs)?,
         Op::Conv(_)

@@ -376,6 +376,12 @@ pub enum Op {
         #[serde(with = "super::serial::datum_type")]
         to: DatumType,
     },
+    /// The same bits read as another datum type of the same width: X.
+    BitCast {
+        /// Target type.
+        #[serde(with = "super::serial::datum_type")]
+        to: DatumType,
+    },
     /// Convolution: X, W, B?.
     Conv(Conv),
     /// Max or average pooling over a window: X.
@@ -612,6 +618,7 @@ impl Op {
             Op::Clip => "Clip",
             Op::Where => "Where",
             Op::Cast { .. } => "Cast",
+            Op::BitCast { .. } => "BitCast",
             Op::Conv(_) => "Conv",
             Op::Pool(p) => match p.kind {
                 PoolKind::Max => "MaxPool",
@@ -667,6 +674,7 @@ impl Op {
         match self {
             Op::Unary(_)
             | Op::Cast { .. }
+            | Op::BitCast { .. }
             | Op::Pool(_)
             | Op::GlobalPool(_)
             | Op::Lrn { .. }
@@ -767,7 +775,7 @@ impl fmt::Display for OpAttrs<'_> {
                 Op::Unary(Unary::LeakyRelu { alpha }) => write!(w, "alpha={alpha}")?,
                 Op::Unary(Unary::HardSigmoid { alpha, beta }) => write!(w, "alpha={alpha} beta={beta}")?,
                 Op::Unary(Unary::Gelu { tanh: true }) => write!(w, "approximate=tanh")?,
-                Op::Cast { to } => write!(w, "to={to}")?,
+                Op::Cast { to } | Op::BitCast { to } => write!(w, "to={to}")?,
                 Op::Conv(c) => {
                     window(w, &c.window)?;
                     if c.group != 1 {

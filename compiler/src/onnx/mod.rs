@@ -57,6 +57,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Attention",
     "AveragePool",
     "BatchNormalization",
+    "BitCast",
     "BitShift",
     "BitwiseAnd",
     "BitwiseNot",

@@ -164,6 +164,11 @@ pub(crate) fn parse(
                 inputs.get(1).copied().flatten().ok_or_else(|| ParseError::Other("has no second input".into()))?;
             Ok(Parsed::Op(Op::Cast { to: like.dt }, vec![Slot::Onnx(0)]))
         }
+        "BitCast" => {
+            let to = a.int("to")?.ok_or_else(|| attr_err("to", "is required"))?;
+            let to = super::tensor::datum_type(to as i32).map_err(|m| attr_err("to", m))?;
+            op(Op::BitCast { to })
+        }
         "Cast" => {
             let to = a.int("to")?.ok_or_else(|| attr_err("to", "is required"))?;
             let to = super::tensor::datum_type(to as i32).map_err(|m| attr_err("to", m))?;

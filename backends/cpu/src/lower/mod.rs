@@ -426,6 +426,16 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
             let to = *to;
             Box::new(move |a, _| one(cast::cast(arg(a, 0)?, to)?))
         }
+        // The same bytes, packed, read as `to` (of the same width: checked at import).
+        Op::BitCast { to } => {
+            let to = *to;
+            Box::new(move |a, _| {
+                let x = arg(a, 0)?;
+                let mut bytes = vec![0u8; x.len() * x.dt().size_of()];
+                x.write_row_major(&mut bytes)?;
+                one(Tensor::from_bytes(to, x.shape(), &bytes)?)
+            })
+        }
         Op::Identity | Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze | Op::Unsqueeze | Op::Dropout { .. } => {
             if let Op::Dropout { .. } = op {
                 let training = const_ints(graph, inputs.get(2).copied().flatten())?.is_some_and(|t| t != [0]);
