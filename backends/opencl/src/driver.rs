@@ -184,8 +184,8 @@ impl OpenedTarget for OpenedDevice {
                 let host = t.storage().host_bytes().ok_or_else(|| format!("input '{name}' is not in host memory"))?;
                 let (start, end) = (layout.offset(), layout.span_bytes(dt, t.shape())?);
                 let bytes = host.get(start..end).ok_or_else(|| format!("input '{name}': its layout overruns it"))?;
-                let flat = [bytes.len() / dt.size_of()];
-                let up = <ClBuffer as stowage_runtime::DeviceBuffer>::upload(&self.device, dt, &flat, bytes)?;
+                // Device memory of its own, as a caller's buffer is: a host reader downloads it, as planned.
+                let up = ClBuffer::in_device_memory(&self.device, dt, bytes)?;
                 let space = self.device.space();
                 let tag = stowage_runtime::LedgerTag::new(ledger, name.as_str());
                 tag.record(
@@ -195,7 +195,7 @@ impl OpenedTarget for OpenedDevice {
                     bytes.len(),
                     || format!("put on {space} before the runs, where --input-device says it lives").into(),
                 );
-                (up.value, stowage_runtime::Layout::strided(layout.strides().to_vec(), 0))
+                (up, stowage_runtime::Layout::strided(layout.strides().to_vec(), 0))
             }
         };
         let tag = stowage_runtime::LedgerTag::new(ledger, name.as_str());

@@ -366,7 +366,7 @@ impl ClProgram {
 
     /// The buffer to run on for input `t`, held in OpenCL memory (`buffer/external.rs`, rule 5): this target's own
     /// memory used as is when packed, padded rows packed on the device (one relayout); another target's buffer
-    /// copied in once, through the host, as one counted copy. `None` leaves `t` to the host paths.
+    /// copied in through the host (a download and an upload, counted). `None` leaves `t` to the host paths.
     fn held_input(&self, held: &ClBuffer, t: &Tensor<'static>, ledger: &Ledger) -> Result<Option<ClBuffer>> {
         let name = t.name_or_unnamed();
         let packed = t.is_row_major() && t.is_whole_storage();
@@ -374,29 +374,23 @@ impl ClProgram {
             if packed {
                 return Ok(Some(held.with_shape(t.shape())));
             }
-            return match held.packed_on_device(t, ledger)? {
-                Some(b) => Ok(Some(b)),
-                None => Err(ClError::Input {
-                    input: name.to_string(),
-                    message: format!(
-                        "held on {} as {}: device memory is read packed or in padded rows only",
-                        self.target.space(),
-                        t.layout_kind()
-                    ),
-                }),
-            };
+            // Rows at one pitch are packed on the device; any other view (a transposed output) takes the host
+            // path, its download and upload counted.
+            return held.packed_on_device(t, ledger);
         }
         if !packed || t.is_host_readable() {
             return Ok(None);
         }
+        // Another target's memory: read to the host and written here, each counted, as the plan counts a value
+        // crossing between devices.
         let transfer = |m: String| ClError::Transfer { value: name.to_string(), message: m };
         let bytes = held.read_now()?;
         let up = <ClBuffer as DeviceBuffer>::upload(&self.target, t.dt(), t.shape(), &bytes)
             .map_err(|e| transfer(e.to_string()))?;
-        let from = DeviceBuffer::space(held);
-        LedgerTag::new(ledger, name).record(MoveKind::DeviceToDevice, &from, self.target.space(), bytes.len(), || {
-            format!("a buffer of another OpenCL target ({from}), copied in through the host").into()
-        });
+        let (from, tag) = (DeviceBuffer::space(held), LedgerTag::new(ledger, name));
+        let why = || format!("a buffer of another OpenCL target ({from}), through the host").into();
+        tag.record(MoveKind::Download, &from, &MemorySpace::HOST, bytes.len(), why);
+        tag.record(MoveKind::Upload, &MemorySpace::HOST, self.target.space(), bytes.len(), why);
         Ok(Some(up.value))
     }
 

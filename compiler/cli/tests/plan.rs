@@ -169,6 +169,20 @@ fn an_input_that_lives_on_the_device_is_planned_and_run_with_no_copy_per_run() {
         };
         assert_eq!((relaid("planned_copies"), relaid("performed_copies")), (1, 3), "{r}");
     }
+    // Read on the host, it is one download per run, planned and performed, unified or not.
+    let mixed = example("mixed");
+    let input = common::target_dir().join("planning-examples/mixed_input.pb");
+    for target in ["cpu,opencl", "cpu,opencl:discrete"] {
+        let args = ["run", &mixed, "--input", &s(&input), "--report", &report_arg, "--repeat", "3", "--target", target];
+        let (code, _, err) = stowage(&[&args[..], &["--input-device", "x=opencl:0"]].concat());
+        assert_eq!(code, 0, "{err}");
+        let r = json(&report);
+        let kinds = |key: &str| -> Vec<String> {
+            r[key].as_array().expect(key).iter().map(|c| format!("{} {}", c["kind"], c["value"])).collect()
+        };
+        assert_eq!(kinds("planned_copies"), vec!["\"download\" \"x\""], "{r}");
+        assert_eq!(kinds("performed_copies"), vec!["\"download\" \"x\""; 3], "{r}");
+    }
     // Names that are not there are errors naming them.
     let err = fails(&[&base[..], &["--target", "opencl", "--input-device", "frame=opencl:3"]].concat());
     assert!(err.contains("--input-device frame=opencl:3: 'opencl:3' is none of the targets (opencl)"), "{err}");

@@ -167,10 +167,29 @@ pub(crate) fn make_plan(
         if !graph.inputs().iter().any(|&v| graph.value(v).name == *name) {
             continue; // folded: a shape-setting input's value is a constant of this compilation
         }
-        // A tensor a device holds (a caller's buffer, an earlier run's output) is planned where it is.
-        if let Some(home) = opened.iter().find(|o| !o.spec().is_host() && o.holds(t)) {
-            plan_options.input_devices.insert(name.clone(), home.spec().space.clone());
-            plan_options.input_layouts.insert(name.clone(), strides_layout(t, INPUT_ALIGNMENT));
+        // A tensor a device holds (a caller's buffer, an earlier run's output) is planned where it is; a state
+        // input is fed back where its output is made, whatever its first value is.
+        let state = options.planning.states.iter().any(|(_, i)| i == name);
+        if let Some(home) = opened.iter().find(|o| !o.spec().is_host() && o.holds(t)).filter(|_| !state) {
+            let space = &home.spec().space;
+            if let Some(declared) = plan_options.input_devices.get(name).filter(|d| *d != space) {
+                return Err(DriverError::Input(format!(
+                    "input '{name}': --input-device says it lives on {declared}, the tensor given is held on {space}"
+                )));
+            }
+            let actual = strides_layout(t, INPUT_ALIGNMENT);
+            if let Some(declared) = plan_options.input_layouts.get(name) {
+                let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
+                if t.shape().iter().zip(a.iter().zip(&b)).any(|(&d, (x, y))| d > 1 && x != y) {
+                    return Err(DriverError::Input(format!(
+                        "input '{name}': --input-layout says {}, the tensor given is {}",
+                        declared.describe(),
+                        actual.describe()
+                    )));
+                }
+            }
+            plan_options.input_devices.insert(name.clone(), space.clone());
+            plan_options.input_layouts.insert(name.clone(), actual);
             continue;
         }
         // Declared on a device but given elsewhere: `stowage run` puts it there before the runs (`Session::place`),

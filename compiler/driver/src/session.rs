@@ -138,21 +138,26 @@ impl Session {
             let t = inputs.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
             values.insert(v, t.ok_or_else(|| DriverError::Input(format!("input '{name}' is missing")))?);
         }
-        // Inputs planned on a device: held there, each a fresh handle whose reads count in this run.
+        // Inputs held on a device: each a fresh handle whose reads count in this run. One planned on a device must
+        // be held there.
         for planned in &self.plan.inputs {
-            let (Some(space), Some(&v)) =
-                (&planned.device, graph.inputs().iter().find(|&&v| graph.value(v).name == planned.name))
-            else {
-                continue;
-            };
+            let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == planned.name) else { continue };
             let Some(t) = values.get(&v) else { continue };
-            let home = self.home(space)?;
+            let home = match &planned.device {
+                Some(space) => self.home(space)?,
+                None => match self.opened.iter().find(|o| !o.spec().is_host() && o.holds(t)) {
+                    Some(o) => o.as_ref(),
+                    None => continue,
+                },
+            };
             if !home.holds(t) {
                 return Err(DriverError::Input(format!(
-                    "input '{}': planned as living on {space}, the tensor given is not held there (it is in {} \
-                     memory)",
+                    "input '{}': planned as living on {}, the tensor given is not in that target's memory (it is in \
+                     {} memory{}); give a tensor made there, or open the session in its context (RunOptions::adopted)",
                     planned.name,
-                    t.space().name()
+                    home.spec().space,
+                    t.space().name(),
+                    if t.space().is_host() { "" } else { " of another context" }
                 )));
             }
             let fresh =

@@ -4,8 +4,9 @@
 //! 1. **Where it lives, it is read in place** when packed row-major: no copy, the plan says so.
 //! 2. **In another layout where it lives** (a caller's padded rows, `--input-layout`), it costs exactly one
 //!    relayout there, on the device, every run: kernels read packed rows.
-//! 3. **A host reader** reads one download per run, whatever the device's memory: a caller's
-//!    buffer is device memory even where the device shares the host's (the host cannot read it in place).
+//! 3. **A host reader** reads one download per run (shared with another device's reader), whatever the device's
+//!    memory: a caller's buffer is device memory even where the device shares the host's, and `stowage run` puts
+//!    a file's tensor in such memory too; padded rows are then relaid on the host.
 //! 4. **Another device** reads it through the host: a download (shared with host readers) and an upload.
 //! 5. **Not a state input**: a state (`--state OUT=IN`) is fed back where its output is made, which the plan
 //!    decides; declaring where it lives as well is refused ([`super::PlanError::BadOption`]).
@@ -35,8 +36,16 @@ pub(super) fn access(
     }
     // Rule 3.
     if here.is_host() {
-        let reason = format!("{lives}, read on the host");
-        return (InputAccess::Copied, vec![copy(CopyKind::Download, &home.space, "host", reason)]);
+        let mut copies = Vec::new();
+        if !downloaded {
+            let reason = format!("{lives}, read on the host");
+            copies.push(copy(CopyKind::Download, &home.space, "host", reason));
+        }
+        if !layout.is_packed() {
+            let reason = format!("{lives} as {}, read packed on the host", layout.describe());
+            copies.push(copy(CopyKind::Relayout, "host", "host", reason));
+        }
+        return (InputAccess::Copied, copies);
     }
     // Rule 4.
     let reason = format!("{lives}, read by {} through the host", here.space);

@@ -6,17 +6,21 @@
 //!    handle is dropped: the caller may release its own reference at any time after wrapping.
 //! 3. **It is checked** when wrapped: a buffer of another context, or too small for the datum type, shape and row
 //!    pitch it is said to hold, is an error naming it, and nothing is retained.
-//! 4. **The producer's event** (`ready`) orders it on the device: the target's queue waits for it with a marker,
-//!    so the host does not wait for the producer to enqueue stowage's work.
+//! 4. **The producer's event** (`ready`) orders it on the device: the target's queue waits for it with a marker.
+//!    Made an input tensor ([`ClBuffer::input`]), the buffer is waited for on the host, as every device tensor
+//!    crossing into the host's hands is (`LazyHost` rule 2): `ready` must complete without stowage's help.
 //! 5. **As an input** ([`ClBuffer::input`]) it is a tensor over the device memory, packed or in padded rows: used
 //!    as is where it is packed, relaid once on the device otherwise ([`ClBuffer::packed_on_device`], one
-//!    `clEnqueueCopyBufferRect`, recorded as a relayout); never read back to the host to be uploaded again.
+//!    `clEnqueueCopyBufferRect`, recorded as a relayout). Another target's buffer is read to the host and
+//!    written (a download and an upload, both counted), as the planner counts a value crossing devices.
 //! 6. **Outputs are handed out** as they are: [`ClBuffer::of`] finds the buffer behind a run's output tensor, with
-//!    its memory object ([`ClBuffer::raw_mem`]) and the event that completes it ([`ClBuffer::raw_ready`]); the
-//!    tensor keeps it alive, and nothing is downloaded unless its bytes are read on the host.
+//!    its memory object ([`ClBuffer::raw_mem`]); a run's outputs are complete when the run returns (so
+//!    [`ClBuffer::raw_ready`] is then `None`). The tensor keeps the buffer alive, and nothing is downloaded unless
+//!    its bytes are read on the host.
 
 use opencl3::context::Context;
-use opencl3::memory::ClMem as _;
+use opencl3::memory::{ClMem as _, CL_MEM_READ_WRITE};
+use opencl3::types::CL_BLOCKING;
 use opencl3::types::{cl_command_queue, cl_context, cl_device_id, cl_event, cl_mem};
 use stowage_runtime::{DatumType, Layout, LazyHost, Ledger, LedgerTag, MoveKind, Tensor};
 
@@ -124,7 +128,8 @@ impl ClBuffer {
                 .map_err(|e| refused(&what, format!("waiting for its ready event failed: {}", code_name(e.0))))?;
             raw.set_write(marker);
         }
-        let flat = if layout.is_row_major(dt, shape) { shape.to_vec() } else { vec![need.div_ceil(dt.size_of())] };
+        let packed = layout.is_row_major(dt, shape) && layout.offset() == 0;
+        let flat = if packed { shape.to_vec() } else { vec![need.div_ceil(dt.size_of())] };
         Ok(ClBuffer { raw, dt, shape: flat })
     }
 
@@ -157,10 +162,28 @@ impl ClBuffer {
         self.kernel_arg().1 as usize
     }
 
-    /// The event of the last command that writes this buffer (`None` when none is pending or recorded): a
-    /// caller's queue waits for it before reading the memory. Valid while this buffer lives.
+    /// The event of the last command that writes this buffer (`None` when none is pending or recorded, as for a
+    /// run's outputs, which are complete when the run returns): a caller's queue waits for it before reading the
+    /// memory. Valid until the buffer's next command; retain it to keep it longer.
     pub fn raw_ready(&self) -> Option<cl_event> {
         self.raw.0.last_write.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|e| e.get())
+    }
+
+    /// `bytes` written into memory of the device's own (never host memory it shares, even on unified memory), as a
+    /// flat buffer of `dt`: what a caller's buffer is, for `stowage run --input-device` to stand in for one.
+    pub fn in_device_memory(target: &Target, dt: DatumType, bytes: &[u8]) -> Result<ClBuffer> {
+        let fail = |e: stowage_runtime::RuntimeError| ClError::Transfer {
+            value: "a placed input".into(),
+            message: e.to_string(),
+        };
+        let mut mem = raw::new_mem(target, CL_MEM_READ_WRITE, bytes.len(), std::ptr::null_mut()).map_err(fail)?;
+        if !bytes.is_empty() {
+            // SAFETY: a blocking write of `bytes` into a buffer of at least that length.
+            unsafe { target.inner.queue.enqueue_write_buffer(&mut mem, CL_BLOCKING, 0, bytes, &[]) }
+                .map_err(|e| ClError::Transfer { value: "a placed input".into(), message: code_name(e.0) })?;
+        }
+        let raw = raw::RawCl::wrap(target, mem, bytes.len(), None);
+        Ok(ClBuffer { raw, dt, shape: vec![bytes.len() / dt.size_of().max(1)] })
     }
 
     /// True when this buffer is memory of `target` (made by it, or a caller's wrapped for it).
@@ -206,7 +229,10 @@ impl ClBuffer {
                 )
             }
             .map_err(|e| ClError::Transfer { value: name.to_string(), message: code_name(e) })?;
-            out.raw.set_write(opencl3::event::Event::new(event));
+            // The copy writes `out` and reads this buffer: both wait for it before their memory goes.
+            let event = std::sync::Arc::new(opencl3::event::Event::new(event));
+            self.raw.accessed(&event);
+            out.written_by_shared(event);
         }
         let tag = LedgerTag::new(ledger, name);
         tag.record(MoveKind::Relayout, target.space(), target.space(), len, || {

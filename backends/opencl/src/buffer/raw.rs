@@ -39,7 +39,10 @@ static NEXT_REGION: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for ClMem {
     fn drop(&mut self) {
-        if self.host.is_some() || self.parent.as_ref().is_some_and(|p| p.0 .0.host.is_some()) {
+        // Host memory the device reads in place, and memory a DLPack producer frees with its deleter (`keep`),
+        // outlive the last command on them.
+        let kept = self.keep.get_mut().unwrap_or_else(|p| p.into_inner()).is_some();
+        if kept || self.host.is_some() || self.parent.as_ref().is_some_and(|p| p.0 .0.host.is_some()) {
             let pending = self.last_access.get_mut().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(e) = pending {
                 // A failed wait means the device is gone; its work on this memory is over either way.
@@ -83,7 +86,7 @@ fn cl_err<'a>(
     move |e| device_err(target, op, bytes, code_name(e.0))
 }
 
-fn new_mem(target: &Target, flags: u64, len: usize, host: *mut u8) -> Result<Buffer<u8>> {
+pub(super) fn new_mem(target: &Target, flags: u64, len: usize, host: *mut u8) -> Result<Buffer<u8>> {
     let info = &target.inner.info;
     if len as u64 > info.max_alloc {
         return Err(RuntimeError::OutOfMemory {
