@@ -179,14 +179,7 @@ pub(crate) fn make_plan(
             }
             let actual = strides_layout(t, INPUT_ALIGNMENT);
             if let Some(declared) = plan_options.input_layouts.get(name) {
-                let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
-                if t.shape().iter().zip(a.iter().zip(&b)).any(|(&d, (x, y))| d > 1 && x != y) {
-                    return Err(DriverError::Input(format!(
-                        "input '{name}': --input-layout says {}, the tensor given is {}",
-                        declared.describe(),
-                        actual.describe()
-                    )));
-                }
+                same_strides(name, declared, &actual, t)?;
             }
             plan_options.input_devices.insert(name.clone(), space.clone());
             plan_options.input_layouts.insert(name.clone(), actual);
@@ -199,15 +192,7 @@ pub(crate) fn make_plan(
         }
         let Some(mut actual) = layout_of(t) else { continue };
         if let Some(declared) = plan_options.input_layouts.get(name) {
-            let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
-            // Axes of extent 1 are never stepped: their strides do not matter.
-            if t.shape().iter().zip(a.iter().zip(&b)).any(|(&d, (x, y))| d > 1 && x != y) {
-                return Err(DriverError::Input(format!(
-                    "input '{name}': --input-layout says {}, the tensor given is {}",
-                    declared.describe(),
-                    actual.describe()
-                )));
-            }
+            same_strides(name, declared, &actual, t)?;
             // The alignment declared is what the caller promises: an address that happens to be more aligned
             // this time does not change the plan (built code's plan and a run's agree, whatever the allocator).
             actual.alignment = actual.alignment.min(declared.alignment.max(1));
@@ -226,6 +211,20 @@ pub(crate) fn make_plan(
         )));
     }
     Ok(plan)
+}
+
+/// Checks that the tensor `t` given for input `name` steps through memory as its `--input-layout` says (axes of
+/// extent 1 are never stepped: their strides do not matter).
+fn same_strides(name: &str, declared: &InputLayout, actual: &InputLayout, t: &Tensor<'static>) -> Result<()> {
+    let (a, b) = (declared.strides(t.dt(), t.shape()), actual.strides(t.dt(), t.shape()));
+    if t.shape().iter().zip(a.iter().zip(&b)).any(|(&d, (x, y))| d > 1 && x != y) {
+        return Err(DriverError::Input(format!(
+            "input '{name}': --input-layout says {}, the tensor given is {}",
+            declared.describe(),
+            actual.describe()
+        )));
+    }
+    Ok(())
 }
 
 /// The layout and alignment of a tensor in host memory, as the planner describes caller memory (`None`: the
