@@ -10,8 +10,8 @@
 //!    Made an input tensor ([`ClBuffer::input`]), the buffer is waited for on the host, as every device tensor
 //!    crossing into the host's hands is (`LazyHost` rule 2): `ready` must complete without stowage's help.
 //! 5. **As an input** ([`ClBuffer::input`]) it is a tensor over the device memory, packed or in padded rows: used
-//!    as is where it is packed, relaid once on the device otherwise ([`ClBuffer::packed_on_device`], one
-//!    `clEnqueueCopyBufferRect`, recorded as a relayout). Another target's buffer is read to the host and
+//!    as is where it is packed, relaid once on the device otherwise ([`ClBuffer::packed_on_device`], a
+//!    `clEnqueueCopyBufferRect` and a copy of the last row, recorded as one relayout). Another target's buffer is read to the host and
 //!    written (a download and an upload, both counted), as the planner counts a value crossing devices.
 //! 6. **Outputs are handed out** as they are: [`ClBuffer::of`] finds the buffer behind a run's output tensor, with
 //!    its memory object ([`ClBuffer::raw_mem`]); a run's outputs are complete when the run returns (so
@@ -192,8 +192,8 @@ impl ClBuffer {
     }
 
     /// `tensor`'s elements, held in this buffer in padded rows (or any layout whose rows are evenly spaced),
-    /// packed into a new buffer on the device in one `clEnqueueCopyBufferRect`, recorded in `ledger` as a
-    /// relayout within the device's memory (rule 5). `None` when the layout is not rows at one pitch.
+    /// packed into a new buffer on the device (`clEnqueueCopyBufferRect` for all rows but the last, which is
+    /// copied on its own), recorded in `ledger` as one relayout within the device's memory (rule 5). `None` when the layout is not rows at one pitch.
     pub fn packed_on_device(&self, tensor: &Tensor<'_>, ledger: &Ledger) -> Result<Option<ClBuffer>> {
         let (dt, shape, layout) = (tensor.dt(), tensor.shape(), tensor.layout());
         let Some((rows, row_bytes, pitch)) = rows_of(dt, shape, layout) else { return Ok(None) };
@@ -204,33 +204,56 @@ impl ClBuffer {
             .map_err(|e| ClError::Transfer { value: name.to_string(), message: e.to_string() })?;
         if len > 0 {
             let (src, base) = self.kernel_arg();
-            let src_origin = [base as usize + layout.offset(), 0, 0];
             let (dst, dst_base) = out.kernel_arg();
-            let dst_origin = [dst_base as usize, 0, 0];
-            let region = [row_bytes, rows, 1];
-            let dst_mem = dst.get();
-            // SAFETY: both regions lie inside their buffers (the source's span was checked when the tensor was
-            // made over it, the destination holds `rows * row_bytes`), and the queue is in order, after the
-            // source's writer.
-            let event = unsafe {
-                opencl3::command_queue::enqueue_copy_buffer_rect(
-                    target.inner.queue.get(),
-                    src.get(),
-                    dst_mem,
-                    src_origin.as_ptr(),
-                    dst_origin.as_ptr(),
-                    region.as_ptr(),
-                    pitch,
-                    0,
+            let (queue, src, dst) = (target.inner.queue.get(), src.get(), dst.get());
+            let (src_at, dst_at) = (base as usize + layout.offset(), dst_base as usize);
+            let fail = |e: i32| ClError::Transfer { value: name.to_string(), message: code_name(e) };
+            // All rows but the last as one rectangle, the last on its own: a rectangle's bounds are checked as
+            // whole pitches (NVIDIA's driver refuses one whose last pitch runs past a buffer that ends with its
+            // last row's bytes), and the buffer may end there.
+            let full = rows - 1;
+            if full > 0 {
+                let (src_origin, dst_origin, region) = ([src_at, 0, 0], [dst_at, 0, 0], [row_bytes, full, 1]);
+                // SAFETY: `full` rows of `row_bytes`, `pitch` apart from the source's first byte and packed in the
+                // destination, lie inside both buffers (the source's span was checked when the tensor was made
+                // over it; the destination holds `rows * row_bytes`); the queue is in order, after their writers.
+                let e = unsafe {
+                    opencl3::command_queue::enqueue_copy_buffer_rect(
+                        queue,
+                        src,
+                        dst,
+                        src_origin.as_ptr(),
+                        dst_origin.as_ptr(),
+                        region.as_ptr(),
+                        pitch,
+                        full * pitch,
+                        row_bytes,
+                        full * row_bytes,
+                        0,
+                        std::ptr::null(),
+                    )
+                }
+                .map_err(fail)?;
+                drop(opencl3::event::Event::new(e));
+            }
+            // SAFETY: the last row: `row_bytes` from `full` pitches into the source and `full` rows into the
+            // destination, inside both, as above.
+            let e = unsafe {
+                opencl3::command_queue::enqueue_copy_buffer(
+                    queue,
+                    src,
+                    dst,
+                    src_at + full * pitch,
+                    dst_at + full * row_bytes,
                     row_bytes,
-                    0,
                     0,
                     std::ptr::null(),
                 )
             }
-            .map_err(|e| ClError::Transfer { value: name.to_string(), message: code_name(e) })?;
-            // The copy writes `out` and reads this buffer: both wait for it before their memory goes.
-            let event = std::sync::Arc::new(opencl3::event::Event::new(event));
+            .map_err(fail)?;
+            // The copies write `out` and read this buffer (the last completes after the first on the in-order
+            // queue): both wait for it before their memory goes.
+            let event = std::sync::Arc::new(opencl3::event::Event::new(e));
             self.raw.accessed(&event);
             out.written_by_shared(event);
         }
