@@ -44,8 +44,9 @@ def floats(path):
     return list(struct.unpack(f"<{len(raw) // 4}f", raw)) if raw is not None else fl
 
 
-got, want = floats(sys.argv[1]), floats(sys.argv[2])
-worst = max((abs(g - w) for g, w in zip(got, want)), default=0.0)
-ok = len(got) == len(want) and all(abs(g - w) <= 1e-4 + 1e-3 * abs(w) for g, w in zip(got, want))
-print(f"{'match' if ok else 'MISMATCH'} ({len(got)} values, max |difference| {worst:.2e})")
-sys.exit(0 if ok else 1)
+if __name__ == "__main__":
+    got, want = floats(sys.argv[1]), floats(sys.argv[2])
+    worst = max((abs(g - w) for g, w in zip(got, want)), default=0.0)
+    ok = len(got) == len(want) and all(abs(g - w) <= 1e-4 + 1e-3 * abs(w) for g, w in zip(got, want))
+    print(f"{'match' if ok else 'MISMATCH'} ({len(got)} values, max |difference| {worst:.2e})")
+    sys.exit(0 if ok else 1)

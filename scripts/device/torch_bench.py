@@ -73,7 +73,38 @@ def bench(name, model, runs):
     print(f"torch {name} {statistics.median(times):.3f}")
 
 
-runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-torch.backends.cudnn.benchmark = False
-bench("squeezenet", squeezenet(), runs)
-bench("resnet50", resnet50(), runs)
+MODELS = {"squeezenet": squeezenet, "resnet50": resnet50}
+
+
+def anchor(name, precision, compiled, runs, batch=1):
+    """Median ms of PyTorch on model `name` at `precision` (fp32: strict, TF32 off; tf32: TF32 on for cuDNN and
+    matmul; fp16 / bf16: model and input in that type), eager or `torch.compile(mode="reduce-overhead")`, with
+    `cudnn.benchmark` on, as a PyTorch user measuring for speed would run it."""
+    torch.backends.cudnn.benchmark = True
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+    model = MODELS[name]().cuda().eval().to(dtype)
+    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
+    if compiled:
+        torch._dynamo.reset()
+        model = torch.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(10 if compiled else 5):
+            model(x)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            model(x)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+if __name__ == "__main__":
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    torch.backends.cudnn.benchmark = False
+    bench("squeezenet", squeezenet(), runs)
+    bench("resnet50", resnet50(), runs)

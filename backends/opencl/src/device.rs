@@ -39,6 +39,9 @@ pub struct DeviceInfo {
     pub gpu: bool,
     /// Clock, MHz (0 when the device does not say).
     pub clock_mhz: u32,
+    /// An NVIDIA device's compute capability (`CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV`/`_MINOR_NV`, from
+    /// `cl_nv_device_attribute_query`): `(9, 0)` on an H200. `None` on other devices.
+    pub compute_capability: Option<(u32, u32)>,
 }
 
 impl DeviceInfo {
@@ -47,6 +50,14 @@ impl DeviceInfo {
     pub fn gflops(&self) -> f64 {
         let ghz = if self.clock_mhz > 0 { self.clock_mhz as f64 / 1e3 } else { 2.0 };
         self.compute_units.max(1) as f64 * ghz * if self.gpu { 256.0 } else { 32.0 }
+    }
+
+    /// True when the device has tensor cores that take `mma.sync` in TF32, fp16 and bf16 from inline PTX:
+    /// NVIDIA's compute capability 8.0 or later (docs/opencl.md, "Tensor cores from OpenCL C").
+    /// `STOWAGE_OPENCL_TENSOR_CORES=0` turns them off, for measuring.
+    pub fn tensor_cores(&self) -> bool {
+        std::env::var("STOWAGE_OPENCL_TENSOR_CORES").as_deref() != Ok("0")
+            && self.compute_capability.is_some_and(|(major, _)| major >= 8)
     }
 }
 
@@ -94,6 +105,7 @@ fn discover() -> Result<Vec<(Device, DeviceInfo)>> {
                 max_work_group: d.max_work_group_size().map_err(&e)?,
                 gpu: d.dev_type().is_ok_and(|t| t & CL_DEVICE_TYPE_GPU != 0),
                 clock_mhz: d.max_clock_frequency().unwrap_or(0),
+                compute_capability: nvidia_capability(&d),
             };
             found.push((d, info));
         }
@@ -118,6 +130,15 @@ fn discover() -> Result<Vec<(Device, DeviceInfo)>> {
         info.index = i;
     }
     Ok(found)
+}
+
+/// The compute capability of an NVIDIA device, read only where the device lists the extension that defines it.
+fn nvidia_capability(d: &Device) -> Option<(u32, u32)> {
+    let listed = d.extensions().is_ok_and(|e| e.split_whitespace().any(|x| x == "cl_nv_device_attribute_query"));
+    if !listed {
+        return None;
+    }
+    Some((d.compute_capability_major_nv().ok()?, d.compute_capability_minor_nv().ok()?))
 }
 
 /// How a target reaches its device's memory.

@@ -3,7 +3,9 @@
 //! driver's executable.
 
 use stowage_compiler::ir::{Graph, NodeId};
-use stowage_compiler::plan::{Accepts, Backend, KernelStep, Plan, PlanInput, Segment, TargetSpec, When};
+use stowage_compiler::plan::{
+    Accepts, Backend, Granted, KernelStep, Plan, PlanInput, Precision, Segment, TargetSpec, When,
+};
 use stowage_driver::{BackendError, Executable, KindSource, MemoryPath, OpenOptions, OpenedTarget, Ran, TargetKind};
 use stowage_runtime::{DatumType, Ledger, Tensor};
 
@@ -91,6 +93,10 @@ impl Backend for OpenedDevice {
         self.view.accepts(graph, node, input)
     }
 
+    fn precision(&self, asked: Precision) -> Result<Granted, String> {
+        crate::lower::precision_on(self.device.info(), asked)
+    }
+
     /// The steps of this backend's lowering; a segment it cannot translate (which the planner would not give
     /// it) is planned node by node, and fails at lowering.
     fn kernel_steps(&self, segment: &Graph, _inputs: &[PlanInput]) -> Vec<KernelStep> {
@@ -121,7 +127,8 @@ impl OpenedTarget for OpenedDevice {
                     && stowage_compiler::plan::segments::value_name(whole, c.id) == name
             })
         };
-        let mut program = crate::lower_planned(&segment.graph, &self.device, setup, &uploaded)?;
+        let precision = plan.precisions.get(segment.target).map_or(Precision::Fp32, |p| p.computed);
+        let mut program = crate::lower_planned(&segment.graph, &self.device, setup, &uploaded, precision)?;
         // Every device runs in the plan's arena: kernels reach a region through the arena's one buffer and an
         // offset (`codegen::offsets`), so a launch on it costs what one on own buffers does (on the H200, alternating
         // in one command: SqueezeNet 0.54-0.75 ms in the arena against 0.57-0.79 ms with a buffer per value,

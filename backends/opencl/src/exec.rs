@@ -394,6 +394,12 @@ impl ClProgram {
         Ok(Some(up.value))
     }
 
+    /// What each kernel computes, by kernel index, where lowering says (a product's dimensions, blocking, and
+    /// whether it runs on tensor cores): what profiles print beside a launch.
+    pub fn kernel_notes(&self) -> &[String] {
+        &self.notes
+    }
+
     /// Device time per step, in step order, when the target was opened with `STOWAGE_OPENCL_PROFILE=1` (empty
     /// otherwise): what a kernel's tiling is tuned against.
     pub fn profile(&self) -> Vec<StepTime> {

@@ -28,6 +28,6 @@ pub use device::{describe_devices, descriptor_for, devices, parse_target, Device
 pub use driver::KIND;
 pub use error::{ClError, Result};
 pub use exec::{Binding, ClProgram, Step, StepTime};
-pub use lower::{lower, lower_planned, unsupported_nodes};
+pub use lower::{lower, lower_planned, precision_on, unsupported_nodes};
 pub use plan::PlanTarget;
 pub use program::{cache_dir, keeps_on_disk, Arg, BuildStats};

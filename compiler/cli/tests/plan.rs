@@ -191,3 +191,46 @@ fn an_input_that_lives_on_the_device_is_planned_and_run_with_no_copy_per_run() {
     let err = fails(&[&base[..], &["--target", "opencl,cpu", "--input-device", "frame=cpu"]].concat());
     assert!(err.contains("--input-device frame=cpu: 'cpu' is host memory"), "{err}");
 }
+
+#[test]
+fn a_precision_is_asked_per_target_shown_in_the_plan_and_reported() {
+    // PoCL has no tensor cores and the CPU no TF32 arithmetic: both fall back to fp32, and say so.
+    let text = plan(&[&mlp(), "--target", "opencl,cpu", "--precision", "tf32"]);
+    assert!(
+        text.contains("    precision: tf32 asked, fp32 computed (") && text.contains("has no tensor cores"),
+        "{text}"
+    );
+    assert!(text.contains("fp32 computed (the CPU has no TF32 arithmetic: products in fp32)"), "{text}");
+    // Per target, by name: the CPU keeps the default, which is not shown.
+    let text = plan(&[&mlp(), "--target", "opencl,cpu", "--precision", "opencl=tf32"]);
+    assert_eq!(text.matches("precision:").count(), 1, "{text}");
+    let out = plan(&[&mlp(), "--target", "cpu", "--precision", "tf32", "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(j["precision"][0]["asked"], "tf32", "{j}");
+    assert_eq!(j["precision"][0]["computed"], "fp32", "{j}");
+    // What cannot be done is refused, naming the target and what it lacks; unknown targets and words too.
+    let err = fails(&["plan", &mlp(), "--precision", "fp16"]);
+    assert!(err.contains("--precision cpu=fp16: target cpu cannot compute in fp16: its kernels store fp32"), "{err}");
+    let err = fails(&["plan", &mlp(), "--target", "opencl", "--precision", "bf16"]);
+    assert!(err.contains("target opencl cannot compute in bf16: the OpenCL backend has no bf16 plans yet"), "{err}");
+    let err = fails(&["plan", &mlp(), "--precision", "opencl=tf32"]);
+    assert!(err.contains("--precision opencl=tf32: 'opencl' is none of the targets (cpu)"), "{err}");
+    let (code, _, err) = stowage(&["plan", &mlp(), "--precision", "fp64"]);
+    assert!(
+        code != 0 && err.contains("--precision fp64: 'fp64' is no precision (one of fp32, tf32, fp16, bf16)"),
+        "{err}"
+    );
+    // A run reports what each target computed.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let report = tmp.path().join("r.json");
+    let input = mlp().replace("model.onnx", "test_data_set_0/input_0.pb");
+    let args = ["run", &mlp(), "--input", &input, "--precision", "tf32", "--report", &s(&report)];
+    let (code, _, err) = stowage(&args);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).expect("report")).expect("json");
+    assert_eq!(r["precision"][0]["target"], "cpu", "{r}");
+    assert_eq!(
+        (r["precision"][0]["asked"].as_str(), r["precision"][0]["computed"].as_str()),
+        (Some("tf32"), Some("fp32"))
+    );
+}

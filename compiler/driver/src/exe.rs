@@ -91,6 +91,9 @@ impl Built {
                 pins: Vec::new(),
                 max_copies: self.max_copies,
                 max_copy_bytes: self.max_copy_bytes,
+                // The built plan says what precision each target was asked (and the targets opened answer again).
+                precision: None,
+                target_precisions: Vec::new(),
             },
             read_outputs,
             adopted: Default::default(),

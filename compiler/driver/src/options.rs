@@ -2,7 +2,7 @@
 
 use stowage_compiler::ir::Graph;
 use stowage_compiler::onnx::ImportConfig;
-use stowage_compiler::plan::{InputLayout, PlanOptions};
+use stowage_compiler::plan::{InputLayout, PlanOptions, Precision};
 
 use crate::backend::Registry;
 use crate::error::{DriverError, Result};
@@ -108,6 +108,11 @@ pub struct Planning {
     pub max_copies: Option<usize>,
     /// At most this many bytes copied per run.
     pub max_copy_bytes: Option<usize>,
+    /// The arithmetic precision asked of every target (`--precision P`; `None`: fp32).
+    pub precision: Option<Precision>,
+    /// `(target, precision)`: the precision asked of one target (`--precision TARGET=P`), named as in `--target`
+    /// or by its memory space; after [`Planning::precision`], the last word for a target winning.
+    pub target_precisions: Vec<(String, Precision)>,
 }
 
 impl Planning {
@@ -136,6 +141,8 @@ impl Planning {
         for (o, i) in &self.states {
             options = options.state(o.clone(), i.clone());
         }
+        options.precision = self.precision;
+        options.target_precisions = self.target_precisions.clone();
         for (n, t) in &self.pins {
             options = options.pin(n.clone(), t.clone());
         }

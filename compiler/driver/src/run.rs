@@ -119,6 +119,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
         "path": outcome.path,
         "built_path": outcome.built_path,
         "planned_copies": crate::show::copies_json(&outcome.plan),
+        "precision": crate::show::precision_json(&outcome.plan),
         "performed_copies": moves(&performed),
         "setup_copies": moves(&outcome.setup_copies),
         "placed_inputs": moves(&outcome.placed_inputs),

@@ -72,6 +72,18 @@ pub fn peaks_json(plan: &Plan) -> (serde_json::Value, serde_json::Value) {
     (peak.into(), bound.into())
 }
 
+/// Per target, the precision asked and computed, and how ([`stowage_compiler::plan::precision`]).
+pub fn precision_json(plan: &Plan) -> serde_json::Value {
+    plan.targets
+        .iter()
+        .zip(&plan.precisions)
+        .map(|(t, p)| {
+            serde_json::json!({"target": t.name, "asked": p.asked.word(), "computed": p.computed.word(), "how": p.how})
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
 /// The plan as JSON.
 pub fn json(plan: &Plan) -> serde_json::Value {
     let (peak, bound) = peaks_json(plan);
@@ -91,6 +103,7 @@ pub fn json(plan: &Plan) -> serde_json::Value {
         "graph": plan.graph,
         "target": plan.targets.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(","),
         "planned_copies": copies_json(plan),
+        "precision": precision_json(plan),
         "planned_setup_copies": setup,
         "bytes_per_run": plan.run_copies().map(|c| c.bytes).sum::<usize>(),
         "peak_bytes": peak,

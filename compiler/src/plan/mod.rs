@@ -20,6 +20,7 @@ pub mod layout;
 pub mod memory;
 mod overlap;
 pub mod placement;
+pub mod precision;
 mod resident;
 pub mod segments;
 pub mod serial;
@@ -32,6 +33,7 @@ pub use copies::{CopyKind, InputAccess, PlannedCopy, When};
 pub use layout::InputLayout;
 pub use memory::{Arena, Buffer};
 pub use placement::Placed;
+pub use precision::{Granted, Precision};
 pub use segments::{segments, Segment};
 pub use serial::PlanReadError;
 pub use target::{one_step_per_node, Accepts, Backend, KernelStep, TargetSpec};
@@ -58,6 +60,11 @@ pub struct PlanOptions {
     /// Inputs that already live on a device, by input name: the memory space they live in (`--input-device`,
     /// `resident.rs`).
     pub input_devices: BTreeMap<String, String>,
+    /// The precision asked of every target (`--precision P`; `None`: fp32).
+    pub precision: Option<Precision>,
+    /// The precision asked of one target, by its name or memory space (`--precision TARGET=P`), after
+    /// [`PlanOptions::precision`]: the last word for a target wins.
+    pub target_precisions: Vec<(String, Precision)>,
 }
 
 impl PlanOptions {
@@ -86,6 +93,18 @@ impl PlanOptions {
         self
     }
 
+    /// Asks `precision` of every target (`--precision P`).
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = Some(precision);
+        self
+    }
+
+    /// Asks `precision` of the target named `target` (`--precision TARGET=P`).
+    pub fn target_precision(mut self, target: impl Into<String>, precision: Precision) -> Self {
+        self.target_precisions.push((target.into(), precision));
+        self
+    }
+
     /// A copy budget (`--max-copies`, `--max-copy-bytes`).
     pub fn copy_budget(mut self, copies: Option<usize>, bytes: Option<usize>) -> Self {
         self.max_copies = copies;
@@ -101,6 +120,8 @@ pub struct Plan {
     pub graph: String,
     /// The targets, in the caller's order.
     pub targets: Vec<TargetSpec>,
+    /// Per target (parallel to `targets`), the precision asked of it and what it computes ([`precision`]).
+    pub precisions: Vec<Granted>,
     /// Every node in run order, with its target and why.
     pub nodes: Vec<Placed>,
     /// Node names and ops, parallel to `nodes` (for showing without the graph).
@@ -186,6 +207,8 @@ pub enum PlanError {
 /// Plans `graph` for `targets` (in order of preference).
 pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> Result<Plan, PlanError> {
     check_options(graph, targets, options)?;
+    let asked = precision::resolve(targets, options.precision, &options.target_precisions)?;
+    let precisions = precision::grant(targets, &asked)?;
     let mut simplified = options.clone();
     for (name, layout) in simplified.input_layouts.iter_mut() {
         if let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == *name) {
@@ -221,6 +244,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
     let plan = Plan {
         graph: graph.name.clone(),
         targets: targets.iter().map(|t| t.spec().clone()).collect(),
+        precisions,
         node_names: nodes.iter().map(|p| (graph.node(p.node).name.clone(), graph.node(p.node).op.name())).collect(),
         nodes,
         inputs,

@@ -11,7 +11,9 @@
 //! 1. the bytes are a plan of this version (`garbage_is_refused`);
 //! 2. as many targets, each of the same space, memory kind and staging (`another_target_is_refused`);
 //! 3. every node and value id is in the graph and has the name it had (`another_graph_is_refused`);
-//! 4. every target index is one of the targets (checked with rule 3).
+//! 4. every target index is one of the targets (checked with rule 3);
+//! 5. each target is asked again for the precision the plan asked of it, and may refuse it
+//!    (`super::precision`, rule 4).
 
 use cranelift_entity::EntityRef;
 use serde::{Deserialize, Serialize};
@@ -51,15 +53,18 @@ struct StoredTarget {
     space: String,
     kind: String,
     staged: bool,
+    /// The precision the plan asked of it.
+    asked: super::Precision,
 }
 
 impl StoredTarget {
-    fn of(t: &TargetSpec) -> StoredTarget {
+    fn of(t: &TargetSpec, asked: super::Precision) -> StoredTarget {
         StoredTarget {
             name: t.name.clone(),
             space: t.space.clone(),
             kind: kind_name(t.memory.kind).to_string(),
             staged: t.memory.staged,
+            asked,
         }
     }
 }
@@ -79,14 +84,14 @@ struct Stored {
     states: Vec<(String, String)>,
 }
 
-const FORMAT: &str = "stowage plan 1";
+const FORMAT: &str = "stowage plan 2";
 
 /// Writes `plan` out.
 pub fn encode(plan: &Plan) -> Vec<u8> {
     let stored = Stored {
         format: FORMAT.to_string(),
         graph: plan.graph.clone(),
-        targets: plan.targets.iter().map(StoredTarget::of).collect(),
+        targets: plan.targets.iter().zip(&plan.precisions).map(|(t, p)| StoredTarget::of(t, p.asked)).collect(),
         nodes: plan.nodes.clone(),
         node_names: plan.node_names.iter().map(|(n, _)| n.clone()).collect(),
         inputs: plan.inputs.clone(),
@@ -118,7 +123,7 @@ pub fn decode(bytes: &[u8], graph: &Graph, targets: &[&dyn Backend]) -> Result<P
     if stored.format != FORMAT {
         return Err(PlanReadError::Format(format!("its format is '{}', this stowage reads '{FORMAT}'", stored.format)));
     }
-    let now: Vec<StoredTarget> = targets.iter().map(|t| StoredTarget::of(t.spec())).collect();
+    let now: Vec<StoredTarget> = targets.iter().map(|t| StoredTarget::of(t.spec(), Default::default())).collect();
     if now.len() != stored.targets.len() {
         return Err(PlanReadError::Targets(format!(
             "it was made for {} targets, {} are open",
@@ -165,9 +170,12 @@ pub fn decode(bytes: &[u8], graph: &Graph, targets: &[&dyn Backend]) -> Result<P
             return Err(bad(format!("its value '{}' is not value {} here", c.value, c.id.index())));
         }
     }
+    let asked: Vec<super::Precision> = stored.targets.iter().map(|t| t.asked).collect();
+    let precisions = super::precision::grant(targets, &asked).map_err(|e| PlanReadError::Targets(e.to_string()))?;
     Ok(Plan {
         graph: stored.graph,
         targets: targets.iter().map(|t| t.spec().clone()).collect(),
+        precisions,
         nodes: stored.nodes,
         node_names,
         inputs: stored.inputs,

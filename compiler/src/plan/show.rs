@@ -13,7 +13,7 @@ pub fn text(plan: &Plan) -> String {
     let names: Vec<&str> = plan.targets.iter().map(|t| t.name.as_str()).collect();
     let _ = writeln!(s, "plan '{}' for {}", plan.graph, names.join(","));
     s.push_str("targets:\n");
-    for t in &plan.targets {
+    for (i, t) in plan.targets.iter().enumerate() {
         let m = &t.memory;
         let memory = match (t.is_host(), m.import_alignment) {
             (true, _) => format!("host memory, {}-byte aligned", m.alignment),
@@ -26,6 +26,13 @@ pub fn text(plan: &Plan) -> String {
             }
         };
         let _ = writeln!(s, "  {}: {memory}; ~{:.0} GFLOP/s", t.name, t.gflops);
+        // fp32 as the default: nothing said, so plans made without --precision print as they did.
+        match plan.precisions.get(i) {
+            Some(p) if p.asked != super::Precision::Fp32 || p.computed != super::Precision::Fp32 => {
+                let _ = writeln!(s, "    precision: {}", p.describe());
+            }
+            _ => {}
+        }
     }
     s.push_str("nodes:\n");
     let width = plan.node_names.iter().map(|(n, _)| n.len()).max().unwrap_or(0);

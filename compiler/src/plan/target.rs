@@ -8,6 +8,8 @@ use crate::ir::{Graph, NodeId};
 
 use super::PlanInput;
 
+use super::precision::{Granted, Precision};
+
 /// One target as the planner sees it.
 #[derive(Clone, Debug)]
 pub struct TargetSpec {
@@ -53,6 +55,16 @@ pub trait Backend {
     fn supports(&self, graph: &Graph, node: NodeId) -> Result<(), String>;
     /// What the kernel of `node` reads in place for its input `input`.
     fn accepts(&self, graph: &Graph, node: NodeId, input: usize) -> Accepts;
+
+    /// What this target computes when a plan asks `asked` of it ([`super::precision`], rule 3): the precision as
+    /// asked, a documented fallback with its reason, or `Err` saying what the target lacks. The default grants
+    /// fp32 only.
+    fn precision(&self, asked: Precision) -> Result<Granted, String> {
+        match asked {
+            Precision::Fp32 => Ok(Granted::as_asked(asked, "fp32 arithmetic")),
+            _ => Err(format!("this backend computes fp32 only (its kind has no {asked} kernels)")),
+        }
+    }
 
     /// The steps this backend's lowering of `segment` (a graph of its nodes, as [`super::segments`] cuts it, whose
     /// graph `inputs` the plan reads as given) will run, in order, each with the values it reads and writes by

@@ -39,12 +39,15 @@ pub struct Gemm {
     /// Work-groups the device needs to be busy (twice its compute units): [`division`] splits K until the product
     /// makes this many, and takes a smaller block where a larger one would leave it far short.
     pub min_groups: usize,
+    /// Computed on tensor cores in TF32 ([`super::mma`]): a plan at `--precision tf32` on a device that has them,
+    /// for `float` operands.
+    pub tf32: bool,
 }
 
 /// Tile edge of [`gemm`].
 pub const TILE: usize = 16;
 
-fn batch_offset(s: &mut String, var: &str, batch: &[usize], strides: &[usize]) {
+pub(super) fn batch_offset(s: &mut String, var: &str, batch: &[usize], strides: &[usize]) {
     let _ = write!(s, "  size_t {var} = 0; {{ size_t q = bi;");
     for a in (0..batch.len()).rev() {
         let _ = write!(s, " {var} += (q % {}) * {}; q /= {};", batch[a], strides[a], batch[a]);
@@ -66,12 +69,24 @@ pub struct Division {
 }
 
 impl Division {
-    /// The global size of the product's launch (its local size is `[16, 16, 1]`).
+    /// The global size of the product's launch (its local size is [`Division::local`]).
     /// A batch of none gives a global size of 0, which is not launched.
     pub fn global(&self, g: &Gemm) -> Vec<usize> {
+        if g.tf32 {
+            return super::mma::mma_global(g, self);
+        }
         let batch: usize = g.batch.iter().product();
         let edge = |v: usize| v.div_ceil(TILE * self.block).max(1) * TILE;
         vec![edge(g.n), edge(g.m), batch * self.splits]
+    }
+
+    /// The local size of the product's launch: `[16, 16, 1]`, or `[256, 1, 1]` on tensor cores.
+    pub fn local(&self, g: &Gemm) -> Vec<usize> {
+        if g.tf32 {
+            vec![super::mma::mma_items(), 1, 1]
+        } else {
+            vec![TILE, TILE, 1]
+        }
     }
 
     /// Bytes of the partial products (0 when the product is not split).
@@ -117,7 +132,10 @@ pub fn division(g: &Gemm) -> Division {
     let forced_splits = env_usize("STOWAGE_OPENCL_GEMM_SPLITS").map(|s| s.clamp(1, g.k.div_ceil(TILE).max(1)));
     let splits = |r: usize| forced_splits.unwrap_or_else(|| target.div_ceil(groups(r)).min(most_splits));
     let fills = |r: usize| r == 1 || (g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r);
-    let r = env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4)).unwrap_or_else(|| {
+    // Tensor cores take tiles of 64 × 64, the size of a block of 4.
+    let forced =
+        if g.tf32 { Some(4) } else { env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4)) };
+    let r = forced.unwrap_or_else(|| {
         let candidates = [4, 2, 1].into_iter().filter(|&r| fills(r));
         let enough = candidates.clone().find(|&r| 4 * groups(r) * splits(r) >= target);
         enough.unwrap_or_else(|| candidates.max_by_key(|&r| (groups(r) * splits(r), r)).unwrap_or(1))
@@ -128,6 +146,7 @@ pub fn division(g: &Gemm) -> Division {
 /// `g`'s dimensions and division in a few words, for a profile.
 pub fn describe(g: &Gemm) -> String {
     let implicit = if g.im2col.is_some() { " implicit conv" } else { "" };
+    let implicit = if g.tf32 { format!("{implicit} tf32 tensor cores") } else { implicit.to_string() };
     let d = division(g);
     let split = if d.splits > 1 { format!(" split{}x{}", d.splits, d.chunk) } else { String::new() };
     format!("gemm m{} n{} k{} batch{:?} block{}{split}{implicit}", g.m, g.n, g.k, g.batch, d.block)
@@ -135,7 +154,7 @@ pub fn describe(g: &Gemm) -> String {
 
 /// The epilogue of an output `v` at (`row`, `col`) of batch item `bi`: the scale, the added term, ReLU, stored
 /// to C.
-fn epilogue(s: &mut String, g: &Gemm) {
+pub(super) fn epilogue(s: &mut String, g: &Gemm) {
     let _ = writeln!(s, "    v = {} * v;", lit(g.alpha));
     if let Some(((bs, brs, bcs), beta)) = &g.bias {
         batch_offset(s, "dof", &g.batch, bs);
@@ -161,6 +180,9 @@ fn epilogue(s: &mut String, g: &Gemm) {
 /// item's outputs are a contiguous `R` × `R` block. A block of 1 reads scalars from `As[row][k]`.
 pub fn gemm(name: &str, g: &Gemm) -> String {
     let d = division(g);
+    if g.tf32 {
+        return super::mma::gemm_tf32(name, g, &d);
+    }
     let r = d.block;
     let (bm, bn) = (TILE * r, TILE * r);
     let items = TILE * TILE;

@@ -6,13 +6,15 @@
 //! - [`gemm`]: a batched matrix product tiled for local memory (work-groups of 16 × 16 items, each computing a
 //!   block of outputs), operands through strides (so transposed and column-major operands are read in place), with
 //!   an epilogue (a bias through strides, `alpha`, `beta`, ReLU); [`division`] picks the block and how K is split,
-//!   [`gemm_reduce`] adds up a split product's ranges, [`gemv`] takes products of one row on GPUs;
+//!   [`gemm_reduce`] adds up a split product's ranges, [`gemv`] takes products of one row on GPUs; `mma.rs`: the
+//!   same product on NVIDIA's tensor cores in TF32 (inline PTX), for plans at `--precision tf32`;
 //! - [`im2col`], [`pool`], [`global_pool`] (`window.rs`), [`lrn`], [`layer_norm`], [`reduce`] (`rows.rs`): one work
 //!   item per output element or row; [`softmax`]: a work-group per long row;
 //! - [`typed`]: elementwise nodes of any datum type; [`index_map`] (`index.rs`): Slice, Tile, Pad, Gather.
 
 mod gemm;
 mod index;
+mod mma;
 pub(crate) mod offsets;
 mod resize;
 mod rows;
@@ -24,6 +26,7 @@ use stowage_kir::{BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
 
 pub use gemm::{describe, division, gemm, gemm_reduce, gemv, Division, Gemm, Strides, GEMV_GROUP, TILE};
 pub use index::{index_map, IndexMap};
+pub use mma::TF32_HELPER;
 pub use resize::resize_axis;
 pub use rows::{batch_norm, layer_norm, lrn, reduce, softmax, softmax_grouped, ROW_GROUP};
 pub use window::{average_pool, global_pool, im2col, max_pool, Window};

@@ -23,7 +23,13 @@ pub struct Window {
 
 /// Writes `idx` decomposed over `dims` (last fastest) into variables `{prefix}{a}`.
 fn decompose(s: &mut String, idx: &str, dims: &[usize], prefix: &str) {
-    let _ = writeln!(s, "  {{ size_t q = {idx};");
+    decompose_as(s, idx, dims, prefix, "size_t");
+}
+
+/// [`decompose`] in integers of type `int_type` (`uint` where every index fits: 32-bit division by a constant is
+/// a few instructions on a GPU, 64-bit division many).
+fn decompose_as(s: &mut String, idx: &str, dims: &[usize], prefix: &str, int_type: &str) {
+    let _ = writeln!(s, "  {{ {int_type} q = {idx};");
     for a in (0..dims.len()).rev() {
         let _ = writeln!(s, "    {prefix}{a} = q % {}; q /= {};", dims[a], dims[a]);
     }
@@ -39,18 +45,27 @@ pub fn im2col_value(w: &Window, channels: usize, groups: usize, row: &str, p: &s
     let cg = channels / groups;
     let plane: usize = w.input.iter().product();
     let mut s = String::new();
-    let _ = writeln!(s, "  {{ const size_t c_ = ({row}) / {kk}, k_ = ({row}) % {kk};");
+    // The row, column and in-plane offsets in 32-bit integers where every one fits (the implicit product computes
+    // this per element it loads, so its integer work is the loads' cost); 64-bit otherwise.
+    let small = |v: usize| v < (1 << 31);
+    let reach = w.input.iter().zip(&w.pads).map(|(i, p)| i + p).max().unwrap_or(0)
+        + w.output.iter().zip(&w.strides).map(|(o, s)| o * s).max().unwrap_or(0)
+        + w.kernel.iter().zip(&w.dilations).map(|(k, d)| k * d).max().unwrap_or(0);
+    // The in-plane offset of a tap outside the plane is computed before it is masked: bounded by plane · reach.
+    let narrow = small(cg * kk) && small(w.output.iter().product()) && small(plane.saturating_mul(reach.max(1)));
+    let (u, i_) = if narrow { ("uint", "int") } else { ("size_t", "long") };
+    let _ = writeln!(s, "  {{ const {u} c_ = ({u})({row}) / {kk}, k_ = ({u})({row}) % {kk};");
     let vars: Vec<String> = (0..s_).flat_map(|a| [format!("o{a}"), format!("t{a}")]).collect();
     if !vars.is_empty() {
-        let _ = writeln!(s, "  size_t {};", vars.join(", "));
+        let _ = writeln!(s, "  {u} {};", vars.join(", "));
     }
-    decompose(&mut s, p, &w.output, "o");
-    decompose(&mut s, "k_", &w.kernel, "t");
-    let _ = writeln!(s, "  long off = 0; int inside = 1;");
+    decompose_as(&mut s, &format!("({u})({p})"), &w.output, "o", u);
+    decompose_as(&mut s, "k_", &w.kernel, "t", u);
+    let _ = writeln!(s, "  {i_} off = 0; int inside = 1;");
     for a in 0..s_ {
         let _ = writeln!(
             s,
-            "  {{ long i = (long)(o{a} * {}) + (long)(t{a} * {}) - {}; inside &= (i >= 0 && i < {}); off = off * {} + i; }}",
+            "  {{ {i_} i = ({i_})(o{a} * {}) + ({i_})(t{a} * {}) - {}; inside &= (i >= 0 && i < {}); off = off * {} + i; }}",
             w.strides[a], w.dilations[a], w.pads[a], w.input[a], w.input[a]
         );
     }

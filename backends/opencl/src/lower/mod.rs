@@ -11,6 +11,7 @@ use std::sync::Mutex;
 
 use stowage_compiler::ir::{self, Graph, Op, PoolKind, ValueDef, ValueId};
 use stowage_compiler::lowering::fuse::Planned;
+use stowage_compiler::plan::{Granted, Precision};
 use stowage_runtime::{DatumType, Ledger};
 
 mod elementwise;
@@ -49,6 +50,9 @@ struct Builder<'g> {
     /// Products of one row take a work-group per output (`codegen::gemv`), on GPUs; a CPU device does better with
     /// the tiled kernel. `STOWAGE_OPENCL_GEMV=1` or `0` overrides, for tests and measuring.
     gemv: bool,
+    /// Products run on tensor cores in TF32 (`codegen::mma`): the plan asked tf32 of this target and the device
+    /// has them.
+    tf32: bool,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
     /// Bytes of program-scope `__constant` tables so far (Resize's).
@@ -61,7 +65,7 @@ struct Builder<'g> {
 }
 
 impl<'g> Builder<'g> {
-    fn new(graph: &'g Graph, info: &DeviceInfo) -> Builder<'g> {
+    fn new(graph: &'g Graph, info: &DeviceInfo, precision: Precision) -> Builder<'g> {
         let choice = |var: &str| match std::env::var(var).as_deref() {
             Ok("1") => true,
             Ok("0") => false,
@@ -77,6 +81,7 @@ impl<'g> Builder<'g> {
             min_groups: 2 * info.compute_units as usize,
             implicit_conv: choice("STOWAGE_OPENCL_IMPLICIT_CONV"),
             gemv: choice("STOWAGE_OPENCL_GEMV"),
+            tf32: precision == Precision::Tf32 && info.tensor_cores(),
             slot_of: HashMap::new(),
             types: Vec::new(),
             constant_bytes: 0,
@@ -154,26 +159,49 @@ fn launch(
 /// Lowers `graph` for `target`: generates and builds the program (or loads it from the disk cache); constants are
 /// used in place where the device can (unified memory, at its alignment), else uploaded (recorded in `ledger`).
 pub fn lower(graph: &Graph, target: &Target, ledger: &Ledger) -> Result<ClProgram> {
-    lower_planned(graph, target, ledger, &|_: &str| false)
+    lower_planned(graph, target, ledger, &|_: &str| false, Precision::Fp32)
 }
 
 /// [`lower`] for a plan: the constants `uploaded` names (by value name) are uploaded, as the plan says; the others
-/// are used in place, or, where the device cannot, uploaded with the reason recorded.
+/// are used in place, or, where the device cannot, uploaded with the reason recorded. Products are computed at
+/// `precision` where the device can (tf32 on tensor cores), else in fp32 (what [`precision_on`] grants).
 pub fn lower_planned(
     graph: &Graph,
     target: &Target,
     ledger: &Ledger,
     uploaded: &dyn Fn(&str) -> bool,
+    precision: Precision,
 ) -> Result<ClProgram> {
-    let t = translate(graph, target.info(), None)?;
+    let t = translate(graph, target.info(), None, precision)?;
     build(graph, target, ledger, t, uploaded)
+}
+
+/// What a device like `info` computes when a plan asks `asked` of it (`stowage_compiler::plan::precision`, rule
+/// 3): fp32 as asked; tf32 on tensor cores where the device has them, else fp32 (a fallback the plan shows, as
+/// PyTorch's `allow_tf32` is on a GPU without them); fp16 and bf16 plans are refused (not built yet).
+pub fn precision_on(info: &DeviceInfo, asked: Precision) -> std::result::Result<Granted, String> {
+    match asked {
+        Precision::Fp32 => Ok(Granted::as_asked(asked, "fp32 arithmetic")),
+        Precision::Tf32 if info.tensor_cores() => {
+            Ok(Granted::as_asked(asked, "tensor cores: mma.sync m16n8k8, operands rounded to TF32, sums in fp32"))
+        }
+        Precision::Tf32 => Ok(Granted {
+            asked,
+            computed: Precision::Fp32,
+            how: format!("{} has no tensor cores: products in fp32", info.name),
+        }),
+        Precision::Fp16 | Precision::Bf16 => Err(format!(
+            "the OpenCL backend has no {asked} plans yet (values stored in {asked} for every op); fp32 and tf32 are \
+             what it computes"
+        )),
+    }
 }
 
 /// The nodes of `graph` this backend has no kernel for on a device like `info`, each with the reason, found by
 /// generating the program's source without building it (what the planner asks; see `crate::PlanTarget`).
 pub fn unsupported_nodes(graph: &Graph, info: &DeviceInfo) -> Result<Vec<(ir::NodeId, String)>> {
     let mut found = Vec::new();
-    translate(graph, info, Some(&mut found))?;
+    translate(graph, info, Some(&mut found), Precision::Fp32)?;
     Ok(found)
 }
 
@@ -181,7 +209,7 @@ pub fn unsupported_nodes(graph: &Graph, info: &DeviceInfo) -> Result<Vec<(ir::No
 /// a fused chain is one step at its root reading the chain's inputs, a convolution with its ReLU writes the ReLU's
 /// value, a reshape-like node is a view of its input, and a Dropout's mask is a step of its own.
 pub fn memory_steps(graph: &Graph, info: &DeviceInfo) -> Result<Vec<stowage_compiler::plan::KernelStep>> {
-    let t = translate(graph, info, None)?;
+    let t = translate(graph, info, None, Precision::Fp32)?;
     let names = slot_names(graph, &t.b);
     let steps = t.b.steps.iter().zip(&t.b.reads).map(|(step, read)| {
         let (reads, writes, view): (Vec<usize>, Vec<usize>, bool) = match &step.kind {
@@ -237,13 +265,14 @@ fn translate<'g>(
     graph: &'g Graph,
     info: &DeviceInfo,
     mut refused: Option<&mut Vec<(ir::NodeId, String)>>,
+    precision: Precision,
 ) -> Result<Translation<'g>> {
     let relu_after = stowage_compiler::lowering::conv_relu_pairs(graph);
     let absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
     let planned = stowage_compiler::lowering::fuse::plan(graph, &absorbed);
     let members = planned.values().flat_map(|p| p.members.iter().copied()).collect();
     let fusion = Fusion { relu_after, absorbed, planned, members };
-    let mut b = Builder::new(graph, info);
+    let mut b = Builder::new(graph, info, precision);
     let inputs: Vec<Binding> = graph.inputs().iter().map(|&v| b.binding(graph.value(v).name.clone(), v)).collect();
     for &n in graph.order() {
         match (lower_node(&mut b, &fusion, n), refused.as_deref_mut()) {
@@ -401,6 +430,9 @@ fn build(
         let mut source = String::new();
         if b.fp64 {
             source.push_str("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
+        }
+        if b.tf32 {
+            source.push_str(codegen::TF32_HELPER);
         }
         source.push_str(&b.source);
         let program = target.program(&source, &format!("graph '{}'", graph.name))?;

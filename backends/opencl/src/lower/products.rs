@@ -4,7 +4,7 @@ use stowage_compiler::ir::{self, Op};
 
 use super::node::{Lowered, NodeCx};
 use super::{launch, Builder};
-use crate::codegen::{self, Gemm, Window, GEMV_GROUP, TILE};
+use crate::codegen::{self, Gemm, Window, GEMV_GROUP};
 use crate::error::Result;
 use crate::exec::{ArgRef, Launch, StepKind};
 
@@ -18,7 +18,7 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
     }
     .ok_or_else(|| cx.unsupported("operand shapes this kernel does not take"))?;
-    let g = Gemm { min_groups: b.min_groups, elem, ..g };
+    let g = Gemm { min_groups: b.min_groups, elem, tf32: b.tf32 && elem == "float", ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
     let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, bias, &mut scratch);
@@ -94,6 +94,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         min_groups: 1,
         im2col: None,
         elem: "float",
+        tf32: false,
     })
 }
 
@@ -133,6 +134,7 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         min_groups: 1,
         im2col: None,
         elem: "float",
+        tf32: false,
     })
 }
 
@@ -172,6 +174,7 @@ pub(super) fn conv(
         relu,
         min_groups: b.min_groups,
         elem: "float",
+        tf32: b.tf32,
         // On a GPU the unfolding is computed as the product loads it: no im2col launch or buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
     };
@@ -208,6 +211,7 @@ pub(super) fn product(
     scratch: &mut Vec<usize>,
 ) -> Vec<Launch> {
     let batch: usize = g.batch.iter().product();
+    // A product of one row has too little to multiply to fill a tensor core's fragment: the gemv takes it.
     if g.m == 1 && g.im2col.is_none() && b.gemv {
         let k = b.kernel(|name| codegen::gemv(name, g));
         b.notes[k] = format!("gemv n{} k{} batch{:?}", g.n, g.k, g.batch);
@@ -217,7 +221,7 @@ pub(super) fn product(
     }
     let d = codegen::division(g);
     let k = b.gemm_kernel(g);
-    let local = Some(vec![TILE, TILE, 1]);
+    let local = Some(d.local(g));
     if d.splits == 1 {
         let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias).collect();
         return vec![launch(k, args, d.global(g), local, vec![ArgRef::Slot(out)])];

@@ -45,6 +45,7 @@
 use std::path::{Path, PathBuf};
 
 use stowage_compiler::onnx::ImportConfig;
+use stowage_compiler::plan::Precision;
 
 use super::module::module_rs;
 use super::names;
@@ -89,6 +90,8 @@ pub struct Build {
     max_copy_bytes: Option<usize>,
     out_dir: Option<PathBuf>,
     module_name: Option<String>,
+    precision: Option<Precision>,
+    target_precisions: Vec<(String, Precision)>,
 }
 
 impl Default for Build {
@@ -124,6 +127,8 @@ impl Build {
             max_copy_bytes: None,
             out_dir: None,
             module_name: None,
+            precision: None,
+            target_precisions: Vec::new(),
         }
     }
 
@@ -165,6 +170,31 @@ impl Build {
         self
     }
 
+    /// The arithmetic precision asked of every target, as `--precision P` asks it (fp32 by default). The plan
+    /// built in keeps what was asked; a target opened at start-up that cannot is refused then, or falls back as
+    /// its backend documents and the report shows.
+    ///
+    /// ```
+    /// use stowage_driver::build::{Build, Precision};
+    /// Build::new().target("opencl").precision(Precision::Tf32);
+    /// ```
+    pub fn precision(&mut self, precision: Precision) -> &mut Self {
+        self.precision = Some(precision);
+        self
+    }
+
+    /// The arithmetic precision asked of one target (named as in [`Build::target`], or by its memory space), as
+    /// `--precision TARGET=P` asks it.
+    ///
+    /// ```
+    /// use stowage_driver::build::{Build, Precision};
+    /// Build::new().target("opencl,cpu").target_precision("opencl", Precision::Tf32);
+    /// ```
+    pub fn target_precision(&mut self, target: impl Into<String>, precision: Precision) -> &mut Self {
+        self.target_precisions.push((target.into(), precision));
+        self
+    }
+
     /// Writes here instead of `OUT_DIR`.
     ///
     /// ```
@@ -197,6 +227,8 @@ impl Build {
             planning: Planning {
                 max_copies: self.max_copies,
                 max_copy_bytes: self.max_copy_bytes,
+                precision: self.precision,
+                target_precisions: self.target_precisions.clone(),
                 ..Planning::default()
             },
             ..RunOptions::new(registry)

@@ -25,6 +25,7 @@ use crate::Progress;
 pub use api::{Build, BuildError, GeneratedModule};
 pub use module::module_rs;
 pub use source::{main_rs, Source};
+pub use stowage_compiler::plan::Precision;
 
 /// What a build made.
 #[derive(Debug)]

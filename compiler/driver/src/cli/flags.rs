@@ -61,6 +61,11 @@ pub struct PlanningFlags {
     /// memory: opencl:0). `stowage run` puts the file's tensor there before the runs (report: placed_inputs).
     #[arg(long = "input-device", value_name = "NAME=TARGET")]
     pub input_devices: Vec<String>,
+    /// Arithmetic precision: fp32 (the default), tf32, fp16 or bf16, for every target, or TARGET=P for one
+    /// (repeatable; a target as in --target, or its memory: opencl:0). A target that cannot is an error, or a
+    /// fallback the plan and the report show.
+    #[arg(long = "precision", value_name = "[TARGET=]P")]
+    pub precisions: Vec<String>,
     /// Fail planning when a run would make more copies than this.
     #[arg(long = "max-copies", value_name = "N")]
     pub max_copies: Option<usize>,
@@ -88,6 +93,16 @@ impl PlanningFlags {
         for spec in &self.input_devices {
             let (name, target) = split_spec("--input-device", spec)?;
             p.input_devices.push((name.to_string(), target.to_string()));
+        }
+        for spec in &self.precisions {
+            match spec.split_once('=') {
+                None => p.precision = Some(spec.parse().map_err(|e| format!("--precision {spec}: {e}"))?),
+                Some(_) => {
+                    let (target, word) = split_spec("--precision", spec)?;
+                    let precision = word.parse().map_err(|e| format!("--precision {spec}: {e}"))?;
+                    p.target_precisions.push((target.to_string(), precision));
+                }
+            }
         }
         Ok(p)
     }

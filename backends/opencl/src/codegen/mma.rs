@@ -1,0 +1,183 @@
+//! The batched product on NVIDIA's tensor cores, in TF32: OpenCL C whose inner step is inline PTX
+//! (`mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`), for plans at `--precision tf32` on devices with tensor
+//! cores ([`crate::DeviceInfo::tensor_cores`]). What NVIDIA's OpenCL compiler takes of PTX, and the fragment
+//! layouts, were checked element by element on the H200 (`examples/tensor_core_probe.rs`, docs/opencl.md).
+//!
+//! The kernel computes what [`super::gemm`] computes for the same [`Gemm`] (operands through strides, the
+//! implicit convolution, the epilogue, a split K through [`super::gemm_reduce`]), with the operands rounded to TF32
+//! (`cvt.rna`: to nearest, ties away) as they are staged and the sums in fp32:
+//! - a work-group of 256 items (8 warps, [`mma_warps`]) computes a tile of 64 × 64 outputs, each warp 32 × 16 of
+//!   it as 2 × 2 `m16n8` fragments whose 16 sums stay in registers;
+//! - K advances 16 at a time: each item loads 4 elements of A's 64 × 16 tile and 4 of B's 16 × 64 into registers
+//!   for the next step while the warps multiply the current one out of local memory;
+//! - local memory rows are padded (A's to 20 words, B's to 72) so that every fragment read of a warp falls on 32
+//!   distinct banks.
+
+use std::fmt::Write as _;
+
+use super::gemm::{batch_offset, epilogue, Division, Gemm};
+
+/// Output rows and columns of one work-group's tile.
+pub const MMA_TILE: usize = 64;
+/// Warps of one work-group, 2 along M and `WARPS / 2` along N: 8 (`STOWAGE_OPENCL_MMA_WARPS=4` takes 4, for
+/// measuring).
+pub fn mma_warps() -> usize {
+    match std::env::var("STOWAGE_OPENCL_MMA_WARPS").as_deref() {
+        Ok("4") => 4,
+        _ => 8,
+    }
+}
+
+/// Work items of one work-group.
+pub fn mma_items() -> usize {
+    32 * mma_warps()
+}
+/// Inner dimension staged per step: 32 (`STOWAGE_OPENCL_MMA_BK=16` takes 16, for measuring). A's tile is
+/// staged with rows of `BK + 4` words (16 + 4 or 32 + 4), so that a warp's fragment reads fall on 32 banks.
+fn bk() -> usize {
+    match std::env::var("STOWAGE_OPENCL_MMA_BK").as_deref() {
+        Ok("16") => 16,
+        _ => 32,
+    }
+}
+/// Row pitch, in words, of B's tile in local memory (64 columns + 8).
+const B_PITCH: usize = MMA_TILE + 8;
+
+/// The global size of `g`'s launch divided as `d` (local size `[128, 1, 1]`).
+pub fn mma_global(g: &Gemm, d: &Division) -> Vec<usize> {
+    let batch: usize = g.batch.iter().product();
+    vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]
+}
+
+/// Kernel `name(A, B, C[, bias])` (or `name(A, B, P)` for a split product) for `g` divided as `d`, on tensor
+/// cores in TF32. `g.elem` must be `float`.
+pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
+    let mut s = String::new();
+    let out = if d.splits > 1 {
+        "__global float* restrict P".to_string()
+    } else {
+        let bias = if g.bias.is_some() { ", __global const float* restrict D" } else { "" };
+        format!("__global float* restrict C{bias}")
+    };
+    let b_name = if g.im2col.is_some() { "X" } else { "B" };
+    let batch: usize = g.batch.iter().product::<usize>().max(1);
+    let _ = writeln!(
+        s,
+        "__kernel void {name}(__global const float* restrict A, __global const float* restrict {b_name}, {out}) {{"
+    );
+    s.push_str("  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;\n");
+    let (items, warps_n, bk) = (mma_items(), mma_warps() / 2, bk());
+    let a_pitch = bk + 4;
+    // Each warp: 32 rows (2 fragments of 16) by 64 / warps_n columns (fragments of 8).
+    let frags_n = MMA_TILE / warps_n / 8;
+    let _ = writeln!(s, "  const int wm = (warp / {warps_n}) * 32, wn = (warp % {warps_n}) * {};", MMA_TILE / warps_n);
+    let _ = writeln!(
+        s,
+        "  const int row0 = get_group_id(1) * {MMA_TILE}, col0 = get_group_id(0) * {MMA_TILE}; const size_t z = get_global_id(2), bi = z % {batch};"
+    );
+    let _ = writeln!(s, "  const int k0 = (int)(z / {batch}) * {}, kend = min(k0 + {}, {});", d.chunk, d.chunk, g.k);
+    let _ = writeln!(
+        s,
+        "  __local uint As[{MMA_TILE}][{a_pitch}] __attribute__((aligned(16))); __local uint Bs[{bk}][{B_PITCH}] __attribute__((aligned(16)));"
+    );
+    batch_offset(&mut s, "ao", &g.batch, &g.a.0);
+    batch_offset(&mut s, "bo", &g.batch, &g.b.0);
+    batch_offset(&mut s, "co", &g.batch, &g.c.0);
+    // The fragments' sums, 4 per fragment and item.
+    let frags: Vec<(usize, usize)> = (0..2).flat_map(|mi| (0..frags_n).map(move |ni| (mi, ni))).collect();
+    let sums: Vec<String> =
+        frags.iter().flat_map(|(mi, ni)| (0..4).map(move |i| format!("c{mi}{ni}_{i} = 0.0f"))).collect();
+    let _ = writeln!(s, "  float {};", sums.join(", "));
+    let per_item = MMA_TILE * bk / items;
+    let _ = writeln!(s, "  float pa[{per_item}], pb[{per_item}];");
+    let load = |s: &mut String, t: &str| {
+        for u in 0..per_item {
+            let a = format!("A[ao + (size_t)gr * {} + (size_t)gk * {}]", g.a.1, g.a.2);
+            let _ = writeln!(
+                s,
+                "    {{ const int e = tid + {}, gr = row0 + e / {bk}, gk = {t} + e % {bk}; pa[{u}] = (gr < {} && gk < kend) ? {a} : 0.0f; }}",
+                u * items,
+                g.m
+            );
+        }
+        for u in 0..per_item {
+            let _ = writeln!(s, "    {{ const int e = tid + {}, gk = {t} + (e >> 6), gc = col0 + (e & 63);", u * items);
+            match &g.im2col {
+                None => {
+                    let b = format!("B[bo + (size_t)gk * {} + (size_t)gc * {}]", g.b.1, g.b.2);
+                    let _ = writeln!(s, "      pb[{u}] = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
+                }
+                Some((w, channels, groups)) => {
+                    let _ = writeln!(s, "      float v = 0.0f;\n      if (gk < kend && gc < {}) {{", g.n);
+                    s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
+                    let _ = writeln!(s, "      }}\n      pb[{u}] = v; }}");
+                }
+            }
+        }
+    };
+    load(&mut s, "k0");
+    let _ = writeln!(s, "  for (int t = k0; t < kend; t += {bk}) {{");
+    for u in 0..per_item {
+        let _ = writeln!(
+            s,
+            "    {{ const int e = tid + {}; As[e / {bk}][e % {bk}] = tf32(pa[{u}]); Bs[e >> 6][e & 63] = tf32(pb[{u}]); }}",
+            u * items
+        );
+    }
+    s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
+    let _ = writeln!(s, "    if (t + {bk} < kend) {{");
+    load(&mut s, &format!("(t + {bk})"));
+    s.push_str("    }\n");
+    for ks in (0..bk).step_by(8) {
+        s.push_str("    {\n");
+        for mi in 0..2 {
+            let r = format!("wm + {} + gq", mi * 16);
+            let _ = writeln!(
+                s,
+                "      const uint a{mi}0 = As[{r}][{ks} + tq], a{mi}1 = As[{r} + 8][{ks} + tq], a{mi}2 = As[{r}][{ks} + tq + 4], a{mi}3 = As[{r} + 8][{ks} + tq + 4];"
+            );
+        }
+        for ni in 0..frags_n {
+            let c = format!("wn + {} + gq", ni * 8);
+            let _ = writeln!(s, "      const uint b{ni}0 = Bs[{ks} + tq][{c}], b{ni}1 = Bs[{ks} + tq + 4][{c}];");
+        }
+        for (mi, ni) in &frags {
+            let c = |i: usize| format!("\"+f\"(c{mi}{ni}_{i})");
+            let _ = writeln!(
+                s,
+                "      asm(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : {}, {}, {}, {} : \"r\"(a{mi}0), \"r\"(a{mi}1), \"r\"(a{mi}2), \"r\"(a{mi}3), \"r\"(b{ni}0), \"r\"(b{ni}1));",
+                c(0),
+                c(1),
+                c(2),
+                c(3)
+            );
+        }
+        s.push_str("    }\n");
+    }
+    s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
+    for (mi, ni) in &frags {
+        for i in 0..4 {
+            let _ = writeln!(
+                s,
+                "  {{ const int row = row0 + wm + {} + gq, col = col0 + wn + {} + tq * 2;",
+                mi * 16 + (i / 2) * 8,
+                ni * 8 + i % 2
+            );
+            let _ = writeln!(s, "  if (row < {} && col < {}) {{", g.m, g.n);
+            if d.splits > 1 {
+                let _ = writeln!(s, "    P[(z * {} + row) * {} + col] = c{mi}{ni}_{i};", g.m, g.n);
+            } else {
+                let _ = writeln!(s, "    float v = c{mi}{ni}_{i};");
+                epilogue(&mut s, g);
+            }
+            s.push_str("  } }\n");
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// The helper [`gemm_tf32`]'s kernels call: `x` rounded to TF32 (`cvt.rna.tf32.f32`), as the 32-bit word an
+/// `mma.sync` operand register takes. Written once at the top of a program that has such kernels.
+pub const TF32_HELPER: &str =
+    "uint tf32(float x) { uint u; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(u) : \"f\"(x)); return u; }\n";

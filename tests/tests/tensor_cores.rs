@@ -1,0 +1,142 @@
+//! Products at `--precision tf32` on the first OpenCL device, against the CPU backend in fp32.
+//!
+//! On a device with tensor cores (NVIDIA, compute capability 8.0 or later: the H200 through the `device` tool,
+//! `scripts/device/check.sh`) every product of more than one row runs on them (`codegen/mma.rs`) and matches fp32
+//! within TF32's rounding; on one without (PoCL in CI) the plan's fallback holds: the precision granted is fp32,
+//! no kernel is a tensor-core one, and the results are fp32's. Both are checked on whichever device this is; the
+//! graph has every form lowering makes of a product (transposed and batched operands, a bias matrix, ReLU, an
+//! implicit convolution grouped, strided and split along K, a pointwise one, a product of one row).
+
+use stowage_compiler::ir::{self, Graph, Op, Unary, ValueType};
+use stowage_compiler::plan::Precision;
+use stowage_opencl::Target;
+use stowage_runtime::{DatumType, Ledger, Tensor};
+
+fn f32s(shape: &[usize], seed: u64) -> Tensor<'static> {
+    let n: usize = shape.iter().product();
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect();
+    Tensor::from_slice(shape, &data).expect("tensor")
+}
+
+fn node(g: &mut Graph, name: &str, op: Op, inputs: Vec<ir::ValueId>, shape: &[usize]) -> ir::ValueId {
+    let ty = ValueType::new(DatumType::F32, shape);
+    let n = g.add_node(name, op, inputs.into_iter().map(Some).collect(), vec![Some((format!("{name}_out"), ty))]);
+    g.node(n).outputs[0].expect("output")
+}
+
+fn window(kernel: usize, stride: usize, pad: usize) -> ir::Window {
+    ir::Window {
+        kernel: vec![kernel; 2],
+        strides: vec![stride; 2],
+        dilations: vec![1; 2],
+        pads: vec![pad; 4],
+        auto_pad: ir::AutoPad::NotSet,
+        ceil_mode: false,
+    }
+}
+
+/// The products, and the input of the one-row product.
+fn products() -> (Graph, Tensor<'static>) {
+    let mut g = Graph::new("tf32 products");
+    let x = g.add_input("x", ValueType::new(DatumType::F32, [1, 2048]));
+    let mut outs = Vec::new();
+    // One row (a work-group per output: never on tensor cores).
+    let (w, c) = (g.add_const("w", f32s(&[1000, 2048], 1)), g.add_const("c", f32s(&[1000], 2)));
+    let fc = ir::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true };
+    outs.push(node(&mut g, "fc", Op::Gemm(fc), vec![x, w, c], &[1, 1000]));
+    // A transposed A and a bias matrix, with alpha and beta.
+    let (a, b, c) = (
+        g.add_const("ta", f32s(&[300, 70], 3)),
+        g.add_const("tb", f32s(&[300, 90], 4)),
+        g.add_const("tc", f32s(&[70, 90], 5)),
+    );
+    let ta = ir::Gemm { alpha: 0.75, beta: 2.0, trans_a: true, trans_b: false };
+    outs.push(node(&mut g, "gemm_ta", Op::Gemm(ta), vec![a, b, c], &[70, 90]));
+    // Odd sizes batched over a broadcast operand, and a larger square-ish product.
+    let (a, b) = (g.add_const("a", f32s(&[3, 37, 1000], 6)), g.add_const("b", f32s(&[1000, 50], 7)));
+    outs.push(node(&mut g, "batched", Op::MatMul, vec![a, b], &[3, 37, 50]));
+    let (a, b) = (g.add_const("ba", f32s(&[256, 512], 8)), g.add_const("bb", f32s(&[512, 384], 9)));
+    outs.push(node(&mut g, "big", Op::MatMul, vec![a, b], &[256, 384]));
+    // ResNet's last 3 × 3 convolution with bias and ReLU (k 4608: split along K on a large GPU).
+    let xc = g.add_const("xc", f32s(&[1, 512, 7, 7], 10));
+    let (wc, bc) = (g.add_const("wc", f32s(&[512, 512, 3, 3], 11)), g.add_const("bc", f32s(&[512], 12)));
+    let y = node(
+        &mut g,
+        "conv",
+        Op::Conv(ir::Conv { window: window(3, 1, 1), group: 1 }),
+        vec![xc, wc, bc],
+        &[1, 512, 7, 7],
+    );
+    outs.push(node(&mut g, "relu", Op::Unary(Unary::Relu), vec![y], &[1, 512, 7, 7]));
+    // Grouped, unpadded.
+    let wg = g.add_const("wg", f32s(&[96, 256, 3, 3], 13));
+    outs.push(node(
+        &mut g,
+        "grouped",
+        Op::Conv(ir::Conv { window: window(3, 1, 0), group: 2 }),
+        vec![xc, wg],
+        &[1, 96, 5, 5],
+    ));
+    // Strided, padded, over a larger plane.
+    let xs = g.add_const("xs", f32s(&[1, 64, 28, 28], 14));
+    let ws = g.add_const("ws", f32s(&[128, 64, 3, 3], 15));
+    outs.push(node(
+        &mut g,
+        "strided",
+        Op::Conv(ir::Conv { window: window(3, 2, 1), group: 1 }),
+        vec![xs, ws],
+        &[1, 128, 14, 14],
+    ));
+    // Pointwise: the input read directly as B.
+    let wp = g.add_const("wp", f32s(&[256, 64, 1, 1], 16));
+    outs.push(node(
+        &mut g,
+        "pointwise",
+        Op::Conv(ir::Conv { window: window(1, 1, 0), group: 1 }),
+        vec![xs, wp],
+        &[1, 256, 28, 28],
+    ));
+    for (k, v) in outs.into_iter().enumerate() {
+        g.add_output(format!("y{k}"), v);
+    }
+    (g, f32s(&[1, 2048], 17))
+}
+
+#[test]
+fn tf32_products_run_on_tensor_cores_where_there_are_some_and_in_fp32_elsewhere() {
+    let (g, x) = products();
+    let want = stowage_cpu::lower(&g, 1).expect("CPU lowers").run(vec![x.clone()]).expect("CPU runs").outputs;
+    let target = Target::open("opencl").unwrap_or_else(|e| panic!("{e}"));
+    let granted = stowage_opencl::precision_on(target.info(), Precision::Tf32).expect("tf32 is granted or falls back");
+    let cores = target.info().tensor_cores();
+    assert_eq!(granted.computed, if cores { Precision::Tf32 } else { Precision::Fp32 }, "{}", granted.describe());
+    let program =
+        stowage_opencl::lower_planned(&g, &target, &Ledger::off(), &|_: &str| false, granted.computed).expect("lowers");
+    let on_cores = program.kernel_notes().iter().filter(|n| n.contains("tf32 tensor cores")).count();
+    // Seven products of more than one row, each its own kernel (none is the same as another).
+    assert_eq!(on_cores, if cores { 7 } else { 0 }, "{:?}", program.kernel_notes());
+    let got = program.run(vec![x], &Ledger::off()).expect("runs");
+    let mut rounded = false;
+    for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+        let (got, want) = (got.to_vec::<f32>().expect("reads"), want.to_vec::<f32>().expect("reads"));
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+        // TF32 keeps 10 bits of each operand's mantissa (2⁻¹¹ relative), sums in fp32: over these sums of up to
+        // 4608 terms of ±0.25 that is within 2·10⁻³ of the output's scale; fp32 against fp32 within 10⁻⁴.
+        let bound = if cores && k > 0 { 2e-3 } else { 1e-4 } * scale;
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() <= bound, "output y{k}[{i}]: {a} against the CPU's {b} (bound {bound})");
+            rounded |= (a - b).abs() > 1e-5 * scale;
+        }
+    }
+    // On tensor cores the operands' rounding shows somewhere; in fp32 it would not.
+    if cores {
+        assert!(rounded, "no output shows TF32's rounding: the products did not run in TF32");
+    }
+}
