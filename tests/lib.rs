@@ -10,9 +10,13 @@ use std::path::PathBuf;
 use stowage_compiler::consts;
 use stowage_runtime::Tensor;
 
-/// The workspace root.
+/// The workspace root: where this crate was built, or `STOWAGE_WORKSPACE` where the suites run elsewhere (test
+/// binaries carried to the device machine with the generated folders they read).
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    match std::env::var_os("STOWAGE_WORKSPACE") {
+        Some(root) => PathBuf::from(root),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf(),
+    }
 }
 
 /// A folder under `target/` written by a project script, or a panic saying which script writes it.

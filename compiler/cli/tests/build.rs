@@ -56,7 +56,8 @@ fn compare(model: &str, exe: &Path, inputs: &[String], plan_flags: &[&str], run_
         return Err("no outputs".into());
     }
     let (ra, rb) = (read_json(&a.join("report.json")), read_json(&b.join("report.json")));
-    for key in ["target", "planned_copies", "performed_copies", "bytes_moved", "peak_bytes", "peak_lower_bound_bytes"] {
+    let keys = ["target", "planned_copies", "performed_copies", "bytes_moved", "peak_bytes", "peak_lower_bound_bytes"];
+    for key in keys.into_iter().chain(["precision"]) {
         if ra[key] != rb[key] {
             return Err(format!("report key {key}: built {} but run {}", ra[key], rb[key]));
         }
@@ -127,13 +128,23 @@ fn built_executables_make_the_planned_copies_on_opencl() {
         };
         assert_eq!(path, want, "camera on {target}");
     }
-    // The f64 product on the CPU between OpenCL steps: the transfers around it, as `stowage run` makes them.
+    // The f64 product on the CPU between OpenCL steps: the transfers around it, as `stowage run` makes them; built
+    // at tf32, which the executable asks of the targets it opens again (PoCL and the CPU: fp32, shown).
     let input = s(&target_dir().join("planning-examples/mixed_input.pb"));
     for target in ["opencl,cpu", "opencl:discrete,cpu"] {
         let exe = tmp.path().join(format!("mixed-{}", target.replace([':', ','], "-")));
-        build(&example("mixed"), &exe, &["--target", target]);
-        compare(&example("mixed"), &exe, std::slice::from_ref(&input), &["--target", target], &["--repeat", "3"])
+        let flags = ["--target", target, "--precision", "tf32"];
+        build(&example("mixed"), &exe, &flags);
+        compare(&example("mixed"), &exe, std::slice::from_ref(&input), &flags, &["--repeat", "3"])
             .unwrap_or_else(|e| panic!("mixed on {target}: {e}"));
+        let report = tmp.path().join("report.json");
+        let (code, _, err) = exec(&exe, &["--input", &input, "--report", &s(&report)]);
+        assert_eq!(code, 0, "{err}");
+        let precision = read_json(&report)["precision"].clone();
+        let words: Vec<(&str, &str)> = (0..2)
+            .map(|t| (precision[t]["asked"].as_str().unwrap_or("?"), precision[t]["computed"].as_str().unwrap_or("?")))
+            .collect();
+        assert_eq!(words, [("tf32", "fp32"), ("tf32", "fp32")], "mixed on {target}: {precision}");
     }
 }
 
