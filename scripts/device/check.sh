@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The OpenCL backend on the device tool's GPU, in one command (nothing is built there): registers NVIDIA's OpenCL
 # (DESIGN.md "Targets"), lists the targets, runs the carried models on `opencl` and checks every output against its
-# reference, shows the ledger of one run, then times stowage against PyTorch eager CUDA at batch 1.
+# reference, shows the ledger of one run, then times stowage against PyTorch eager CUDA at batch 1. The precision
+# checks have their own stage and command: scripts/device/stage-precision, scripts/device/precision.sh.
 # Run from the repository root with the staging folder made by scripts/device/stage:
 #   scripts/device/check.sh target/device [TARGET]     (TARGET: opencl, the GPU where there is one)
 set -uo pipefail

@@ -5,7 +5,8 @@
 //! within TF32's rounding; on one without (PoCL in CI) the plan's fallback holds: the precision granted is fp32,
 //! no kernel is a tensor-core one, and the results are fp32's. Both are checked on whichever device this is; the
 //! graph has every form lowering makes of a product (transposed and batched operands, a bias matrix, ReLU, an
-//! implicit convolution grouped, strided and split along K, a pointwise one, a product of one row).
+//! implicit convolution grouped, strided and split along K, a pointwise one, a product of one row, a residual
+//! addition and ReLU in a convolution's epilogue).
 
 use stowage_compiler::ir::{self, Graph, Op, Unary, ValueType};
 use stowage_compiler::plan::Precision;
@@ -102,6 +103,12 @@ fn products() -> (Graph, Tensor<'static>) {
         vec![xs, wp],
         &[1, 256, 28, 28],
     ));
+    // A residual block's end: the addition and its ReLU in the convolution's epilogue.
+    let wr = g.add_const("wr", f32s(&[64, 64, 3, 3], 18));
+    let r =
+        node(&mut g, "res", Op::Conv(ir::Conv { window: window(3, 1, 1), group: 1 }), vec![xs, wr], &[1, 64, 28, 28]);
+    let sum = node(&mut g, "add", Op::Binary(ir::Binary::Add), vec![r, xs], &[1, 64, 28, 28]);
+    outs.push(node(&mut g, "add_relu", Op::Unary(Unary::Relu), vec![sum], &[1, 64, 28, 28]));
     for (k, v) in outs.into_iter().enumerate() {
         g.add_output(format!("y{k}"), v);
     }
@@ -119,8 +126,11 @@ fn tf32_products_run_on_tensor_cores_where_there_are_some_and_in_fp32_elsewhere(
     let program =
         stowage_opencl::lower_planned(&g, &target, &Ledger::off(), &|_: &str| false, granted.computed).expect("lowers");
     let on_cores = program.kernel_notes().iter().filter(|n| n.contains("tf32 tensor cores")).count();
-    // Seven products of more than one row, each its own kernel (none is the same as another).
-    assert_eq!(on_cores, if cores { 7 } else { 0 }, "{:?}", program.kernel_notes());
+    // Eight products of more than one row, each its own kernel (none is the same as another).
+    assert_eq!(on_cores, if cores { 8 } else { 0 }, "{:?}", program.kernel_notes());
+    // The residual addition and its ReLU are the convolution's step, not launches of their own.
+    let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
+    assert!(ops.contains(&"Conv+Add+Relu") && !ops.contains(&"Add"), "{ops:?}");
     let got = program.run(vec![x], &Ledger::off()).expect("runs");
     let mut rounded = false;
     for (k, (got, want)) in got.iter().zip(&want).enumerate() {

@@ -98,7 +98,7 @@ pub struct ClProgram {
     /// of allocating: a run allocates only the first time a size is needed (and the outputs it hands out).
     pub(crate) pool: Mutex<std::collections::HashMap<usize, Vec<ClBuffer>>>,
     /// Device time of each step's kernels summed over the runs so far, and the runs (when the target profiles).
-    pub(crate) times: Mutex<(Vec<u64>, usize)>,
+    pub(crate) times: Mutex<(Vec<Vec<u64>>, usize)>,
     /// Per kernel, what it computes (a product's dimensions), for the profile.
     pub(crate) notes: Vec<String>,
 }
@@ -163,7 +163,8 @@ pub struct StepTime {
     pub name: String,
     /// The op.
     pub op: &'static str,
-    /// Each launch: its global size, and what its kernel computes where that is noted (a product's dimensions).
+    /// Each launch: its mean device time, its global size, and what its kernel computes where that is noted (a
+    /// product's dimensions).
     pub launches: Vec<String>,
     /// Mean device time per run, in microseconds.
     pub micros: f64,
@@ -314,7 +315,7 @@ impl ClProgram {
         for (i, step) in self.steps.iter().enumerate() {
             let timed = self.run_step(step, &mut slots)?;
             if self.target.inner.profiling {
-                events.extend(timed.into_iter().map(|e| (i, e)));
+                events.extend(timed.into_iter().enumerate().map(|(k, e)| (i, k, e)));
             }
             if let (Some(m), StepKind::Launches { outs, .. }) = (&self.memory, &step.kind) {
                 for &o in outs {
@@ -340,12 +341,16 @@ impl ClProgram {
         if self.target.inner.profiling {
             self.target.finish()?;
             let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
-            times.0.resize(self.steps.len(), 0);
+            times.0.resize(self.steps.len(), Vec::new());
             times.1 += 1;
-            for (i, e) in events {
+            for (i, k, e) in events {
                 let (start, end) = (e.profiling_command_start(), e.profiling_command_end());
                 if let (Ok(start), Ok(end)) = (start, end) {
-                    times.0[i] += end.saturating_sub(start);
+                    let launches = &mut times.0[i];
+                    if launches.len() <= k {
+                        launches.resize(k + 1, 0);
+                    }
+                    launches[k] += end.saturating_sub(start);
                 }
             }
         }
@@ -405,20 +410,29 @@ impl ClProgram {
     pub fn profile(&self) -> Vec<StepTime> {
         let times = self.times.lock().unwrap_or_else(|p| p.into_inner());
         let runs = times.1.max(1) as f64;
+        let none = Vec::new();
         self.steps
             .iter()
-            .zip(&times.0)
-            .map(|(step, &ns)| StepTime {
-                name: step.name.clone(),
-                op: step.op,
-                launches: match &step.kind {
-                    StepKind::Launches { launches, .. } => launches
-                        .iter()
-                        .map(|l| format!("{:?} {}", l.global, self.notes.get(l.kernel).map_or("", String::as_str)))
-                        .collect(),
-                    StepKind::Alias { .. } => Vec::new(),
-                },
-                micros: ns as f64 / runs / 1e3,
+            .enumerate()
+            .map(|(i, step)| {
+                let ns = times.0.get(i).unwrap_or(&none);
+                let us = |k: usize| ns.get(k).copied().unwrap_or(0) as f64 / runs / 1e3;
+                StepTime {
+                    name: step.name.clone(),
+                    op: step.op,
+                    launches: match &step.kind {
+                        StepKind::Launches { launches, .. } => launches
+                            .iter()
+                            .enumerate()
+                            .map(|(k, l)| {
+                                let note = self.notes.get(l.kernel).map_or("", String::as_str);
+                                format!("{:.1} µs {:?} {note}", us(k), l.global)
+                            })
+                            .collect(),
+                        StepKind::Alias { .. } => Vec::new(),
+                    },
+                    micros: (0..ns.len()).map(us).sum(),
+                }
             })
             .collect()
     }

@@ -28,6 +28,9 @@ pub struct Gemm {
     pub alpha: f32,
     /// An added term through its strides (batch, row, column; 0 on broadcast axes), scaled by `beta`.
     pub bias: Option<(Strides, f32)>,
+    /// A term added after the scaled one (a residual connection: a tensor of C's shape, through its strides),
+    /// before the ReLU.
+    pub residual: Option<Strides>,
     /// ReLU on the result.
     pub relu: bool,
     /// B is the im2col unfolding of a convolution's input `X` (window, channels, groups), computed as it is loaded
@@ -152,14 +155,32 @@ pub fn describe(g: &Gemm) -> String {
     format!("gemm m{} n{} k{} batch{:?} block{}{split}{implicit}", g.m, g.n, g.k, g.batch, d.block)
 }
 
-/// The epilogue of an output `v` at (`row`, `col`) of batch item `bi`: the scale, the added term, ReLU, stored
-/// to C.
+/// The parameters of the terms the epilogue reads, after C: `D` (the added term), `R` (the residual).
+pub(super) fn terms(g: &Gemm) -> String {
+    let t = super::param_type(g.elem);
+    let mut s = String::new();
+    if g.bias.is_some() {
+        let _ = write!(s, ", __global const {t}* restrict D");
+    }
+    if g.residual.is_some() {
+        let _ = write!(s, ", __global const {t}* restrict R");
+    }
+    s
+}
+
+/// The epilogue of an output `v` at (`row`, `col`) of batch item `bi`: the scale, the added term, the residual
+/// term, ReLU, stored to C.
 pub(super) fn epilogue(s: &mut String, g: &Gemm) {
     let _ = writeln!(s, "    v = {} * v;", lit(g.alpha));
     if let Some(((bs, brs, bcs), beta)) = &g.bias {
         batch_offset(s, "dof", &g.batch, bs);
         let d = super::load(g.elem, "D", &format!("dof + (size_t)row * {brs} + (size_t)col * {bcs}"));
         let _ = writeln!(s, "    v += {} * {d};", lit(*beta));
+    }
+    if let Some((rs, rrs, rcs)) = &g.residual {
+        batch_offset(s, "rof", &g.batch, rs);
+        let r = super::load(g.elem, "R", &format!("rof + (size_t)row * {rrs} + (size_t)col * {rcs}"));
+        let _ = writeln!(s, "    v += {r};");
     }
     if g.relu {
         let _ = writeln!(s, "    v = v < 0.0f ? 0.0f : v;");
@@ -190,9 +211,7 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
     let out = if d.splits > 1 {
         "__global float* restrict P".to_string()
     } else {
-        let t = super::param_type(g.elem);
-        let bias = if g.bias.is_some() { format!(", __global const {t}* restrict D") } else { String::new() };
-        format!("__global {t}* restrict C{bias}")
+        format!("__global {}* restrict C{}", super::param_type(g.elem), terms(g))
     };
     let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let _ = writeln!(
@@ -305,9 +324,9 @@ pub fn gemm_reduce(name: &str, g: &Gemm) -> String {
     let d = division(g);
     let batch: usize = g.batch.iter().product::<usize>().max(1);
     let t = super::param_type(g.elem);
-    let bias = if g.bias.is_some() { format!(", __global const {t}* restrict D") } else { String::new() };
     let mut s = String::new();
-    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict P, __global {t}* restrict C{bias}) {{");
+    let _ =
+        writeln!(s, "__kernel void {name}(__global const float* restrict P, __global {t}* restrict C{}) {{", terms(g));
     let _ = writeln!(s, "  const size_t col = get_global_id(0), row = get_global_id(1), bi = get_global_id(2);");
     batch_offset(&mut s, "co", &g.batch, &g.c.0);
     let _ = writeln!(s, "  {{");
@@ -333,11 +352,11 @@ pub const GEMV_GROUP: usize = 64;
 pub fn gemv(name: &str, g: &Gemm) -> String {
     let w = GEMV_GROUP;
     let t = super::param_type(g.elem);
-    let bias = if g.bias.is_some() { format!(", __global const {t}* restrict D") } else { String::new() };
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "__kernel void {name}(__global const {t}* restrict A, __global const {t}* restrict B, __global {t}* restrict C{bias}) {{"
+        "__kernel void {name}(__global const {t}* restrict A, __global const {t}* restrict B, __global {t}* restrict C{}) {{",
+        terms(g)
     );
     let _ = writeln!(
         s,

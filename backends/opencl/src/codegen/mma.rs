@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use super::gemm::{batch_offset, epilogue, Division, Gemm};
+use super::gemm::{batch_offset, epilogue, terms, Division, Gemm};
 
 /// Output rows and columns of one work-group's tile.
 pub const MMA_TILE: usize = 64;
@@ -32,11 +32,12 @@ pub fn mma_warps() -> usize {
 pub fn mma_items() -> usize {
     32 * mma_warps()
 }
-/// Inner dimension staged per step: 32 (`STOWAGE_OPENCL_MMA_BK=16` takes 16, for measuring). A's tile is
+/// Inner dimension staged per step: 32 (`STOWAGE_OPENCL_MMA_BK=16` or `64` takes that, for measuring). A's tile is
 /// staged with rows of `BK + 4` words (16 + 4 or 32 + 4), so that a warp's fragment reads fall on 32 banks.
 fn bk() -> usize {
     match std::env::var("STOWAGE_OPENCL_MMA_BK").as_deref() {
         Ok("16") => 16,
+        Ok("64") => 64,
         _ => 32,
     }
 }
@@ -56,8 +57,7 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
     let out = if d.splits > 1 {
         "__global float* restrict P".to_string()
     } else {
-        let bias = if g.bias.is_some() { ", __global const float* restrict D" } else { "" };
-        format!("__global float* restrict C{bias}")
+        format!("__global float* restrict C{}", terms(g))
     };
     let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let batch: usize = g.batch.iter().product::<usize>().max(1);

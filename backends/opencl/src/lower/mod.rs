@@ -19,6 +19,7 @@ mod movement;
 mod nn;
 mod node;
 mod products;
+mod residual;
 mod typed;
 
 use node::{Lowered, NodeCx};
@@ -251,7 +252,9 @@ struct Translation<'g> {
 struct Fusion {
     /// ReLUs run in the epilogue of the convolution they read (convolution → ReLU).
     relu_after: HashMap<ir::NodeId, ir::NodeId>,
-    /// Those ReLUs.
+    /// Residual additions (and their ReLUs) run in the epilogue of the convolution they read (`residual.rs`).
+    residual: HashMap<ir::NodeId, residual::Residual>,
+    /// Those ReLUs, additions and additions' ReLUs.
     absorbed: HashSet<ir::NodeId>,
     /// Chains, by root node.
     planned: HashMap<ir::NodeId, Planned>,
@@ -268,10 +271,12 @@ fn translate<'g>(
     precision: Precision,
 ) -> Result<Translation<'g>> {
     let relu_after = stowage_compiler::lowering::conv_relu_pairs(graph);
-    let absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    let mut absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    let residual = residual::residual_adds(graph, &absorbed);
+    absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
     let planned = stowage_compiler::lowering::fuse::plan(graph, &absorbed);
     let members = planned.values().flat_map(|p| p.members.iter().copied()).collect();
-    let fusion = Fusion { relu_after, absorbed, planned, members };
+    let fusion = Fusion { relu_after, residual, absorbed, planned, members };
     let mut b = Builder::new(graph, info, precision);
     let inputs: Vec<Binding> = graph.inputs().iter().map(|&v| b.binding(graph.value(v).name.clone(), v)).collect();
     for &n in graph.order() {
@@ -307,17 +312,24 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
         return Ok(());
     }
     let planned = fusion.planned.get(&n);
-    let node_inputs: Vec<Option<ValueId>> = match planned {
+    let residual = fusion.residual.get(&n);
+    let mut node_inputs: Vec<Option<ValueId>> = match planned {
         Some(p) => p.inputs.iter().map(|&v| Some(v)).collect(),
         None => node.inputs.clone(),
     };
+    // A residual addition's other term is the convolution's input 3 (after X, W and the optional bias).
+    if let Some(r) = residual {
+        node_inputs.resize(3, None);
+        node_inputs.push(Some(r.other));
+    }
     for v in node_inputs.iter().flatten() {
         b.constant(*v);
     }
     let ins: Vec<Option<usize>> = node_inputs.iter().map(|v| v.map(|v| b.slot(v))).collect();
-    let out_value = match fusion.relu_after.get(&n) {
-        Some(&r) => graph.node(r).outputs[0],
-        None => node.outputs.first().copied().flatten(),
+    let out_value = match (fusion.relu_after.get(&n), residual) {
+        (Some(&r), _) => graph.node(r).outputs[0],
+        (None, Some(r)) => graph.node(r.last()).outputs[0],
+        (None, None) => node.outputs.first().copied().flatten(),
     };
     let unsupported =
         |reason: &str| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason: reason.into() };
@@ -328,7 +340,8 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
         ins,
         out: b.slot(out_value),
         out_ty: graph.ty(out_value).clone(),
-        relu: fusion.relu_after.contains_key(&n),
+        relu: fusion.relu_after.contains_key(&n) || residual.is_some_and(|r| r.relu.is_some()),
+        residual: residual.is_some(),
     };
     let (op, kind) = match (planned, &node.op) {
         (_, Op::Split { axis, .. }) => movement::split(b, &cx, *axis as usize)?,

@@ -22,8 +22,10 @@ pub(super) struct NodeCx<'g> {
     pub out: usize,
     /// That value's type.
     pub out_ty: ValueType,
-    /// A ReLU that runs in the product's epilogue.
+    /// A ReLU that runs in the product's epilogue (after the residual term, where there is one).
     pub relu: bool,
+    /// A residual term added in a convolution's epilogue: its input 3 (`residual.rs`).
+    pub residual: bool,
 }
 
 impl NodeCx<'_> {

@@ -21,7 +21,7 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
     let g = Gemm { min_groups: b.min_groups, elem, tf32: b.tf32 && elem == "float", ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
-    let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, bias, &mut scratch);
+    let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, Terms { bias, residual: None }, &mut scratch);
     Ok((cx.node.op.name(), StepKind::Launches { outs: vec![cx.out], scratch, launches }))
 }
 
@@ -29,9 +29,14 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
 pub(super) fn convolution(b: &mut Builder<'_>, cx: &NodeCx<'_>, c: &ir::Conv) -> Result<Lowered> {
     cx.f32_only(cx.out_ty.dt)?;
     let (x, w) = (cx.input(0, "input")?, cx.input(1, "weights")?);
-    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, &cx.ins, cx.out, cx.relu)
+    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, &cx.ins, cx.out, (cx.relu, cx.residual))
         .ok_or_else(|| cx.unsupported("this convolution's shape"))?;
-    let op = if cx.relu { "Conv+Relu" } else { "Conv" };
+    let op = match (cx.residual, cx.relu) {
+        (true, true) => "Conv+Add+Relu",
+        (true, false) => "Conv+Add",
+        (false, true) => "Conv+Relu",
+        (false, false) => "Conv",
+    };
     Ok((op, StepKind::Launches { outs: vec![cx.out], scratch, launches }))
 }
 
@@ -95,6 +100,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         im2col: None,
         elem: "float",
         tf32: false,
+        residual: None,
     })
 }
 
@@ -135,11 +141,13 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         im2col: None,
         elem: "float",
         tf32: false,
+        residual: None,
     })
 }
 
-/// A convolution as im2col + a product batched over (batch item, group), with the bias and the ReLU in the
-/// product's epilogue; a pointwise one reads the input directly.
+/// A convolution as im2col + a product batched over (batch item, group), with the bias, a residual term (input 3,
+/// of the output's shape) and the ReLU in the product's epilogue (`epilogue`: ReLU, residual); a pointwise one reads
+/// the input directly.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(
     b: &mut Builder<'_>,
@@ -149,7 +157,7 @@ pub(super) fn conv(
     y: &[usize],
     ins: &[Option<usize>],
     out: usize,
-    relu: bool,
+    (relu, residual): (bool, bool),
 ) -> Option<(Vec<Launch>, Vec<usize>)> {
     let (nb, ch, m) = (*x.first()?, *x.get(1)?, *w.first()?);
     let g = c.group.max(1);
@@ -161,6 +169,7 @@ pub(super) fn conv(
     let pin: usize = x[2..].iter().product();
     let pointwise = kk == 1 && geo.strides.iter().all(|&s| s == 1) && geo.pads.iter().all(|&v| v == 0);
     let bias = ins.get(2).copied().flatten();
+    let added = if residual { Some(ins.get(3).copied().flatten()?) } else { None };
     let gemm = Gemm {
         m: mg,
         n: p,
@@ -171,6 +180,7 @@ pub(super) fn conv(
         c: (vec![m * p, mg * p], p, 1),
         alpha: 1.0,
         bias: bias.map(|_| ((vec![0, mg], 1, 0), 1.0)),
+        residual: added.map(|_| (vec![m * p, mg * p], p, 1)),
         relu,
         min_groups: b.min_groups,
         elem: "float",
@@ -194,11 +204,20 @@ pub(super) fn conv(
         ));
         ArgRef::Scratch(0)
     };
-    launches.extend(product(b, &gemm, ArgRef::Slot(ins[1]?), src, out, bias.map(ArgRef::Slot), &mut scratch));
+    let terms = Terms { bias: bias.map(ArgRef::Slot), residual: added.map(ArgRef::Slot) };
+    launches.extend(product(b, &gemm, ArgRef::Slot(ins[1]?), src, out, terms, &mut scratch));
     Some((launches, scratch))
 }
 
-/// The launches of product `g` of `a` and `src` into slot `out` (with the added term `bias`): one, or two for a
+/// The terms a product's epilogue reads besides its result, as kernel arguments (in this order).
+pub(super) struct Terms {
+    /// The added term scaled by `beta` (`Gemm::bias`).
+    pub bias: Option<ArgRef>,
+    /// The residual term (`Gemm::residual`).
+    pub residual: Option<ArgRef>,
+}
+
+/// The launches of product `g` of `a` and `src` into slot `out` (with the epilogue's `terms`): one, or two for a
 /// product split along K ([`codegen::division`]), whose partial products take a scratch buffer appended to
 /// `scratch`.
 pub(super) fn product(
@@ -207,15 +226,16 @@ pub(super) fn product(
     a: ArgRef,
     src: ArgRef,
     out: usize,
-    bias: Option<ArgRef>,
+    terms: Terms,
     scratch: &mut Vec<usize>,
 ) -> Vec<Launch> {
+    let bias = || terms.bias.into_iter().chain(terms.residual);
     let batch: usize = g.batch.iter().product();
     // A product of one row has too little to multiply to fill a tensor core's fragment: the gemv takes it.
     if g.m == 1 && g.im2col.is_none() && b.gemv {
         let k = b.kernel(|name| codegen::gemv(name, g));
         b.notes[k] = format!("gemv n{} k{} batch{:?}", g.n, g.k, g.batch);
-        let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias).collect();
+        let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias()).collect();
         let (global, local) = (vec![g.n * GEMV_GROUP, 1, batch], Some(vec![GEMV_GROUP, 1, 1]));
         return vec![launch(k, args, global, local, vec![ArgRef::Slot(out)])];
     }
@@ -223,13 +243,13 @@ pub(super) fn product(
     let k = b.gemm_kernel(g);
     let local = Some(d.local(g));
     if d.splits == 1 {
-        let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias).collect();
+        let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias()).collect();
         return vec![launch(k, args, d.global(g), local, vec![ArgRef::Slot(out)])];
     }
     let partial = ArgRef::Scratch(scratch.len());
     scratch.push(d.scratch_bytes(g));
     let reduce = b.kernel(|name| codegen::gemm_reduce(name, g));
-    let args = [partial, ArgRef::Slot(out)].into_iter().chain(bias).collect();
+    let args = [partial, ArgRef::Slot(out)].into_iter().chain(bias()).collect();
     vec![
         launch(k, vec![a, src, partial], d.global(g), local, vec![partial]),
         launch(reduce, args, vec![g.n, g.m, batch], None, vec![ArgRef::Slot(out)]),
