@@ -30,6 +30,21 @@ pub fn generated(dir: &str, script: &str) -> PathBuf {
     path
 }
 
+/// A tensor of `shape` filled with values in [-0.5, 0.5) from a linear congruential sequence seeded by `seed`: the
+/// same on every machine, for suites that compare two backends on made-up weights.
+pub fn random_f32s(shape: &[usize], seed: u64) -> Tensor<'static> {
+    let n: usize = shape.iter().product();
+    let step = |s: u64| s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = step(seed);
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            state = step(state);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect();
+    Tensor::from_slice(shape, &data).expect("a shape and as many values")
+}
+
 /// Compares `got` with `want`: same datum type and shape, and every element within `atol + rtol * |want|`
 /// (NaN matches NaN, infinities match exactly). `Err` says where they differ first.
 pub fn compare(got: &Tensor<'_>, want: &Tensor<'_>, rtol: f64, atol: f64) -> Result<(), String> {

@@ -56,12 +56,10 @@ def resnet50():
     return nn.Sequential(*layers)
 
 
-def bench(name, model, runs):
-    # Batch norm is folded into the convolutions in the ONNX graph stowage compiles, so there is none here either.
-    model = model.cuda().eval()
-    x = torch.randn(1, 3, 224, 224, device="cuda")
+def median_ms(model, x, warm, runs):
+    """Median ms of `runs` calls of `model` on `x`, after `warm` calls, each waited for."""
     with torch.no_grad():
-        for _ in range(5):
+        for _ in range(warm):
             model(x)
         torch.cuda.synchronize()
         times = []
@@ -70,7 +68,13 @@ def bench(name, model, runs):
             model(x)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
-    print(f"torch {name} {statistics.median(times):.3f}")
+    return statistics.median(times)
+
+
+def bench(name, model, runs):
+    # Batch norm is folded into the convolutions in the ONNX graph stowage compiles, so there is none here either.
+    x = torch.randn(1, 3, 224, 224, device="cuda")
+    print(f"torch {name} {median_ms(model.cuda().eval(), x, 5, runs):.3f}")
 
 
 MODELS = {"squeezenet": squeezenet, "resnet50": resnet50}
@@ -90,17 +94,7 @@ def anchor(name, precision, compiled, runs, batch=1):
     if compiled:
         torch._dynamo.reset()
         model = torch.compile(model, mode="reduce-overhead")
-    with torch.no_grad():
-        for _ in range(10 if compiled else 5):
-            model(x)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            model(x)
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return median_ms(model, x, 10 if compiled else 5, runs)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,7 @@ use stowage_opencl::Target;
 use stowage_runtime::{DatumType, Ledger, Tensor};
 
 fn f32s(shape: &[usize], seed: u64) -> Tensor<'static> {
-    let n: usize = shape.iter().product();
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let data: Vec<f32> = (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        })
-        .collect();
-    Tensor::from_slice(shape, &data).expect("tensor")
+    stowage_tests::random_f32s(shape, seed)
 }
 
 fn node(g: &mut Graph, name: &str, op: Op, inputs: Vec<ir::ValueId>, shape: &[usize]) -> ir::ValueId {

@@ -189,6 +189,22 @@ pub(super) fn epilogue(s: &mut String, g: &Gemm) {
     let _ = writeln!(s, "    {}", super::store(g.elem, "C", &at, "v"));
 }
 
+/// The statements that set `dst` to B's element (`gk`, `gc`), 0 outside K's range `kend` or past N, and close the
+/// caller's block: read through B's strides, or computed from the convolution's input `X` (the implicit im2col).
+pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str) {
+    match &g.im2col {
+        None => {
+            let b = super::load(g.elem, "B", &format!("bo + (size_t)gk * {} + (size_t)gc * {}", g.b.1, g.b.2));
+            let _ = writeln!(s, "        {dst} = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
+        }
+        Some((w, channels, groups)) => {
+            let _ = writeln!(s, "        float v = 0.0f;\n        if (gk < kend && gc < {}) {{", g.n);
+            s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
+            let _ = writeln!(s, "        }}\n        {dst} = v; }}");
+        }
+    }
+}
+
 /// Kernel `name(A, B, C[, bias])` for `g` divided as [`division`] says: work-groups of 16 × 16 items, each item
 /// computing `R` × `R` outputs from tiles of A and B staged in local memory 16 columns of K at a time; global size
 /// [`Division::global`], local `[16, 16, 1]`. A split product is `name(A, B, P)` instead: each range of K writes
@@ -257,17 +273,7 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
         }
         for u in 0..r {
             let _ = writeln!(s, "      {{ {}, gk = {t} + kk, gc = col0 + cc;", b_at(u));
-            match &g.im2col {
-                None => {
-                    let b = super::load(g.elem, "B", &format!("bo + (size_t)gk * {} + (size_t)gc * {}", g.b.1, g.b.2));
-                    let _ = writeln!(s, "        pb[{u}] = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
-                }
-                Some((w, channels, groups)) => {
-                    let _ = writeln!(s, "        float v = 0.0f;\n        if (gk < kend && gc < {}) {{", g.n);
-                    s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
-                    let _ = writeln!(s, "        }}\n        pb[{u}] = v; }}");
-                }
-            }
+            load_b(s, g, &format!("pb[{u}]"));
         }
     };
     load(&mut s, "k0");

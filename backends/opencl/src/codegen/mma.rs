@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use super::gemm::{batch_offset, epilogue, terms, Division, Gemm};
+use super::gemm::{batch_offset, epilogue, load_b, terms, Division, Gemm};
 
 /// Output rows and columns of one work-group's tile.
 pub const MMA_TILE: usize = 64;
@@ -102,17 +102,7 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
         }
         for u in 0..per_item {
             let _ = writeln!(s, "    {{ const int e = tid + {}, gk = {t} + (e >> 6), gc = col0 + (e & 63);", u * items);
-            match &g.im2col {
-                None => {
-                    let b = format!("B[bo + (size_t)gk * {} + (size_t)gc * {}]", g.b.1, g.b.2);
-                    let _ = writeln!(s, "      pb[{u}] = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
-                }
-                Some((w, channels, groups)) => {
-                    let _ = writeln!(s, "      float v = 0.0f;\n      if (gk < kend && gc < {}) {{", g.n);
-                    s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
-                    let _ = writeln!(s, "      }}\n      pb[{u}] = v; }}");
-                }
-            }
+            load_b(s, g, &format!("pb[{u}]"));
         }
     };
     load(&mut s, "k0");
