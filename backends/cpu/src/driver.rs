@@ -107,21 +107,9 @@ impl Backend for OpenedCpu {
         crate::lower::memory_steps(segment, &self.lower_options(segment, inputs))
     }
 
-    /// fp32 as asked; tf32 computed in fp32 (x86 has no TF32 arithmetic: the result is at least as exact as
-    /// asked, and the plan shows it); fp16 and bf16 refused: the CPU's kernels store fp32.
+    /// As [`crate::CpuTarget`] grants it: fp32, tf32 computed in fp32 (shown), fp16 and bf16 refused.
     fn precision(&self, asked: plan::Precision) -> Result<plan::Granted, String> {
-        use plan::Precision;
-        match asked {
-            Precision::Fp32 => Ok(plan::Granted::as_asked(asked, "fp32 arithmetic")),
-            Precision::Tf32 => Ok(plan::Granted {
-                asked,
-                computed: Precision::Fp32,
-                how: "the CPU has no TF32 arithmetic: products in fp32".into(),
-            }),
-            Precision::Fp16 | Precision::Bf16 => Err(format!(
-                "its kernels store fp32, not {asked} (ask {asked} of a device only: --precision opencl={asked})"
-            )),
-        }
+        self.target.precision(asked)
     }
 }
 

@@ -12,7 +12,7 @@
 //! Every other kernel reads packed row-major input only and every kernel writes packed row-major output.
 
 use stowage_compiler::ir::{Graph, NodeId, Op};
-use stowage_compiler::plan::{Accepts, Backend, TargetSpec};
+use stowage_compiler::plan::{Accepts, Backend, Granted, Precision, TargetSpec};
 use stowage_runtime::{DatumType, LayoutSupport};
 
 const ALL: &[LayoutSupport] = &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows, LayoutSupport::ColumnMajor];
@@ -74,6 +74,20 @@ impl Backend for CpuTarget {
                 accepts(&n.op, &ranks)
             }
             _ => Accepts::PACKED,
+        }
+    }
+
+    /// fp32 as asked; tf32 computed in fp32 (x86 has no TF32 arithmetic: the result is at least as exact as
+    /// asked, and the plan shows it); fp16 and bf16 refused: the CPU's kernels store fp32.
+    fn precision(&self, asked: Precision) -> Result<Granted, String> {
+        match asked {
+            Precision::Fp32 => Ok(Granted::as_asked(asked, "fp32 arithmetic")),
+            Precision::Tf32 => Ok(Granted {
+                asked,
+                computed: Precision::Fp32,
+                how: "the CPU has no TF32 arithmetic: products in fp32".into(),
+            }),
+            Precision::Fp16 | Precision::Bf16 => Err(format!("its kernels store fp32, not {asked}")),
         }
     }
 }

@@ -94,7 +94,7 @@ impl Backend for OpenedDevice {
     }
 
     fn precision(&self, asked: Precision) -> Result<Granted, String> {
-        crate::lower::precision_on(self.device.info(), asked)
+        self.view.precision(asked)
     }
 
     /// The steps of this backend's lowering; a segment it cannot translate (which the planner would not give

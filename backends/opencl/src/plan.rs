@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use stowage_compiler::ir::{Graph, NodeId};
-use stowage_compiler::plan::{Accepts, Backend, TargetSpec};
+use stowage_compiler::plan::{Accepts, Backend, Granted, Precision, TargetSpec};
 
 use crate::device::{DeviceInfo, Mode};
 use crate::error::Result;
@@ -14,6 +14,7 @@ use crate::error::Result;
 pub struct PlanTarget {
     spec: TargetSpec,
     refused: HashMap<NodeId, String>,
+    info: DeviceInfo,
 }
 
 impl PlanTarget {
@@ -27,7 +28,7 @@ impl PlanTarget {
             gflops: info.gflops(),
             launch_us: if info.gpu { 5.0 } else { 20.0 },
         };
-        Ok(PlanTarget { spec, refused })
+        Ok(PlanTarget { spec, refused, info: info.clone() })
     }
 }
 
@@ -46,5 +47,10 @@ impl Backend for PlanTarget {
     /// Kernels here are generated for packed row-major operands.
     fn accepts(&self, _graph: &Graph, _node: NodeId, _input: usize) -> Accepts {
         Accepts::PACKED
+    }
+
+    /// What the device grants ([`crate::precision_on`]): tf32 on tensor cores, else fp32 shown.
+    fn precision(&self, asked: Precision) -> std::result::Result<Granted, String> {
+        crate::lower::precision_on(&self.info, asked)
     }
 }

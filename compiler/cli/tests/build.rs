@@ -129,11 +129,12 @@ fn built_executables_make_the_planned_copies_on_opencl() {
         assert_eq!(path, want, "camera on {target}");
     }
     // The f64 product on the CPU between OpenCL steps: the transfers around it, as `stowage run` makes them; built
-    // at tf32, which the executable asks of the targets it opens again (PoCL and the CPU: fp32, shown).
+    // at tf32, which the executable asks of the targets it opens again (PoCL and the CPU: fp32, shown). Asked of
+    // `opencl` alone, the staging plan built beside the unified one asks it of `opencl:discrete` too.
     let input = s(&target_dir().join("planning-examples/mixed_input.pb"));
-    for target in ["opencl,cpu", "opencl:discrete,cpu"] {
+    for (target, asked, cpu) in [("opencl,cpu", "opencl=tf32", "fp32"), ("opencl:discrete,cpu", "tf32", "tf32")] {
         let exe = tmp.path().join(format!("mixed-{}", target.replace([':', ','], "-")));
-        let flags = ["--target", target, "--precision", "tf32"];
+        let flags = ["--target", target, "--precision", asked];
         build(&example("mixed"), &exe, &flags);
         compare(&example("mixed"), &exe, std::slice::from_ref(&input), &flags, &["--repeat", "3"])
             .unwrap_or_else(|e| panic!("mixed on {target}: {e}"));
@@ -144,7 +145,7 @@ fn built_executables_make_the_planned_copies_on_opencl() {
         let words: Vec<(&str, &str)> = (0..2)
             .map(|t| (precision[t]["asked"].as_str().unwrap_or("?"), precision[t]["computed"].as_str().unwrap_or("?")))
             .collect();
-        assert_eq!(words, [("tf32", "fp32"), ("tf32", "fp32")], "mixed on {target}: {precision}");
+        assert_eq!(words, [("tf32", "fp32"), (cpu, "fp32")], "mixed on {target}: {precision}");
     }
 }
 

@@ -8,10 +8,11 @@
 //! (`cvt.rna`: to nearest, ties away) as they are staged and the sums in fp32:
 //! - a work-group of 256 items (8 warps, [`mma_warps`]) computes a tile of 64 × 64 outputs, each warp 32 × 16 of
 //!   it as 2 × 2 `m16n8` fragments whose 16 sums stay in registers;
-//! - K advances 16 at a time: each item loads 4 elements of A's 64 × 16 tile and 4 of B's 16 × 64 into registers
-//!   for the next step while the warps multiply the current one out of local memory;
-//! - local memory rows are padded (A's to 20 words, B's to 72) so that every fragment read of a warp falls on 32
-//!   distinct banks.
+//! - K advances `BK` (32, [`bk`]) at a time: each item loads its share of A's 64 × BK tile and of B's BK × 64
+//!   (8 elements each with 256 items) into registers for the next step while the warps multiply the current one
+//!   out of local memory;
+//! - local memory rows are padded (A's to BK + 4 words, 36; B's to 72) so that every fragment read of a warp falls
+//!   on 32 distinct banks.
 
 use std::fmt::Write as _;
 
@@ -44,7 +45,7 @@ fn bk() -> usize {
 /// Row pitch, in words, of B's tile in local memory (64 columns + 8).
 const B_PITCH: usize = MMA_TILE + 8;
 
-/// The global size of `g`'s launch divided as `d` (local size `[128, 1, 1]`).
+/// The global size of `g`'s launch divided as `d` (local size `[mma_items(), 1, 1]`: 256).
 pub fn mma_global(g: &Gemm, d: &Division) -> Vec<usize> {
     let batch: usize = g.batch.iter().product();
     vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]

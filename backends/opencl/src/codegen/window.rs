@@ -51,8 +51,11 @@ pub fn im2col_value(w: &Window, channels: usize, groups: usize, row: &str, p: &s
     let reach = w.input.iter().zip(&w.pads).map(|(i, p)| i + p).max().unwrap_or(0)
         + w.output.iter().zip(&w.strides).map(|(o, s)| o * s).max().unwrap_or(0)
         + w.kernel.iter().zip(&w.dilations).map(|(k, d)| k * d).max().unwrap_or(0);
-    // The in-plane offset of a tap outside the plane is computed before it is masked: bounded by plane · reach.
-    let narrow = small(cg * kk) && small(w.output.iter().product()) && small(plane.saturating_mul(reach.max(1)));
+    // The in-plane offset of a tap outside the plane is computed, signed, before it is masked: within
+    // ±plane · reach, so twice that must fit.
+    let narrow = small(cg * kk)
+        && small(w.output.iter().product())
+        && small(plane.saturating_mul(reach.max(1)).saturating_mul(2));
     let (u, i_) = if narrow { ("uint", "int") } else { ("size_t", "long") };
     let _ = writeln!(s, "  {{ const {u} c_ = ({u})({row}) / {kk}, k_ = ({u})({row}) % {kk};");
     let vars: Vec<String> = (0..s_).flat_map(|a| [format!("o{a}"), format!("t{a}")]).collect();

@@ -8,6 +8,13 @@ use crate::codegen::{self, Gemm, Window, GEMV_GROUP};
 use crate::error::Result;
 use crate::exec::{ArgRef, Launch, StepKind};
 
+/// Whether a TF32 plan's product of `m` rows over `k` runs on tensor cores: a fragment is 16 rows by 8 of K, so a
+/// product with fewer (a depthwise convolution: one row per group; a batch-1 vector product) would compute mostly
+/// padding there, and runs in fp32 in the tiled kernel instead (more exact than asked, never less).
+fn on_tensor_cores(b: &Builder<'_>, m: usize, k: usize) -> bool {
+    b.tf32 && m >= 16 && k >= 8
+}
+
 /// MatMul and Gemm (f32, f16, bf16), the bias in the epilogue.
 pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
     let out_ty = &cx.out_ty;
@@ -18,7 +25,7 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
     }
     .ok_or_else(|| cx.unsupported("operand shapes this kernel does not take"))?;
-    let g = Gemm { min_groups: b.min_groups, elem, tf32: b.tf32 && elem == "float", ..g };
+    let g = Gemm { min_groups: b.min_groups, elem, tf32: elem == "float" && on_tensor_cores(b, g.m, g.k), ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
     let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, Terms { bias, residual: None }, &mut scratch);
@@ -184,7 +191,7 @@ pub(super) fn conv(
         relu,
         min_groups: b.min_groups,
         elem: "float",
-        tf32: b.tf32,
+        tf32: on_tensor_cores(b, mg, kdim),
         // On a GPU the unfolding is computed as the product loads it: no im2col launch or buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
     };

@@ -195,7 +195,16 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
     // Both paths ahead of time: a plan made on a unified device also carries the staging plan a discrete one takes.
     let other = match prepared.alternative.clone() {
         Some(target) => {
-            let staged = session::prepare_build(&bytes, model, &RunOptions { target, ..options.clone() }, prefix)?;
+            // The staging list renames the targets it reroutes, so each target is asked again by position what
+            // the plan asked of it: `--precision opencl=tf32` still reaches `opencl:discrete`.
+            let mut staged_options = RunOptions { target: target.clone(), ..options.clone() };
+            staged_options.planning.precision = None;
+            staged_options.planning.target_precisions = target
+                .split(',')
+                .map(|name| name.trim().to_string())
+                .zip(prepared.plan.precisions.iter().map(|g| g.asked))
+                .collect();
+            let staged = session::prepare_build(&bytes, model, &staged_options, prefix)?;
             let copies = staged.plan.copies.iter().map(|c| c.to_string()).collect();
             Some((staged.path, copies, plan::serial::encode(&staged.plan)))
         }
