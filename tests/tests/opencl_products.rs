@@ -5,7 +5,8 @@
 //! H200 asks for (`STOWAGE_OPENCL_GEMM_GROUPS`), and for convolutions computed inside the product, so that split
 //! products (partial sums over ranges of K, added up by a second launch with the epilogue) and 4 × 4 and 2 × 2
 //! blocks run here, on odd sizes that leave partial tiles and a last range shorter than the others, and products of
-//! one row take a work-group per output (`STOWAGE_OPENCL_GEMV`), as on a GPU. Its own test binary, because it sets
+//! one row take a work-group per output (`STOWAGE_OPENCL_GEMV`) and long LayerNorm rows a work-group per row
+//! (`STOWAGE_OPENCL_GROUPED_ROWS`), as on a GPU. Its own test binary, because it sets
 //! the environment.
 
 use stowage_compiler::ir::{self, Graph, Op, SoftmaxKind, Unary, ValueType};
@@ -38,11 +39,17 @@ fn products() -> (Graph, Tensor<'static>) {
     let gemm = ir::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true };
     outs.push(node(&mut g, "fc", Op::Gemm(gemm), vec![x, w, c], &[1, 1000]));
     // Rows times matrices, batched on both sides: one row each, a work-group per output.
+    // Its epilogue runs a chain: a bias broadcast over the batch, then tanh.
     let (ra, rb) = (g.add_const("ra", f32s(&[3, 1, 300], 12)), g.add_const("rb", f32s(&[3, 300, 70], 13)));
-    outs.push(node(&mut g, "rows", Op::MatMul, vec![ra, rb], &[3, 1, 70]));
-    // A thin product: blocks of 1, split.
+    let rows = node(&mut g, "rows", Op::MatMul, vec![ra, rb], &[3, 1, 70]);
+    let rows_bias = g.add_const("rows_bias", f32s(&[70], 16));
+    let biased = node(&mut g, "rows_add", Op::Binary(ir::Binary::Add), vec![rows, rows_bias], &[3, 1, 70]);
+    outs.push(node(&mut g, "rows_tanh", Op::Unary(Unary::Tanh), vec![biased], &[3, 1, 70]));
+    // A thin product: blocks of 1, split, and SiLU (the product read twice by its chain) after the ranges' sum.
     let (ta, tb) = (g.add_const("ta", f32s(&[10, 1000], 14)), g.add_const("tb", f32s(&[1000, 20], 15)));
-    outs.push(node(&mut g, "thin", Op::MatMul, vec![ta, tb], &[10, 20]));
+    let thin = node(&mut g, "thin", Op::MatMul, vec![ta, tb], &[10, 20]);
+    let gate = node(&mut g, "thin_sigmoid", Op::Unary(Unary::Sigmoid), vec![thin], &[10, 20]);
+    outs.push(node(&mut g, "thin_silu", Op::Binary(ir::Binary::Mul), vec![thin, gate], &[10, 20]));
     // A MatMul of odd sizes (partial tiles everywhere, a shorter last range) batched over a broadcast operand.
     let a = g.add_const("a", f32s(&[3, 37, 1000], 3));
     let b = g.add_const("b", f32s(&[1000, 50], 4));
@@ -65,11 +72,34 @@ fn products() -> (Graph, Tensor<'static>) {
     outs.push(node(&mut g, "relu", Op::Unary(Unary::Relu), vec![y], &[1, 512, 7, 7]));
     let wg = g.add_const("wg", f32s(&[96, 256, 3, 3], 8));
     let grouped = ir::Conv { window: window(3, 0), group: 2 };
-    outs.push(node(&mut g, "grouped", Op::Conv(grouped), vec![xc, wg], &[1, 96, 5, 5]));
+    let grouped = node(&mut g, "grouped", Op::Conv(grouped), vec![xc, wg], &[1, 96, 5, 5]);
+    // A scale per channel in the convolution's epilogue (the chain's operand broadcast along the plane).
+    let scale = g.add_const("scale", f32s(&[96, 1, 1], 17));
+    outs.push(node(&mut g, "grouped_scale", Op::Binary(ir::Binary::Mul), vec![grouped, scale], &[1, 96, 5, 5]));
     // Softmax over a long row (a work-group per row) and LogSoftmax over a long axis that is not the last.
     let softmax = |kind, axis| Op::Softmax { kind, axis, flatten: false };
     outs.push(node(&mut g, "softmax", softmax(SoftmaxKind::Softmax, 1), vec![outs[0]], &[1, 1000]));
     outs.push(node(&mut g, "logsoftmax", softmax(SoftmaxKind::LogSoftmax, 1), vec![outs[3]], &[3, 37, 50]));
+    // LayerNorm over rows of 50 and of 1000 (a work-group per long row, as on a GPU), with its mean and inverse
+    // deviation.
+    for (k, (v, shape)) in [(outs[3], vec![3usize, 37, 50]), (outs[0], vec![1, 1000])].into_iter().enumerate() {
+        let len = shape[shape.len() - 1];
+        let (scale, bias) =
+            (g.add_const(format!("ln_s{k}"), f32s(&[len], 20)), g.add_const(format!("ln_b{k}"), f32s(&[len], 21)));
+        let mut stat = shape.clone();
+        *stat.last_mut().expect("rank") = 1;
+        let n = g.add_node(
+            format!("ln{k}"),
+            Op::LayerNorm { axis: shape.len() as i64 - 1, epsilon: 1e-5, stash: DatumType::F32 },
+            vec![Some(v), Some(scale), Some(bias)],
+            vec![
+                Some((format!("ln{k}_y"), ty(&shape))),
+                Some((format!("ln{k}_mean"), ty(&stat))),
+                Some((format!("ln{k}_inv"), ty(&stat))),
+            ],
+        );
+        outs.extend(g.node(n).outputs.iter().flatten().copied());
+    }
     // The same in half precision (read as float, summed in float, rounded once): a product and a long softmax.
     let half = |g: &mut Graph, name: &str, v: ir::ValueId, to: DatumType, shape: &[usize]| {
         let n = g.add_node(
@@ -112,6 +142,7 @@ fn products_split_along_k_and_long_softmax_rows_match_the_cpu() {
         std::env::set_var("STOWAGE_OPENCL_GEMM_GROUPS", "264");
         std::env::set_var("STOWAGE_OPENCL_IMPLICIT_CONV", "1");
         std::env::set_var("STOWAGE_OPENCL_GEMV", "1");
+        std::env::set_var("STOWAGE_OPENCL_GROUPED_ROWS", "1");
     }
     let (g, x) = products();
     let want = stowage_cpu::lower(&g, 1).expect("CPU lowers").run(vec![x.clone()]).expect("CPU runs").outputs;
@@ -120,8 +151,16 @@ fn products_split_along_k_and_long_softmax_rows_match_the_cpu() {
         let program = stowage_opencl::lower(&g, &target, &Ledger::off()).expect("lowers");
         // Every product of more than one row was split: its step has the product's launch and the launch adding up
         // its ranges. Products of one row are one launch.
-        let products = program.steps().iter().filter(|s| matches!(s.op, "Gemm" | "MatMul" | "Conv" | "Conv+Relu"));
+        let products = program
+            .steps()
+            .iter()
+            .filter(|s| s.op.starts_with("Gemm") || s.op.contains("MatMul") || s.op.starts_with("Conv"));
         assert_eq!(products.clone().count(), 7, "{name}: products");
+        // The chains after `rows`, `thin` and `grouped` run in their epilogues: no launch of their own.
+        let fused: Vec<&str> =
+            program.steps().iter().filter(|s| s.op.ends_with("+Fused")).map(|s| s.name.as_str()).collect();
+        assert_eq!(fused, ["rows", "thin", "grouped"], "{name}: products with a chain in their epilogue");
+        assert_eq!(program.steps().len(), 7 + 7 + 2, "{name}: steps");
         for step in products {
             let launches = if matches!(step.name.as_str(), "fc" | "rows") { 1 } else { 2 };
             assert_eq!(step.launches(), launches, "{name}: {} ({})", step.name, step.op);

@@ -235,7 +235,8 @@ fn handed_across(
 /// A greedy order of buffers.
 type Order = dyn Fn(&Interval, &Interval) -> std::cmp::Ordering;
 
-/// Offsets for `intervals`. A few greedy orders (largest first; earliest first; longest-lived first) each place
+/// Offsets for `intervals`. A few greedy orders (largest first, the earliest of a size first or the latest; earliest
+/// first; longest-lived first) each place
 /// every buffer at the lowest aligned offset free for its whole lifetime, or in the tightest free gap; the
 /// smallest arena wins. Each try looks, per buffer, only at the placed buffers whose lifetimes overlap its own
 /// ([`Overlaps`]): O(n log n) in buffers when few are alive at once, as on a long chain.
@@ -247,10 +248,11 @@ fn pack(
     persistent: Vec<(String, usize)>,
 ) -> Arena {
     let size = |iv: &Interval| iv.bytes.next_multiple_of(alignment).max(alignment);
-    let orders: [&Order; 3] = [
+    let orders: [&Order; 4] = [
         &|a, b| b.bytes.cmp(&a.bytes).then(a.start.cmp(&b.start)),
         &|a, b| a.start.cmp(&b.start).then(b.bytes.cmp(&a.bytes)),
         &|a, b| (b.end - b.start).cmp(&(a.end - a.start)).then(b.bytes.cmp(&a.bytes)),
+        &|a, b| b.bytes.cmp(&a.bytes).then(b.end.cmp(&a.end)),
     ];
     let lifetimes: Vec<(usize, usize)> = intervals.iter().map(|iv| (iv.start, iv.end)).collect();
     let mut best: Option<(usize, Vec<usize>)> = None;

@@ -45,6 +45,20 @@ pub struct Gemm {
     /// Computed on tensor cores in TF32 ([`super::mma`]): a plan at `--precision tf32` on a device that has them,
     /// for `float` operands.
     pub tf32: bool,
+    /// An elementwise chain that reads the product and stores in its place (after the terms and ReLU above, which
+    /// a product with a chain does not have): `lower/epilogue.rs` decides when.
+    pub chain: Option<Epilogue>,
+}
+
+/// A fused elementwise chain run in a product's epilogue: its input `product` is the product's value, its other
+/// inputs are the kernel's arguments `E{k}` after the terms, read through the chain's strides at the element's
+/// index in the packed output (the chain's output has the product's shape, packed).
+#[derive(Clone, Debug)]
+pub struct Epilogue {
+    /// The chain, its dimensions and its operands' strides, as `stowage_compiler::lowering::fuse` planned it.
+    pub loops: stowage_kir::Loops,
+    /// Which of the chain's inputs is the product.
+    pub product: usize,
 }
 
 /// Tile edge of [`gemm`].
@@ -165,6 +179,11 @@ pub(super) fn terms(g: &Gemm) -> String {
     if g.residual.is_some() {
         let _ = write!(s, ", __global const {t}* restrict R");
     }
+    if let Some(e) = &g.chain {
+        for (k, o) in e.loops.inputs.iter().enumerate().filter(|(k, _)| *k != e.product) {
+            let _ = write!(s, ", __global const {}* restrict E{k}", super::c_type(o.elem));
+        }
+    }
     s
 }
 
@@ -186,7 +205,41 @@ pub(super) fn epilogue(s: &mut String, g: &Gemm) {
         let _ = writeln!(s, "    v = v < 0.0f ? 0.0f : v;");
     }
     let at = format!("co + (size_t)row * {} + (size_t)col * {}", g.c.1, g.c.2);
-    let _ = writeln!(s, "    {}", super::store(g.elem, "C", &at, "v"));
+    match &g.chain {
+        None => {
+            let _ = writeln!(s, "    {}", super::store(g.elem, "C", &at, "v"));
+        }
+        Some(e) => chain_epilogue(s, e, &at),
+    }
+}
+
+/// The chain `e` on the product's value `v`, stored at C's element `at`: C is the packed output, so `at` is the
+/// element's index there, decomposed along the chain's dimensions to read its other inputs.
+fn chain_epilogue(s: &mut String, e: &Epilogue, at: &str) {
+    let l = &e.loops;
+    let _ = writeln!(s, "    {{ const size_t at_ = {at}; size_t r_ = at_;");
+    let mut offsets = vec![String::from("0"); l.inputs.len()];
+    for a in (0..l.dims.len()).rev() {
+        let d = l.dims[a];
+        let _ = writeln!(s, "    const size_t e{a}_ = r_ % {d}; r_ /= {d};");
+        for (k, o) in l.inputs.iter().enumerate() {
+            let st = o.strides[a] / o.elem.size();
+            if st != 0 {
+                offsets[k] = format!("{} + e{a}_ * {st}", offsets[k]);
+            }
+        }
+    }
+    for (k, off) in offsets.iter().enumerate() {
+        if k == e.product {
+            let _ = writeln!(s, "    const float x{k} = v;");
+        } else {
+            let _ = writeln!(s, "    const float x{k} = (float)E{k}[{off}];");
+        }
+    }
+    if let stowage_kir::Body::Chain(chain) = &l.body {
+        let result = super::chain_body(chain, s);
+        let _ = writeln!(s, "    C[at_] = {result}; }}");
+    }
 }
 
 /// The statements that set `dst` to B's element (`gk`, `gc`), 0 outside K's range `kend` or past N, and close the

@@ -56,9 +56,23 @@ pub fn lrn(name: &str, channels: usize, plane: usize, size: usize, alpha: f32, b
     )
 }
 
-/// Layer normalisation of rows of `len`: kernel `name(X, scale, [bias,] Y, [mean,] [inv_std_dev])`, global size:
-/// the number of rows; the statistics outputs (one value per row) are written when asked for.
-pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool) -> String {
+/// The sum of each item's `v` over a work-group of [`ROW_GROUP`] items, left in `red[0]` (`red` and `t` declared
+/// by the caller).
+fn group_sum() -> String {
+    format!(
+        "  red[t] = v; barrier(CLK_LOCAL_MEM_FENCE);\n  for (int s = {}; s > 0; s >>= 1) {{ if (t < s) red[t] += red[t + s]; barrier(CLK_LOCAL_MEM_FENCE); }}\n",
+        ROW_GROUP / 2
+    )
+}
+
+/// Layer normalisation of rows of `len`: kernel `name(X, scale, [bias,] Y, [mean,] [inv_std_dev])`; the
+/// statistics outputs (one value per row) are written when asked for. `grouped` ([`layer_norm_grouped`]): a
+/// work-group of [`ROW_GROUP`] items per row (global size `rows · 64`, local 64), the mean and the variance each
+/// summed through local memory in one pass over the row's stride; else one item per row (global size: the rows).
+pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool, grouped: bool) -> String {
+    if grouped {
+        return layer_norm_per_group(name, len, epsilon, bias, mean, inv);
+    }
     let (param, add) = if bias { (", __global const float* restrict B", " + B[j]") } else { ("", "") };
     let stats = format!(
         "{}{}",
@@ -72,6 +86,30 @@ pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, 
     );
     format!(
         "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y{stats}) {{\n  const size_t base = get_global_id(0) * {len};\n  float mean = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) mean += X[base + j];\n  mean /= {lenf};\n  float var = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) {{ const float d = X[base + j] - mean; var += d * d; }}\n  const float inv = 1.0f / sqrt(var / {lenf} + {eps});\n  for (size_t j = 0; j < {len}; ++j) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n{store}}}\n",
+        lenf = lit(len as f32),
+        eps = lit(epsilon)
+    )
+}
+
+/// Whether [`layer_norm`] gives rows of `len` a work-group each, on a device where that pays (GPUs).
+pub fn layer_norm_grouped(len: usize, device_groups: bool) -> bool {
+    device_groups && len >= ROW_GROUP
+}
+
+/// [`layer_norm`] with a work-group per row.
+fn layer_norm_per_group(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool) -> String {
+    let w = ROW_GROUP;
+    let (param, add) = if bias { (", __global const float* restrict B", " + B[j]") } else { ("", "") };
+    let stats = format!(
+        "{}{}",
+        if mean { ", __global float* restrict M" } else { "" },
+        if inv { ", __global float* restrict V" } else { "" }
+    );
+    let store =
+        format!("{}{}", if mean { "    M[row] = mean;\n" } else { "" }, if inv { "    V[row] = inv;\n" } else { "" });
+    let sum = group_sum();
+    format!(
+        "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y{stats}) {{\n  const size_t row = get_group_id(0), base = row * {len}; const int t = get_local_id(0);\n  __local float red[{w}];\n  float v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) v += X[base + j];\n{sum}  const float mean = red[0] / {lenf}; barrier(CLK_LOCAL_MEM_FENCE);\n  v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) {{ const float d = X[base + j] - mean; v += d * d; }}\n{sum}  const float inv = 1.0f / sqrt(red[0] / {lenf} + {eps});\n  for (size_t j = t; j < {len}; j += {w}) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n  if (t == 0) {{\n{store}  }}\n}}\n",
         lenf = lit(len as f32),
         eps = lit(epsilon)
     )

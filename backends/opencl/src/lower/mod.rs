@@ -15,6 +15,7 @@ use stowage_compiler::plan::{Granted, Precision};
 use stowage_runtime::{DatumType, Ledger};
 
 mod elementwise;
+mod epilogue;
 mod movement;
 mod nn;
 mod node;
@@ -51,6 +52,9 @@ struct Builder<'g> {
     /// Products of one row take a work-group per output (`codegen::gemv`), on GPUs; a CPU device does better with
     /// the tiled kernel. `STOWAGE_OPENCL_GEMV=1` or `0` overrides, for tests and measuring.
     gemv: bool,
+    /// Long LayerNorm rows take a work-group each (`codegen::layer_norm`), on GPUs; a CPU device does better with
+    /// an item per row. `STOWAGE_OPENCL_GROUPED_ROWS=1` or `0` overrides, for tests and measuring.
+    grouped_rows: bool,
     /// Products run on tensor cores in TF32 (`codegen::mma`): the plan asked tf32 of this target and the device
     /// has them.
     tf32: bool,
@@ -82,6 +86,7 @@ impl<'g> Builder<'g> {
             min_groups: 2 * info.compute_units as usize,
             implicit_conv: choice("STOWAGE_OPENCL_IMPLICIT_CONV"),
             gemv: choice("STOWAGE_OPENCL_GEMV"),
+            grouped_rows: choice("STOWAGE_OPENCL_GROUPED_ROWS"),
             tf32: precision == Precision::Tf32 && info.tensor_cores(),
             slot_of: HashMap::new(),
             types: Vec::new(),
@@ -258,6 +263,8 @@ struct Fusion {
     absorbed: HashSet<ir::NodeId>,
     /// Chains, by root node.
     planned: HashMap<ir::NodeId, Planned>,
+    /// Chains run in a product's epilogue, by product (`epilogue.rs`); their members are in `absorbed`.
+    epilogues: HashMap<ir::NodeId, epilogue::Absorbed>,
     /// Every node in a chain.
     members: HashSet<ir::NodeId>,
 }
@@ -276,7 +283,10 @@ fn translate<'g>(
     absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
     let planned = stowage_compiler::lowering::fuse::plan(graph, &absorbed);
     let members = planned.values().flat_map(|p| p.members.iter().copied()).collect();
-    let fusion = Fusion { relu_after, residual, absorbed, planned, members };
+    let has_epilogue: HashSet<ir::NodeId> = relu_after.keys().chain(residual.keys()).copied().collect();
+    let epilogues = epilogue::chain_epilogues(graph, &planned, &has_epilogue);
+    absorbed.extend(epilogues.values().flat_map(|e| planned[&e.root].members.iter().copied()));
+    let fusion = Fusion { relu_after, residual, absorbed, planned, epilogues, members };
     let mut b = Builder::new(graph, info, precision);
     let inputs: Vec<Binding> = graph.inputs().iter().map(|&v| b.binding(graph.value(v).name.clone(), v)).collect();
     for &n in graph.order() {
@@ -298,6 +308,10 @@ fn translate<'g>(
         for (head, reason) in heads {
             if let Some(p) = fusion.planned.get(&head) {
                 found.extend(p.members.iter().filter(|&&m| m != head).map(|&m| (m, reason.clone())));
+            }
+            // A product's chain runs in its epilogue or not at all.
+            if let Some(e) = fusion.epilogues.get(&head) {
+                found.extend(fusion.planned[&e.root].members.iter().map(|&m| (m, reason.clone())));
             }
         }
     }
@@ -322,14 +336,22 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
         node_inputs.resize(3, None);
         node_inputs.push(Some(r.other));
     }
+    // A chain in the epilogue reads its other inputs from input 4 on.
+    let chain = fusion.epilogues.get(&n);
+    if let Some(e) = chain {
+        b.fp64 |= codegen::needs_fp64(&e.epilogue.loops);
+        node_inputs.resize(4, None);
+        node_inputs.extend(e.others.iter().map(|&v| Some(v)));
+    }
     for v in node_inputs.iter().flatten() {
         b.constant(*v);
     }
     let ins: Vec<Option<usize>> = node_inputs.iter().map(|v| v.map(|v| b.slot(v))).collect();
-    let out_value = match (fusion.relu_after.get(&n), residual) {
-        (Some(&r), _) => graph.node(r).outputs[0],
-        (None, Some(r)) => graph.node(r.last()).outputs[0],
-        (None, None) => node.outputs.first().copied().flatten(),
+    let out_value = match (fusion.relu_after.get(&n), residual, chain) {
+        (Some(&r), _, _) => graph.node(r).outputs[0],
+        (None, Some(r), _) => graph.node(r.last()).outputs[0],
+        (None, None, Some(e)) => graph.node(e.root).outputs[0],
+        (None, None, None) => node.outputs.first().copied().flatten(),
     };
     let unsupported =
         |reason: &str| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason: reason.into() };
@@ -342,6 +364,7 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
         out_ty: graph.ty(out_value).clone(),
         relu: fusion.relu_after.contains_key(&n) || residual.is_some_and(|r| r.relu.is_some()),
         residual: residual.is_some(),
+        chain: chain.map(|e| e.epilogue.clone()),
     };
     let (op, kind) = match (planned, &node.op) {
         (_, Op::Split { axis, .. }) => movement::split(b, &cx, *axis as usize)?,

@@ -128,7 +128,8 @@ pub(super) fn layer_norm(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, epsilo
     if [mean, inv].iter().flatten().any(|v| cx.graph.ty(*v).dt != DatumType::F32) {
         return Err(cx.unsupported("statistics in a type other than f32"));
     }
-    let k = b.kernel(|name| codegen::layer_norm(name, len, epsilon, bias, mean.is_some(), inv.is_some()));
+    let grouped = codegen::layer_norm_grouped(len, b.grouped_rows);
+    let k = b.kernel(|name| codegen::layer_norm(name, len, epsilon, bias, mean.is_some(), inv.is_some(), grouped));
     let mut args = vec![cx.arg(0)?, cx.arg(1)?];
     if bias {
         args.push(cx.arg(2)?);
@@ -139,7 +140,9 @@ pub(super) fn layer_norm(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, epsilo
     }
     args.extend(outs.iter().map(|&o| ArgRef::Slot(o)));
     let writes = outs.iter().map(|&o| ArgRef::Slot(o)).collect();
-    let l = launch(k, args, vec![rows], None, writes);
+    let (global, local) =
+        if grouped { (vec![rows * codegen::ROW_GROUP], Some(vec![codegen::ROW_GROUP])) } else { (vec![rows], None) };
+    let l = launch(k, args, global, local, writes);
     Ok((cx.node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] }))
 }
 

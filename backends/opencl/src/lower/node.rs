@@ -26,6 +26,8 @@ pub(super) struct NodeCx<'g> {
     pub relu: bool,
     /// A residual term added in a convolution's epilogue: its input 3 (`residual.rs`).
     pub residual: bool,
+    /// An elementwise chain in a product's epilogue, its other inputs from input 4 on (`epilogue.rs`).
+    pub chain: Option<crate::codegen::Epilogue>,
 }
 
 impl NodeCx<'_> {

@@ -25,24 +25,37 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
     }
     .ok_or_else(|| cx.unsupported("operand shapes this kernel does not take"))?;
-    let g = Gemm { min_groups: b.min_groups, elem, tf32: elem == "float" && on_tensor_cores(b, g.m, g.k), ..g };
+    let tf32 = elem == "float" && on_tensor_cores(b, g.m, g.k);
+    let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone().filter(|_| elem == "float"), ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
-    let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, Terms { bias, residual: None }, &mut scratch);
-    Ok((cx.node.op.name(), StepKind::Launches { outs: vec![cx.out], scratch, launches }))
+    let terms = Terms { bias, residual: None, chain: chain_args(cx) };
+    let launches = product(b, &g, cx.arg(0)?, cx.arg(1)?, cx.out, terms, &mut scratch);
+    let op = match (&cx.node.op, g.chain.is_some()) {
+        (ir::Op::Gemm(_), true) => "Gemm+Fused",
+        (_, true) => "MatMul+Fused",
+        (op, false) => op.name(),
+    };
+    Ok((op, StepKind::Launches { outs: vec![cx.out], scratch, launches }))
+}
+
+/// The arguments of a chain in the epilogue: the node's inputs from 4 on (`epilogue.rs`).
+fn chain_args(cx: &NodeCx<'_>) -> Vec<ArgRef> {
+    cx.ins.iter().skip(4).flatten().map(|&s| ArgRef::Slot(s)).collect()
 }
 
 /// Conv (f32), with the ReLU that reads it alone in the epilogue.
 pub(super) fn convolution(b: &mut Builder<'_>, cx: &NodeCx<'_>, c: &ir::Conv) -> Result<Lowered> {
     cx.f32_only(cx.out_ty.dt)?;
     let (x, w) = (cx.input(0, "input")?, cx.input(1, "weights")?);
-    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, &cx.ins, cx.out, (cx.relu, cx.residual))
+    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, cx)
         .ok_or_else(|| cx.unsupported("this convolution's shape"))?;
-    let op = match (cx.residual, cx.relu) {
-        (true, true) => "Conv+Add+Relu",
-        (true, false) => "Conv+Add",
-        (false, true) => "Conv+Relu",
-        (false, false) => "Conv",
+    let op = match (cx.residual, cx.relu, cx.chain.is_some()) {
+        (true, true, _) => "Conv+Add+Relu",
+        (true, false, _) => "Conv+Add",
+        (false, true, _) => "Conv+Relu",
+        (false, false, true) => "Conv+Fused",
+        (false, false, false) => "Conv",
     };
     Ok((op, StepKind::Launches { outs: vec![cx.out], scratch, launches }))
 }
@@ -108,6 +121,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         elem: "float",
         tf32: false,
         residual: None,
+        chain: None,
     })
 }
 
@@ -149,23 +163,22 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         elem: "float",
         tf32: false,
         residual: None,
+        chain: None,
     })
 }
 
 /// A convolution as im2col + a product batched over (batch item, group), with the bias, a residual term (input 3,
-/// of the output's shape) and the ReLU in the product's epilogue (`epilogue`: ReLU, residual); a pointwise one reads
-/// the input directly.
-#[allow(clippy::too_many_arguments)]
+/// of the output's shape), the ReLU or a chain (inputs 4 on) in the product's epilogue, as `cx` says; a pointwise
+/// one reads the input directly.
 pub(super) fn conv(
     b: &mut Builder<'_>,
     c: &ir::Conv,
     x: &[usize],
     w: &[usize],
     y: &[usize],
-    ins: &[Option<usize>],
-    out: usize,
-    (relu, residual): (bool, bool),
+    cx: &NodeCx<'_>,
 ) -> Option<(Vec<Launch>, Vec<usize>)> {
+    let (ins, out, relu, residual) = (&cx.ins, cx.out, cx.relu, cx.residual);
     let (nb, ch, m) = (*x.first()?, *x.get(1)?, *w.first()?);
     let g = c.group.max(1);
     let (cg, mg) = (ch / g, m / g);
@@ -192,6 +205,7 @@ pub(super) fn conv(
         min_groups: b.min_groups,
         elem: "float",
         tf32: on_tensor_cores(b, mg, kdim),
+        chain: cx.chain.clone(),
         // On a GPU the unfolding is computed as the product loads it: no im2col launch or buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
     };
@@ -211,7 +225,7 @@ pub(super) fn conv(
         ));
         ArgRef::Scratch(0)
     };
-    let terms = Terms { bias: bias.map(ArgRef::Slot), residual: added.map(ArgRef::Slot) };
+    let terms = Terms { bias: bias.map(ArgRef::Slot), residual: added.map(ArgRef::Slot), chain: chain_args(cx) };
     launches.extend(product(b, &gemm, ArgRef::Slot(ins[1]?), src, out, terms, &mut scratch));
     Some((launches, scratch))
 }
@@ -222,6 +236,8 @@ pub(super) struct Terms {
     pub bias: Option<ArgRef>,
     /// The residual term (`Gemm::residual`).
     pub residual: Option<ArgRef>,
+    /// The inputs of a chain in the epilogue other than the product (`Gemm::chain`).
+    pub chain: Vec<ArgRef>,
 }
 
 /// The launches of product `g` of `a` and `src` into slot `out` (with the epilogue's `terms`): one, or two for a
@@ -236,7 +252,7 @@ pub(super) fn product(
     terms: Terms,
     scratch: &mut Vec<usize>,
 ) -> Vec<Launch> {
-    let bias = || terms.bias.into_iter().chain(terms.residual);
+    let bias = || terms.bias.into_iter().chain(terms.residual).chain(terms.chain.iter().copied());
     let batch: usize = g.batch.iter().product();
     // A product of one row has too little to multiply to fill a tensor core's fragment: the gemv takes it.
     if g.m == 1 && g.im2col.is_none() && b.gemv {
