@@ -55,7 +55,11 @@ fn products() -> (Graph, Tensor<'static>) {
     let (a, b) = (g.add_const("a", f32s(&[3, 37, 1000], 6)), g.add_const("b", f32s(&[1000, 50], 7)));
     outs.push(node(&mut g, "batched", Op::MatMul, vec![a, b], &[3, 37, 50]));
     let (a, b) = (g.add_const("ba", f32s(&[256, 512], 8)), g.add_const("bb", f32s(&[512, 384], 9)));
-    outs.push(node(&mut g, "big", Op::MatMul, vec![a, b], &[256, 384]));
+    let big = node(&mut g, "big", Op::MatMul, vec![a, b], &[256, 384]);
+    // A bias and tanh in the tensor-core kernel's epilogue (`lower/epilogue.rs`).
+    let big_bias = g.add_const("big_bias", f32s(&[384], 19));
+    let biased = node(&mut g, "big_add", Op::Binary(ir::Binary::Add), vec![big, big_bias], &[256, 384]);
+    outs.push(node(&mut g, "big_tanh", Op::Unary(Unary::Tanh), vec![biased], &[256, 384]));
     // ResNet's last 3 × 3 convolution with bias and ReLU (k 4608: split along K on a large GPU).
     let xc = g.add_const("xc", f32s(&[1, 512, 7, 7], 10));
     let (wc, bc) = (g.add_const("wc", f32s(&[512, 512, 3, 3], 11)), g.add_const("bc", f32s(&[512], 12)));
@@ -123,6 +127,7 @@ fn tf32_products_run_on_tensor_cores_where_there_are_some_and_in_fp32_elsewhere(
     // The residual addition and its ReLU are the convolution's step, not launches of their own.
     let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
     assert!(ops.contains(&"Conv+Add+Relu") && !ops.contains(&"Add"), "{ops:?}");
+    assert!(ops.contains(&"MatMul+Fused") && !ops.contains(&"Fused"), "{ops:?}");
     let got = program.run(vec![x], &Ledger::off()).expect("runs");
     let mut rounded = false;
     for (k, (got, want)) in got.iter().zip(&want).enumerate() {
