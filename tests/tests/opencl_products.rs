@@ -80,6 +80,12 @@ fn products() -> (Graph, Tensor<'static>) {
     let softmax = |kind, axis| Op::Softmax { kind, axis, flatten: false };
     outs.push(node(&mut g, "softmax", softmax(SoftmaxKind::Softmax, 1), vec![outs[0]], &[1, 1000]));
     outs.push(node(&mut g, "logsoftmax", softmax(SoftmaxKind::LogSoftmax, 1), vec![outs[3]], &[3, 37, 50]));
+    // Both operands through a transpose, read in place (`lower/prologue.rs`): the heads of an attention.
+    let (qa, kb) = (g.add_const("qa", f32s(&[37, 3, 40], 22)), g.add_const("kb", f32s(&[3, 50, 40], 23)));
+    let perm = |p: &[usize]| Op::Transpose { perm: Some(p.to_vec()) };
+    let q = node(&mut g, "q_heads", perm(&[1, 0, 2]), vec![qa], &[3, 37, 40]);
+    let k = node(&mut g, "k_heads", perm(&[0, 2, 1]), vec![kb], &[3, 40, 50]);
+    outs.push(node(&mut g, "scores", Op::MatMul, vec![q, k], &[3, 37, 50]));
     // LayerNorm over rows of 50 and of 1000 (a work-group per long row, as on a GPU), with its mean and inverse
     // deviation.
     for (k, (v, shape)) in [(outs[3], vec![3usize, 37, 50]), (outs[0], vec![1, 1000])].into_iter().enumerate() {
@@ -149,20 +155,20 @@ fn products_split_along_k_and_long_softmax_rows_match_the_cpu() {
     for name in ["opencl", "opencl:discrete"] {
         let target = Target::open(name).unwrap_or_else(|e| panic!("{e}"));
         let program = stowage_opencl::lower(&g, &target, &Ledger::off()).expect("lowers");
-        // Every product of more than one row was split: its step has the product's launch and the launch adding up
-        // its ranges. Products of one row are one launch.
+        // Every product of more than one row and a long K was split: its step has the product's launch and the launch adding up
+        // its ranges. Products of one row are one launch, and so is `scores`, whose K of 40 is too short to split.
         let products = program
             .steps()
             .iter()
             .filter(|s| s.op.starts_with("Gemm") || s.op.contains("MatMul") || s.op.starts_with("Conv"));
-        assert_eq!(products.clone().count(), 7, "{name}: products");
+        assert_eq!(products.clone().count(), 8, "{name}: products");
         // The chains after `rows`, `thin` and `grouped` run in their epilogues: no launch of their own.
         let fused: Vec<&str> =
             program.steps().iter().filter(|s| s.op.ends_with("+Fused")).map(|s| s.name.as_str()).collect();
         assert_eq!(fused, ["rows", "thin", "grouped"], "{name}: products with a chain in their epilogue");
-        assert_eq!(program.steps().len(), 7 + 7 + 2, "{name}: steps");
+        assert_eq!(program.steps().len(), 8 + 7 + 2, "{name}: steps: the transposes have none");
         for step in products {
-            let launches = if matches!(step.name.as_str(), "fc" | "rows") { 1 } else { 2 };
+            let launches = if matches!(step.name.as_str(), "fc" | "rows" | "scores") { 1 } else { 2 };
             assert_eq!(step.launches(), launches, "{name}: {} ({})", step.name, step.op);
         }
         let got = program.run(vec![x.clone()], &Ledger::off()).expect("runs");

@@ -20,6 +20,7 @@ mod movement;
 mod nn;
 mod node;
 mod products;
+mod prologue;
 mod residual;
 mod typed;
 
@@ -263,6 +264,8 @@ struct Fusion {
     absorbed: HashSet<ir::NodeId>,
     /// Chains, by root node.
     planned: HashMap<ir::NodeId, Planned>,
+    /// MatMul operands read through a transpose, by MatMul (`prologue.rs`); the transposes are in `absorbed`.
+    transposed: HashMap<ir::NodeId, [Option<prologue::Transposed>; 2]>,
     /// Chains run in a product's epilogue, by product (`epilogue.rs`); their members are in `absorbed`.
     epilogues: HashMap<ir::NodeId, epilogue::Absorbed>,
     /// Every node in a chain.
@@ -281,12 +284,14 @@ fn translate<'g>(
     let mut absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
     let residual = residual::residual_adds(graph, &absorbed);
     absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
+    let transposed = prologue::transposed_operands(graph, &absorbed);
+    absorbed.extend(transposed.values().flatten().flatten().map(|t| t.node));
     let planned = stowage_compiler::lowering::fuse::plan(graph, &absorbed);
     let members = planned.values().flat_map(|p| p.members.iter().copied()).collect();
     let has_epilogue: HashSet<ir::NodeId> = relu_after.keys().chain(residual.keys()).copied().collect();
     let epilogues = epilogue::chain_epilogues(graph, &planned, &has_epilogue);
     absorbed.extend(epilogues.values().flat_map(|e| planned[&e.root].members.iter().copied()));
-    let fusion = Fusion { relu_after, residual, absorbed, planned, epilogues, members };
+    let fusion = Fusion { relu_after, residual, absorbed, planned, transposed, epilogues, members };
     let mut b = Builder::new(graph, info, precision);
     let inputs: Vec<Binding> = graph.inputs().iter().map(|&v| b.binding(graph.value(v).name.clone(), v)).collect();
     for &n in graph.order() {
@@ -309,7 +314,10 @@ fn translate<'g>(
             if let Some(p) = fusion.planned.get(&head) {
                 found.extend(p.members.iter().filter(|&&m| m != head).map(|&m| (m, reason.clone())));
             }
-            // A product's chain runs in its epilogue or not at all.
+            // A product's transposed operands and chain run in it or not at all.
+            if let Some(pair) = fusion.transposed.get(&head) {
+                found.extend(pair.iter().flatten().map(|t| (t.node, reason.clone())));
+            }
             if let Some(e) = fusion.epilogues.get(&head) {
                 found.extend(fusion.planned[&e.root].members.iter().map(|&m| (m, reason.clone())));
             }
@@ -335,6 +343,15 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
     if let Some(r) = residual {
         node_inputs.resize(3, None);
         node_inputs.push(Some(r.other));
+    }
+    // A transposed operand is read where the transpose would have read it.
+    let transposed = fusion.transposed.get(&n);
+    let mut views: [Option<Vec<usize>>; 2] = [None, None];
+    for (i, t) in transposed.iter().flat_map(|pair| pair.iter().enumerate()) {
+        if let Some(t) = t {
+            node_inputs[i] = Some(t.source);
+            views[i] = Some(prologue::view_strides(&graph.ty(t.source).shape, &t.perm));
+        }
     }
     // A chain in the epilogue reads its other inputs from input 4 on.
     let chain = fusion.epilogues.get(&n);
@@ -365,6 +382,7 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
         relu: fusion.relu_after.contains_key(&n) || residual.is_some_and(|r| r.relu.is_some()),
         residual: residual.is_some(),
         chain: chain.map(|e| e.epilogue.clone()),
+        views,
     };
     let (op, kind) = match (planned, &node.op) {
         (_, Op::Split { axis, .. }) => movement::split(b, &cx, *axis as usize)?,

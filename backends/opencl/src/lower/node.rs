@@ -28,6 +28,9 @@ pub(super) struct NodeCx<'g> {
     pub residual: bool,
     /// An elementwise chain in a product's epilogue, its other inputs from input 4 on (`epilogue.rs`).
     pub chain: Option<crate::codegen::Epilogue>,
+    /// A MatMul's operands (A, B) read through a transpose: the element strides of the operand's view over the
+    /// transpose's input, which is then the input's slot (`prologue.rs`).
+    pub views: [Option<Vec<usize>>; 2],
 }
 
 impl NodeCx<'_> {

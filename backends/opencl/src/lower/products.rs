@@ -25,6 +25,11 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         _ => matmul_of(&a.shape, &bt.shape, &out_ty.shape),
     }
     .ok_or_else(|| cx.unsupported("operand shapes this kernel does not take"))?;
+    let g = Gemm {
+        a: cx.views[0].as_ref().map_or(g.a, |st| through_view(&a.shape, st, g.batch.len())),
+        b: cx.views[1].as_ref().map_or(g.b, |st| through_view(&bt.shape, st, g.batch.len())),
+        ..g
+    };
     let tf32 = elem == "float" && on_tensor_cores(b, g.m, g.k);
     let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone().filter(|_| elem == "float"), ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
@@ -37,6 +42,19 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         (op, false) => op.name(),
     };
     Ok((op, StepKind::Launches { outs: vec![cx.out], scratch, launches }))
+}
+
+/// A MatMul operand of `shape` read through a view's element `strides` (`prologue.rs`), as `matmul_of` lays out
+/// operands: `batch` batch strides aligned right (0 on axes of extent 1, which broadcast), then row and column.
+fn through_view(shape: &[usize], strides: &[usize], batch: usize) -> codegen::Strides {
+    let r = shape.len();
+    let mut st = vec![0; batch];
+    for i in 0..r - 2 {
+        if shape[i] != 1 {
+            st[i + batch - (r - 2)] = strides[i];
+        }
+    }
+    (st, strides[r - 2], strides[r - 1])
 }
 
 /// The arguments of a chain in the epilogue: the node's inputs from 4 on (`epilogue.rs`).
