@@ -130,11 +130,16 @@ fn built_executables_make_the_planned_copies_on_opencl() {
     }
     // The f64 product on the CPU between OpenCL steps: the transfers around it, as `stowage run` makes them; built
     // at tf32, which the executable asks of the targets it opens again (PoCL and the CPU: fp32, shown). Asked of
-    // `opencl` alone, the staging plan built beside the unified one asks it of `opencl:discrete` too.
+    // `opencl` alone, and with the input placed on `opencl`, the staging plan built beside the unified one asks
+    // and places them on `opencl:discrete`.
     let input = s(&target_dir().join("planning-examples/mixed_input.pb"));
-    for (target, asked, cpu) in [("opencl,cpu", "opencl=tf32", "fp32"), ("opencl:discrete,cpu", "tf32", "tf32")] {
+    let cases = [
+        ("opencl,cpu", &["--precision", "opencl=tf32", "--input-device", "x=opencl"][..], "fp32"),
+        ("opencl:discrete,cpu", &["--precision", "tf32"][..], "tf32"),
+    ];
+    for (target, asked, cpu) in cases {
         let exe = tmp.path().join(format!("mixed-{}", target.replace([':', ','], "-")));
-        let flags = ["--target", target, "--precision", asked];
+        let flags: Vec<&str> = ["--target", target].into_iter().chain(asked.iter().copied()).collect();
         build(&example("mixed"), &exe, &flags);
         compare(&example("mixed"), &exe, std::slice::from_ref(&input), &flags, &["--repeat", "3"])
             .unwrap_or_else(|e| panic!("mixed on {target}: {e}"));

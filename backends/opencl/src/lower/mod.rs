@@ -214,7 +214,10 @@ pub fn unsupported_nodes(graph: &Graph, info: &DeviceInfo) -> Result<Vec<(ir::No
 
 /// The steps [`lower`] will run for `graph` on a device like `info`, as the planner's memory pass plans over them:
 /// a fused chain is one step at its root reading the chain's inputs, a convolution with its ReLU writes the ReLU's
-/// value, a reshape-like node is a view of its input, and a Dropout's mask is a step of its own.
+/// value (with a residual addition: the addition's or its ReLU's, reading the added term), a product with a chain
+/// in its epilogue writes the chain's output and reads its other inputs, a MatMul reads a transposed operand's
+/// source (the Transpose has no step), a reshape-like node is a view of its input, and a Dropout's mask is a step
+/// of its own.
 pub fn memory_steps(graph: &Graph, info: &DeviceInfo) -> Result<Vec<stowage_compiler::plan::KernelStep>> {
     let t = translate(graph, info, None, Precision::Fp32)?;
     let names = slot_names(graph, &t.b);

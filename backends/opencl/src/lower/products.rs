@@ -31,7 +31,11 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         ..g
     };
     let tf32 = elem == "float" && on_tensor_cores(b, g.m, g.k);
-    let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone().filter(|_| elem == "float"), ..g };
+    // `epilogue.rs` gives chains to f32 products only; the chain's nodes have no step of their own.
+    if cx.chain.is_some() && elem != "float" {
+        return Err(cx.unsupported(format!("a chain in the epilogue of a {elem} product")));
+    }
+    let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone(), ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
     let terms = Terms { bias, residual: None, chain: chain_args(cx) };

@@ -196,14 +196,22 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
     let other = match prepared.alternative.clone() {
         Some(target) => {
             // The staging list renames the targets it reroutes, so each target is asked again by position what
-            // the plan asked of it: `--precision opencl=tf32` still reaches `opencl:discrete`.
+            // the plan asked of it (`--precision opencl=tf32` still reaches `opencl:discrete`), and pins and
+            // inputs placed on a renamed target follow it.
+            let names = |list: &str| list.split(',').map(|name| name.trim().to_string()).collect::<Vec<_>>();
+            let (old, new) = (names(&options.target), names(&target));
+            let renamed = |t: &mut String| {
+                if let Some(at) = old.iter().position(|o| o == t) {
+                    *t = new.get(at).cloned().unwrap_or_else(|| t.clone());
+                }
+            };
             let mut staged_options = RunOptions { target: target.clone(), ..options.clone() };
-            staged_options.planning.precision = None;
-            staged_options.planning.target_precisions = target
-                .split(',')
-                .map(|name| name.trim().to_string())
-                .zip(prepared.plan.precisions.iter().map(|g| g.asked))
-                .collect();
+            let planning = &mut staged_options.planning;
+            planning.precision = None;
+            planning.target_precisions =
+                new.iter().cloned().zip(prepared.plan.precisions.iter().map(|g| g.asked)).collect();
+            planning.pins.iter_mut().for_each(|(_, t)| renamed(t));
+            planning.input_devices.iter_mut().for_each(|(_, t)| renamed(t));
             let staged = session::prepare_build(&bytes, model, &staged_options, prefix)?;
             let copies = staged.plan.copies.iter().map(|c| c.to_string()).collect();
             Some((staged.path, copies, plan::serial::encode(&staged.plan)))
