@@ -159,6 +159,27 @@ impl ClBuffer {
         self.raw.accessed(event);
     }
 
+    /// `bytes` (its whole length) written into this buffer after the work queued before (discrete memory through
+    /// the pinned staging buffer, unified memory through a map): one upload, for the caller to record.
+    pub(crate) fn write_from_host(&self, bytes: &[u8]) -> stowage_runtime::Result<()> {
+        if bytes.len() != self.byte_len() {
+            return Err(stowage_runtime::RuntimeError::ByteLength {
+                tensor: "<unnamed>".into(),
+                dt: self.dt,
+                shape: self.shape.clone(),
+                expected: self.byte_len(),
+                found: bytes.len(),
+            });
+        }
+        if self.raw.0.host.is_some() {
+            return raw::map_write(&self.raw, bytes);
+        }
+        raw::stage_into(&self.raw, bytes.len(), |dst| {
+            dst.copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+
     /// Bytes.
     pub fn byte_len(&self) -> usize {
         self.raw.0.len
@@ -187,6 +208,18 @@ impl ClBuffer {
             Some(Backing::Imported(t)) => t.host_bytes().map(|b| b.as_ptr() as usize),
             None => None,
         }
+    }
+
+    /// True when nothing but this handle uses the buffer: no other handle shares its memory, and on unified memory
+    /// no host tensor shares the host allocation (a read output shares it, `LazyHost` rule 4). Such a buffer may be
+    /// written for another value.
+    pub(crate) fn is_reclaimable(&self) -> bool {
+        self.is_unique()
+            && match &self.raw.0.host {
+                None => true,
+                Some(Backing::Own(host)) => Arc::strong_count(host) == 1,
+                Some(Backing::Imported(_)) => false,
+            }
     }
 
     /// True when no other handle shares this buffer's memory.

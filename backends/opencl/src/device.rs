@@ -199,6 +199,10 @@ pub(crate) struct TargetInner {
     pub(crate) stats: Stats,
     /// Launches left before the device is treated as lost ([`Target::lose_device_after`]); `usize::MAX`: never.
     pub(crate) lose_after: AtomicUsize,
+    /// `cl_khr_command_buffer`'s entry points, where runs may be replayed (`replay.rs`, rule 1).
+    pub(crate) command_buffers: Option<crate::replay::CommandBuffers>,
+    /// Runs are replayed where they can be (`STOWAGE_OPENCL_COMMAND_BUFFER=1`, [`Target::replay_runs`]).
+    pub(crate) replay: std::sync::atomic::AtomicBool,
 }
 
 /// Counters behind `Target::build_stats`.
@@ -244,7 +248,11 @@ impl Target {
         let queue = unsafe { CommandQueue::create_with_properties(&context, device.id(), properties, 0) }
             .map_err(call_err(space.name(), "clCreateCommandQueue"))?;
         let driver = device.driver_version().unwrap_or_default();
+        let command_buffers = if profiling { None } else { crate::replay::CommandBuffers::load(&device, properties) };
+        let replay = std::env::var("STOWAGE_OPENCL_COMMAND_BUFFER").as_deref() == Ok("1");
         let inner = TargetInner {
+            command_buffers,
+            replay: replay.into(),
             driver,
             stats: Stats::default(),
             lose_after: AtomicUsize::new(usize::MAX),
@@ -289,6 +297,21 @@ impl Target {
     /// target working) must be tested all the same.
     pub fn lose_device_after(&self, launches: usize) {
         self.inner.lose_after.store(launches, Ordering::SeqCst);
+    }
+
+    /// True when runs on this target are replayed from recorded command buffers where they can be (`replay.rs`,
+    /// rule 1).
+    pub fn replays(&self) -> bool {
+        self.inner.replay.load(Ordering::Relaxed)
+            && self.inner.command_buffers.is_some()
+            && self.inner.lose_after.load(Ordering::SeqCst) == usize::MAX
+    }
+
+    /// Turns replay on or off for runs from now on (off unless `STOWAGE_OPENCL_COMMAND_BUFFER=1`: see
+    /// `replay.rs` for why); returns whether runs will replay (the device must offer command buffers).
+    pub fn replay_runs(&self, on: bool) -> bool {
+        self.inner.replay.store(on, Ordering::Relaxed);
+        self.replays()
     }
 
     /// Waits for all queued work.

@@ -11,12 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use opencl3::kernel::Kernel;
 use opencl3::program::Program;
-use stowage_runtime::{DatumType, DeviceBuffer, Ledger, LedgerTag, MemorySpace, MoveKind, Tensor};
+use stowage_runtime::DatumType;
 
 use crate::buffer::ClBuffer;
 use crate::device::Target;
-use crate::error::{ClError, Result};
-use crate::program::Arg;
+use crate::error::Result;
 
 /// A named input or output with its static type.
 #[derive(Clone, Debug)]
@@ -38,6 +37,10 @@ pub(crate) enum ArgRef {
     Slot(usize),
     /// A scratch buffer of the step.
     Scratch(usize),
+    /// The program's tile counters for split products ([`ClProgram::counters`]).
+    Counters,
+    /// The program's accumulators for split products ([`ClProgram::accumulators`]).
+    Accumulators,
 }
 
 /// One kernel launch.
@@ -92,6 +95,18 @@ pub struct ClProgram {
     /// arena. (The arena is the session's, shared by its segments on the device: `Session::run` runs one run at a
     /// time, which is what keeps two programs apart.)
     pub(crate) running: Mutex<()>,
+    /// Zeroed `int`s the split products count their finished ranges in, one per tile (`codegen::gemm::split_tail`):
+    /// `None` when no product is split.
+    pub(crate) counters: Option<ClBuffer>,
+    /// Zeroed floats the split products add their ranges up in where the device takes PTX, the largest product's
+    /// output (`codegen::gemm::partial_store`): `None` elsewhere, or when no product is split.
+    pub(crate) accumulators: Option<ClBuffer>,
+    /// Replay of runs from a recorded command buffer (`replay.rs`).
+    pub(crate) replay: Mutex<crate::replay::Replay>,
+    /// Runs replayed so far.
+    pub(crate) replayed: std::sync::atomic::AtomicUsize,
+    /// Outputs handed to callers, taken back into the pool once dropped (`ClProgram::reclaim`).
+    pub(crate) handed_out: Mutex<Vec<ClBuffer>>,
     /// The most bytes of values alive at once on the device over the runs so far.
     pub(crate) peak: std::sync::atomic::AtomicUsize,
     /// Device buffers of values and scratch that died, by byte length, for later steps and runs to reuse instead
@@ -107,10 +122,10 @@ pub struct ClProgram {
 pub struct ArenaUse {
     /// Per slot, its place: a region of the arena at the plan's offset, and the end of the planned buffer (for
     /// the high-water mark). `None`: the value's memory is its own.
-    places: Vec<Option<(ClBuffer, usize)>>,
+    pub(crate) places: Vec<Option<(ClBuffer, usize)>>,
     /// The slots a kernel writes that have no place and are not outside: intermediates held in memory of their
     /// own, counted beside the arena's high-water mark (none when the plan placed everything).
-    elsewhere: Vec<usize>,
+    pub(crate) elsewhere: Vec<usize>,
 }
 
 impl ArenaUse {
@@ -171,7 +186,7 @@ pub struct StepTime {
 }
 
 /// Bytes of the distinct device buffers in `slots` other than the `fixed` slots' (aliases share a buffer).
-fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool]) -> usize {
+pub(crate) fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool]) -> usize {
     use opencl3::memory::ClMem as _;
     // Memory of a fixed slot is not an intermediate's, whichever slot (an alias) holds it.
     let mut seen: std::collections::HashSet<usize> = slots
@@ -191,8 +206,15 @@ fn live_bytes(slots: &[Option<ClBuffer>], fixed: &[bool]) -> usize {
 }
 
 impl Step {
-    /// Kernel launches it makes per run (0 for an alias; one more for a product split along K, and one more for a
-    /// convolution's im2col on a CPU device).
+    /// The program's kernels it launches, in order, by index (see [`ClProgram::kernel_notes`]).
+    pub fn kernels(&self) -> Vec<usize> {
+        match &self.kind {
+            StepKind::Alias { .. } => Vec::new(),
+            StepKind::Launches { launches, .. } => launches.iter().map(|l| l.kernel).collect(),
+        }
+    }
+
+    /// Kernel launches it makes per run (0 for an alias; one more for a convolution's im2col on a CPU device).
     pub fn launches(&self) -> usize {
         match &self.kind {
             StepKind::Alias { .. } => 0,
@@ -240,163 +262,9 @@ impl ClProgram {
         self.memory = Some(memory);
     }
 
-    /// Runs on `inputs` (in [`ClProgram::inputs`] order). Transfers are recorded in `ledger`; outputs are lazy.
-    pub fn run(&self, inputs: Vec<Tensor<'static>>, ledger: &Ledger) -> Result<Vec<Tensor<'static>>> {
-        let _running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        let bad = |name: &str, m: String| ClError::Input { input: name.into(), message: m };
-        if inputs.len() != self.inputs.len() {
-            let name = self.inputs.get(inputs.len()).map_or("(extra)", |b| b.name.as_str());
-            return Err(bad(
-                name,
-                format!("the model takes {} inputs, {} were given", self.inputs.len(), inputs.len()),
-            ));
-        }
-        let mut slots: Vec<Option<ClBuffer>> = vec![None; self.types.len()];
-        for (s, b) in &self.consts {
-            slots[*s] = Some(b.clone());
-        }
-        for (b, t) in self.inputs.iter().zip(&inputs) {
-            if t.dt() != b.dt || t.shape() != b.shape.as_slice() {
-                return Err(bad(&b.name, format!("expected {}{:?}, got {}{:?}", b.dt, b.shape, t.dt(), t.shape())));
-            }
-            let t = t.clone().with_name(b.name.clone());
-            let transfer =
-                |e: stowage_runtime::RuntimeError| ClError::Transfer { value: b.name.clone(), message: e.to_string() };
-            if let Some(held) = ClBuffer::of(&t) {
-                if let Some(buffer) = self.held_input(held, &t, ledger)? {
-                    slots[b.slot] = Some(buffer);
-                    continue;
-                }
-            }
-            let buffer = match ClBuffer::import(&self.target, &t)? {
-                Ok(imported) => imported,
-                // A device output handed back: the runtime's rule (used as is where it is).
-                Err(_) if t.device_buffer::<ClBuffer>().is_some() => {
-                    ClBuffer::from_tensor(&t, &self.target, ledger).map_err(transfer)?
-                }
-                // A strided host tensor (a caller's padded rows): packed as it is uploaded, one copy.
-                Err(_) if !t.is_row_major() => {
-                    let bytes = t.len() * t.dt().size_of();
-                    let up = ClBuffer::upload_packed(&self.target, &t)?;
-                    let tag = LedgerTag::new(ledger, b.name.as_str());
-                    tag.record(MoveKind::Upload, &MemorySpace::HOST, self.target.space(), bytes, || {
-                        format!("the caller's {} input, packed as it is uploaded", t.layout_kind()).into()
-                    });
-                    up
-                }
-                Err(why) => {
-                    let bytes = t.as_bytes().map_err(transfer)?;
-                    let up =
-                        <ClBuffer as DeviceBuffer>::upload(&self.target, t.dt(), t.shape(), bytes).map_err(transfer)?;
-                    if up.copied {
-                        let tag = LedgerTag::new(ledger, b.name.as_str());
-                        let space = self.target.space();
-                        tag.record(MoveKind::Upload, &MemorySpace::HOST, space, bytes.len(), || why.into());
-                    }
-                    up.value
-                }
-            };
-            slots[b.slot] = Some(buffer);
-        }
-        // Constants, inputs and outputs (handed to the caller) are not intermediates: the plan keeps them out of
-        // its arenas too, with the values it hands to another space. Values at their places in the arena count
-        // as its high-water mark; any other intermediate counts while it is alive.
-        // Without a plan, every buffer alive but theirs is counted (aliases share one), each step.
-        let mut fixed: Vec<bool> = vec![false; self.types.len()];
-        if self.memory.is_none() {
-            let kept =
-                self.consts.iter().map(|(s, _)| *s).chain(self.inputs.iter().chain(&self.outputs).map(|b| b.slot));
-            for s in kept {
-                fixed[s] = true;
-            }
-        }
-        let (mut peak, mut high_water) = (0, 0);
-        let mut events = Vec::new();
-        for (i, step) in self.steps.iter().enumerate() {
-            let timed = self.run_step(step, &mut slots)?;
-            if self.target.inner.profiling {
-                events.extend(timed.into_iter().enumerate().map(|(k, e)| (i, k, e)));
-            }
-            if let (Some(m), StepKind::Launches { outs, .. }) = (&self.memory, &step.kind) {
-                for &o in outs {
-                    high_water = high_water.max(m.places[o].as_ref().map_or(0, |p| p.1));
-                }
-            }
-            // With one, only the intermediates the plan placed nowhere (a few slots, precomputed): per step this is
-            // the enqueueing thread's time, which a GPU's short kernels wait on.
-            let elsewhere = match &self.memory {
-                Some(m) => m.elsewhere.iter().filter_map(|&s| slots[s].as_ref()).map(ClBuffer::byte_len).sum(),
-                None => live_bytes(&slots, &fixed),
-            };
-            peak = peak.max(high_water + elsewhere);
-            for (s, slot) in slots.iter_mut().enumerate() {
-                if self.last_use[s] == i {
-                    if let Some(b) = slot.take() {
-                        self.recycle(b);
-                    }
-                }
-            }
-        }
-        self.peak.fetch_max(peak, std::sync::atomic::Ordering::Relaxed);
-        if self.target.inner.profiling {
-            self.target.finish()?;
-            let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
-            times.0.resize(self.steps.len(), Vec::new());
-            times.1 += 1;
-            for (i, k, e) in events {
-                let (start, end) = (e.profiling_command_start(), e.profiling_command_end());
-                if let (Ok(start), Ok(end)) = (start, end) {
-                    let launches = &mut times.0[i];
-                    if launches.len() <= k {
-                        launches.resize(k + 1, 0);
-                    }
-                    launches[k] += end.saturating_sub(start);
-                }
-            }
-        }
-        self.outputs
-            .iter()
-            .map(|b| {
-                let buffer = slots[b.slot].clone().ok_or_else(|| ClError::Input {
-                    input: b.name.clone(),
-                    message: "the output was not computed".into(),
-                })?;
-                buffer
-                    .with_shape(&b.shape)
-                    .into_tensor(LedgerTag::new(ledger, b.name.as_str()))
-                    .map_err(|e| ClError::Transfer { value: b.name.clone(), message: e.to_string() })
-            })
-            .collect()
-    }
-
-    /// The buffer to run on for input `t`, held in OpenCL memory (`buffer/external.rs`, rule 5): this target's own
-    /// memory used as is when packed, padded rows packed on the device (one relayout); another target's buffer
-    /// copied in through the host (a download and an upload, counted). `None` leaves `t` to the host paths.
-    fn held_input(&self, held: &ClBuffer, t: &Tensor<'static>, ledger: &Ledger) -> Result<Option<ClBuffer>> {
-        let name = t.name_or_unnamed();
-        let packed = t.is_row_major() && t.is_whole_storage();
-        if held.is_of(&self.target) {
-            if packed {
-                return Ok(Some(held.with_shape(t.shape())));
-            }
-            // Rows at one pitch are packed on the device; any other view (a transposed output) takes the host
-            // path, its download and upload counted.
-            return held.packed_on_device(t, ledger);
-        }
-        if !packed || t.is_host_readable() {
-            return Ok(None);
-        }
-        // Another target's memory: read to the host and written here, each counted, as the plan counts a value
-        // crossing between devices.
-        let transfer = |m: String| ClError::Transfer { value: name.to_string(), message: m };
-        let bytes = held.read_now()?;
-        let up = <ClBuffer as DeviceBuffer>::upload(&self.target, t.dt(), t.shape(), &bytes)
-            .map_err(|e| transfer(e.to_string()))?;
-        let (from, tag) = (DeviceBuffer::space(held), LedgerTag::new(ledger, name));
-        let why = || format!("a buffer of another OpenCL target ({from}), through the host").into();
-        tag.record(MoveKind::Download, &from, &MemorySpace::HOST, bytes.len(), why);
-        tag.record(MoveKind::Upload, &MemorySpace::HOST, self.target.space(), bytes.len(), why);
-        Ok(Some(up.value))
+    /// Runs enqueued as one recorded command buffer so far (`replay.rs`).
+    pub fn replayed_runs(&self) -> usize {
+        self.replayed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// What each kernel computes, by kernel index, where lowering says (a product's dimensions, blocking, and
@@ -435,83 +303,6 @@ impl ClProgram {
                 }
             })
             .collect()
-    }
-
-    /// Runs one step; returns its launches' events.
-    fn run_step(&self, step: &Step, slots: &mut [Option<ClBuffer>]) -> Result<Vec<Arc<opencl3::event::Event>>> {
-        let mut events = Vec::new();
-        let missing = |s: usize| ClError::Step {
-            node: step.name.clone(),
-            op: step.op,
-            message: format!("value slot {s} is empty"),
-        };
-        match &step.kind {
-            StepKind::Alias { from, to } => {
-                let b = slots[*from].clone().ok_or_else(|| missing(*from))?;
-                slots[*to] = Some(b.with_shape(&self.types[*to].1));
-            }
-            StepKind::Launches { outs, scratch, launches } => {
-                let alloc_err = |e: stowage_runtime::RuntimeError| ClError::Step {
-                    node: step.name.clone(),
-                    op: step.op,
-                    message: e.to_string(),
-                };
-                for &o in outs {
-                    let placed = self.memory.as_ref().and_then(|m| m.places[o].as_ref());
-                    slots[o] = Some(match placed {
-                        Some((region, _)) => region.clone(),
-                        None => {
-                            let (dt, shape) = &self.types[o];
-                            self.buffer(*dt, shape).map_err(alloc_err)?
-                        }
-                    });
-                }
-                let scratch: Vec<ClBuffer> = scratch
-                    .iter()
-                    .map(|&bytes| self.buffer(DatumType::U8, &[bytes]).map_err(alloc_err))
-                    .collect::<Result<_>>()?;
-                let get = |r: &ArgRef| -> Result<&ClBuffer> {
-                    match *r {
-                        ArgRef::Slot(s) => slots[s].as_ref().ok_or_else(|| missing(s)),
-                        ArgRef::Scratch(k) => Ok(&scratch[k]),
-                    }
-                };
-                for l in launches {
-                    let bufs: Vec<&ClBuffer> = l.args.iter().map(get).collect::<Result<_>>()?;
-                    let args: Vec<Arg<'_>> = bufs.iter().map(|b| Arg::Buf(b)).collect();
-                    let writes: Vec<&ClBuffer> = l.writes.iter().map(get).collect::<Result<_>>()?;
-                    let kernel = self.kernels[l.kernel].lock().unwrap_or_else(|p| p.into_inner());
-                    let event = self
-                        .target
-                        .launch(&kernel, &args, &l.global, l.local.as_deref(), &writes)
-                        .map_err(|e| ClError::Step { node: step.name.clone(), op: step.op, message: e.to_string() })?;
-                    events.extend(event);
-                }
-                for b in scratch {
-                    self.recycle(b);
-                }
-            }
-        }
-        Ok(events)
-    }
-
-    /// A buffer for a `dt` value of `shape`: a dead one of the same byte length where there is one, else a new
-    /// one. Commands run in queue order, so the new writer runs after every command that used the old value.
-    fn buffer(&self, dt: DatumType, shape: &[usize]) -> stowage_runtime::Result<ClBuffer> {
-        let len = shape.iter().product::<usize>() * dt.size_of();
-        let reused = self.pool.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&len).and_then(Vec::pop);
-        match reused {
-            Some(b) => Ok(b.retyped(dt, shape)),
-            None => ClBuffer::allocate(&self.target, dt, shape),
-        }
-    }
-
-    /// Keeps `b` for reuse when nothing else holds its memory (an alias still alive, an imported input, a buffer
-    /// handed out as an output are never pooled).
-    fn recycle(&self, b: ClBuffer) {
-        if b.is_unique() && !b.is_imported() {
-            self.pool.lock().unwrap_or_else(|p| p.into_inner()).entry(b.byte_len()).or_default().push(b);
-        }
     }
 }
 

@@ -7,8 +7,9 @@
 //!   (allocation, upload through a pinned staging buffer or in-place import, download, map/unmap with events).
 //! - `codegen/`: OpenCL C for every kernel (elementwise chains from the CPU backend's `Loops`, a tiled GEMM,
 //!   im2col, pools, softmax, layer norm), all extents as literals.
-//! - `lower/` and `exec.rs`: the IR lowered to a [`ClProgram`] (one program per model) and its executor (inputs
-//!   imported or uploaded once, values freed after their last reader, outputs lazy).
+//! - `lower/` and `exec.rs`: the IR lowered to a [`ClProgram`] (one program per model); `run.rs`, its runs (inputs
+//!   imported or uploaded once, values freed after their last reader, outputs lazy, every launch bound before it is
+//!   enqueued); `replay.rs`, runs replayed from a recorded command buffer where asked.
 //! - `driver.rs`: the `opencl` target kind as a plugin of `stowage-driver` ([`KIND`]).
 //! - `program.rs`: programs built once per process and cached on disk by device and source hash; kernel launches
 //!   that record their event on the buffers they write.
@@ -22,6 +23,8 @@ mod exec;
 mod lower;
 mod plan;
 mod program;
+mod replay;
+mod run;
 
 pub use buffer::{export_dlpack, import_dlpack, ClBuffer, Staging};
 pub use device::{describe_devices, descriptor_for, devices, parse_target, DeviceInfo, Mode, Target};

@@ -172,6 +172,52 @@ impl Target {
             }
             .map_err(err("clSetKernelArg"))?;
         }
+        let Some(event) = self.enqueue_kernel(kernel, global, local)? else {
+            return Ok(None);
+        };
+        for a in args {
+            if let Arg::Buf(b) = a {
+                b.read_by(&event);
+            }
+        }
+        for w in writes {
+            w.written_by_shared(Arc::clone(&event));
+        }
+        Ok(Some(event))
+    }
+
+    /// Sets `kernel`'s arguments to the buffers `args` (memory objects and byte offsets, as
+    /// [`crate::replay::Bound`] holds them), each as the base and `ulong` offset the generated kernels take.
+    pub(crate) fn set_buffer_args(&self, kernel: &Kernel, args: &[(usize, u64)]) -> Result<()> {
+        for (k, &(mem, offset)) in args.iter().enumerate() {
+            let i = 2 * k as u32;
+            let mem = mem as opencl3::types::cl_mem;
+            // SAFETY: every argument of the kernels a program runs is a buffer, declared as a global pointer and
+            // a `ulong` offset (`program` makes each buffer parameter such a pair), and `mem` is a memory object
+            // the run holds alive until its commands are done.
+            unsafe { kernel.set_arg(i, &mem).and_then(|_| kernel.set_arg(i + 1, &offset)) }.map_err(|e| {
+                ClError::Call { space: self.inner.space.to_string(), call: "clSetKernelArg", code: code_name(e.0) }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues `kernel`, its arguments set, over `global` work items (`local`: the work-group shape, or the
+    /// device's choice); `None` for an empty launch, which is not made.
+    pub(crate) fn enqueue_kernel(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<Option<Arc<opencl3::event::Event>>> {
+        let space = &self.inner.space;
+        let err = |call: &'static str| {
+            move |e: opencl3::error_codes::ClError| ClError::Call {
+                space: space.to_string(),
+                call,
+                code: code_name(e.0),
+            }
+        };
         if global.contains(&0) {
             return Ok(None);
         }
@@ -191,7 +237,7 @@ impl Target {
         let local_ptr = local.map_or(std::ptr::null(), <[usize]>::as_ptr);
         // No wait list: every command of a target goes to its one in-order queue, so a launch starts after the
         // commands that wrote its arguments. The event is kept on the buffers for `ClBuffer::wait` and maps.
-        // SAFETY: `global` (and `local`, when given) hold `global.len()` sizes; every argument is set above.
+        // SAFETY: `global` (and `local`, when given) hold `global.len()` sizes; the caller set every argument.
         let event = unsafe {
             self.inner.queue.enqueue_nd_range_kernel(
                 kernel.get(),
@@ -203,16 +249,7 @@ impl Target {
             )
         }
         .map_err(err("clEnqueueNDRangeKernel"))?;
-        let event = Arc::new(event);
-        for a in args {
-            if let Arg::Buf(b) = a {
-                b.read_by(&event);
-            }
-        }
-        for w in writes {
-            w.written_by_shared(Arc::clone(&event));
-        }
-        Ok(Some(event))
+        Ok(Some(Arc::new(event)))
     }
 }
 

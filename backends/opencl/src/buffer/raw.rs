@@ -236,44 +236,51 @@ pub fn upload_with(
         }
         Mode::Discrete => {
             let dst = allocate(cx, len)?;
-            if len == 0 {
-                return Ok(Transferred { value: dst, copied: true });
-            }
-            let q = &cx.inner.queue;
-            let mut staging = cx.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
-            if staging.as_ref().is_none_or(|s| s.len < len) {
-                let mem = new_mem(cx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, len, std::ptr::null_mut())?;
-                *staging = Some(Staging { mem, len, initialised: false });
-            }
-            let stage = staging.as_mut().expect("staging buffer made above");
-            let mut ptr = std::ptr::null_mut();
-            // SAFETY: a blocking map of `len` bytes of a buffer at least that long; the in-order queue finishes
-            // the previous copy out of the staging buffer before this map.
-            let map = unsafe { q.enqueue_map_buffer(&stage.mem, CL_BLOCKING, CL_MAP_WRITE, 0, len, &mut ptr, &[]) };
-            map.map_err(cl_err(cx, "upload (map staging)", len))?;
-            if !stage.initialised {
-                // SAFETY: the map succeeded: `ptr` points at `len` writable bytes (all of a new staging buffer).
-                unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, len) };
-                stage.initialised = true;
-            }
-            // SAFETY: the map succeeded: `ptr` points at `len` writable, initialised bytes (zeroed above when the
-            // buffer was new, written by earlier uploads since), which nothing else touches until the unmap
-            // below. `fill` is the runtime's own packing or copying, which returns errors instead of panicking.
-            let mapped = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
-            let filled = fill(mapped);
-            // SAFETY: `ptr` is the pointer this map returned; `mapped` is not used after this.
-            unsafe { q.enqueue_unmap_mem_object(stage.mem.get(), ptr, &[]) }.map_err(cl_err(
-                cx,
-                "upload (unmap staging)",
-                len,
-            ))?;
-            filled?;
-            let copy =
-                copy_bytes(cx, stage.mem.get(), dst.0.mem.get(), len, &[]).map_err(cl_err(cx, "upload (copy)", len))?;
-            dst.set_write(copy);
+            stage_into(&dst, len, fill)?;
             Ok(Transferred { value: dst, copied: true })
         }
     }
+}
+
+/// `len` bytes that `fill` writes into the pinned staging buffer, copied into `dst` (discrete memory of at least
+/// `len` bytes) after the work before it on the queue.
+pub fn stage_into(dst: &RawCl, len: usize, fill: impl FnOnce(&mut [u8]) -> stowage_runtime::Result<()>) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let cx = &dst.0.target;
+    let q = &cx.inner.queue;
+    let mut staging = cx.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
+    if staging.as_ref().is_none_or(|s| s.len < len) {
+        let mem = new_mem(cx, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, len, std::ptr::null_mut())?;
+        *staging = Some(Staging { mem, len, initialised: false });
+    }
+    let stage = staging.as_mut().expect("staging buffer made above");
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: a blocking map of `len` bytes of a buffer at least that long; the in-order queue finishes the
+    // previous copy out of the staging buffer before this map.
+    let map = unsafe { q.enqueue_map_buffer(&stage.mem, CL_BLOCKING, CL_MAP_WRITE, 0, len, &mut ptr, &[]) };
+    map.map_err(cl_err(cx, "upload (map staging)", len))?;
+    if !stage.initialised {
+        // SAFETY: the map succeeded: `ptr` points at `len` writable bytes (all of a new staging buffer).
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, len) };
+        stage.initialised = true;
+    }
+    // SAFETY: the map succeeded: `ptr` points at `len` writable, initialised bytes (zeroed above when the buffer
+    // was new, written by earlier uploads since), which nothing else touches until the unmap below. `fill` is the
+    // runtime's own packing or copying, which returns errors instead of panicking.
+    let mapped = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
+    let filled = fill(mapped);
+    // SAFETY: `ptr` is the pointer this map returned; `mapped` is not used after this.
+    unsafe { q.enqueue_unmap_mem_object(stage.mem.get(), ptr, &[]) }.map_err(cl_err(
+        cx,
+        "upload (unmap staging)",
+        len,
+    ))?;
+    filled?;
+    let copy = copy_bytes(cx, stage.mem.get(), dst.0.mem.get(), len, &[]).map_err(cl_err(cx, "upload (copy)", len))?;
+    dst.set_write(copy);
+    Ok(())
 }
 
 pub fn download(buffer: &RawCl) -> Result<Transferred<Arc<PlainStorage>>> {
@@ -312,6 +319,34 @@ fn sync_host(buffer: &RawCl, flags: u64) -> Result<()> {
     let unmap =
         unsafe { q.enqueue_unmap_mem_object(m.mem.get(), ptr, &[]) }.map_err(cl_err(&m.target, "unmap", m.len))?;
     unmap.wait().map_err(cl_err(&m.target, "unmap", m.len))
+}
+
+/// `bytes` written over the start of `dst` through a blocking map for writing (after the work queued before it,
+/// which the in-order queue finishes first): on unified memory, the host memory the device uses.
+pub fn map_write(dst: &RawCl, bytes: &[u8]) -> Result<()> {
+    let m = &dst.0;
+    let len = bytes.len().min(m.len);
+    if len == 0 {
+        return Ok(());
+    }
+    let q = &m.target.inner.queue;
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: a blocking map of `len` bytes of the buffer for writing, unmapped below.
+    unsafe { q.enqueue_map_buffer(&m.mem, CL_BLOCKING, CL_MAP_WRITE, 0, len, &mut ptr, &[]) }.map_err(cl_err(
+        &m.target,
+        "upload (map)",
+        len,
+    ))?;
+    // SAFETY: the map succeeded: `ptr` points at `len` writable bytes that nothing else touches until the unmap.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>(), len) };
+    // SAFETY: `ptr` is what this map returned, and is not used after.
+    let unmap = unsafe { q.enqueue_unmap_mem_object(m.mem.get(), ptr, &[]) }.map_err(cl_err(
+        &m.target,
+        "upload (unmap)",
+        len,
+    ))?;
+    dst.set_write(unmap);
+    Ok(())
 }
 
 pub fn wait(buffer: &RawCl) -> Result<()> {

@@ -48,6 +48,10 @@ pub struct Gemm {
     /// An elementwise chain that reads the product and stores in its place (after the terms and ReLU above, which
     /// a product with a chain does not have): `lower/epilogue.rs` decides when.
     pub chain: Option<Epilogue>,
+    /// The device takes inline PTX (NVIDIA's): a split product's ranges are added up as they finish, by
+    /// `red.global.add.f32`, and its last work-group orders memory with `membar.gl` besides `mem_fence`
+    /// ([`split_tail`]).
+    pub ptx: bool,
 }
 
 /// A fused elementwise chain run in a product's epilogue: its input `product` is the product's value, its other
@@ -74,7 +78,7 @@ pub(super) fn batch_offset(s: &mut String, var: &str, batch: &[usize], strides: 
 
 /// How a product is divided among work-groups: each item computes `block` × `block` outputs of a tile of
 /// `16·block` × `16·block`, and the inner dimension is cut into `splits` ranges of `chunk` (a multiple of 16), each
-/// summed by its own work-groups into a partial product that [`gemm_reduce`] adds up.
+/// summed by its own work-groups into a partial product that the last of them to finish adds up ([`split_tail`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Division {
     /// Outputs per work item along each axis: 1, 2 or 4.
@@ -106,10 +110,18 @@ impl Division {
         }
     }
 
-    /// Bytes of the partial products (0 when the product is not split).
+    /// Work-groups per range of K: the tiles of every batch item, each with its counter in a split product
+    /// ([`split_tail`]).
+    pub fn tiles(&self, g: &Gemm) -> usize {
+        let (global, local) = (self.global(g), self.local(g));
+        (global[0] / local[0]) * (global[1] / local[1]) * g.batch.iter().product::<usize>().max(1)
+    }
+
+    /// Bytes of the partial products in scratch (0 when the product is not split, or adds its ranges up as they
+    /// finish in the program's accumulators: [`split_tail`]).
     pub fn scratch_bytes(&self, g: &Gemm) -> usize {
         let batch: usize = g.batch.iter().product();
-        if self.splits > 1 {
+        if self.splits > 1 && !g.ptx {
             self.splits * batch.max(1) * g.m * g.n * 4
         } else {
             0
@@ -147,7 +159,12 @@ pub fn division(g: &Gemm) -> Division {
         Division { block, splits: g.k.div_ceil(chunk).max(1), chunk }
     };
     let forced_splits = env_usize("STOWAGE_OPENCL_GEMM_SPLITS").map(|s| s.clamp(1, g.k.div_ceil(TILE).max(1)));
-    let splits = |r: usize| forced_splits.unwrap_or_else(|| target.div_ceil(groups(r)).min(most_splits));
+    // On tensor cores a product split in two lost to the unsplit one every time it was measured (the H200, batch
+    // 1: a 1×1 conv of 256 to 1024 channels at 14 × 14, 17.4 µs with its second launch against 14.2; MatMul 1024³
+    // 62.0 against 50.5 µs; 512 × 2048 × 2048 98.1 against 90.3 µs), while 4 to 32 ranges won on long K (a 3×3
+    // conv of 64 channels at 56 × 56: 21.8 µs in 4 against 36.8): two ranges are taken as one.
+    let sought = |r: usize| target.div_ceil(groups(r)).min(most_splits);
+    let splits = |r: usize| forced_splits.unwrap_or_else(|| if g.tf32 && sought(r) == 2 { 1 } else { sought(r) });
     let fills = |r: usize| r == 1 || (g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r);
     // Tensor cores take tiles of 64 × 64, the size of a block of 4.
     let forced =
@@ -260,8 +277,8 @@ pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str) {
 
 /// Kernel `name(A, B, C[, bias])` for `g` divided as [`division`] says: work-groups of 16 × 16 items, each item
 /// computing `R` × `R` outputs from tiles of A and B staged in local memory 16 columns of K at a time; global size
-/// [`Division::global`], local `[16, 16, 1]`. A split product is `name(A, B, P)` instead: each range of K writes
-/// its partial product to `P` (`[splits][batch][m][n]`), and [`gemm_reduce`] finishes it.
+/// [`Division::global`], local `[16, 16, 1]`. A split product is `name(A, B, P, N, C[, bias])`: each range of K
+/// writes its partial product to `P` (`[splits][batch][m][n]`), and [`split_tail`] finishes it in the same launch.
 ///
 /// Each item loads `R` elements of A's tile and `R` of B's (the tiles are `16R` × 16 and 16 × `16R`, the group 256
 /// items), and loads the next tiles into registers while it computes on the current ones, so that a batch-1 layer,
@@ -277,11 +294,7 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
     let (bm, bn) = (TILE * r, TILE * r);
     let items = TILE * TILE;
     let mut s = String::new();
-    let out = if d.splits > 1 {
-        "__global float* restrict P".to_string()
-    } else {
-        format!("__global {}* restrict C{}", super::param_type(g.elem), terms(g))
-    };
+    let out = outputs(g, &d);
     let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let _ = writeln!(
         s,
@@ -367,38 +380,88 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
     }
     let _ = writeln!(s, "    if (row >= {} || col >= {}) continue;", g.m, g.n);
     if d.splits > 1 {
-        let _ = writeln!(s, "    P[(z * {} + row) * {} + col] = acc[i][q];", g.m, g.n);
+        let _ = writeln!(s, "    {}", partial_store(g, "acc[i][q]"));
     } else {
         let _ = writeln!(s, "    float v = acc[i][q];");
         epilogue(&mut s, g);
     }
     let _ = writeln!(s, "  }}");
+    if d.splits > 1 {
+        split_tail(&mut s, g, &d, bm, bn, items);
+    }
     s.push_str("}\n");
     s
 }
 
-/// Kernel `name(P, C[, bias])` finishing a split product of `g`: each item adds up the `splits` partial products of
-/// one output and applies the epilogue; global size `[n, m, Π batch]`.
-pub fn gemm_reduce(name: &str, g: &Gemm) -> String {
-    let d = division(g);
+/// The output parameters of a product kernel for `g` divided as `d`: `C` and the epilogue's terms, after the
+/// partial products `P` and the tiles' counters `N` when it is split.
+pub(super) fn outputs(g: &Gemm, d: &Division) -> String {
+    let c = format!("__global {}* restrict C{}", super::param_type(g.elem), terms(g));
+    if d.splits > 1 {
+        format!("__global float* restrict P, __global int* restrict N, {c}")
+    } else {
+        c
+    }
+}
+
+/// The statement storing an item's partial output `value` at (`row`, `col`) of batch item `bi`, range `z`, of a
+/// split product: into its range's slice of `P` (`[splits][batch][m][n]`), or, on a device that takes PTX, added
+/// into `P` (`[batch][m][n]`, the program's zeroed accumulators) by `red.global.add.f32`, which L2 performs as the
+/// ranges finish.
+pub(super) fn partial_store(g: &Gemm, value: &str) -> String {
+    if g.ptx {
+        format!(
+            "{{ __global float* p_ = P + ((size_t)bi * {} + row) * {} + col; asm volatile(\"red.global.add.f32 [%0], %1;\" :: \"l\"((ulong)p_), \"f\"({value})); }}",
+            g.m, g.n
+        )
+    } else {
+        format!("P[(z * {} + row) * {} + col] = {value};", g.m, g.n)
+    }
+}
+
+/// The end of a split product's kernel, once each item has stored its share of the work-group's partial product
+/// ([`partial_store`]): the last work-group to finish a tile (`bm` × `bn` outputs; `items` work items) takes the
+/// tile's sum and applies the epilogue, so a split product is one launch, not a product and a sum.
+///
+/// Rules: (1) every work-group publishes its partial product (a global fence, then a barrier) before it counts
+/// itself done on its tile's counter in `N` (`atomic_inc`); (2) the group that counts `splits - 1` is the last
+/// one: after a fence it reads `P` as volatile (past any cache), and sets the counter back to 0, so `N` is all
+/// zeros again for the next launch (it is zeroed once, when the program is made); (3) the other groups return;
+/// (4) on a device that takes PTX the fences are also `membar.gl` (what CUDA's `__threadfence` is), the ranges
+/// were added up in `P` as they finished, and the last group reads the tile's one sum and writes zeros back in its
+/// place, so the accumulators are zero again for the next launch; elsewhere it adds up the tile's `splits` slices.
+pub(super) fn split_tail(s: &mut String, g: &Gemm, d: &Division, bm: usize, bn: usize, items: usize) {
     let batch: usize = g.batch.iter().product::<usize>().max(1);
-    let t = super::param_type(g.elem);
-    let mut s = String::new();
-    let _ =
-        writeln!(s, "__kernel void {name}(__global const float* restrict P, __global {t}* restrict C{}) {{", terms(g));
-    let _ = writeln!(s, "  const size_t col = get_global_id(0), row = get_global_id(1), bi = get_global_id(2);");
-    batch_offset(&mut s, "co", &g.batch, &g.c.0);
-    let _ = writeln!(s, "  {{");
-    let _ = writeln!(s, "    float v = 0.0f;");
+    let fence = if g.ptx {
+        "mem_fence(CLK_GLOBAL_MEM_FENCE); asm volatile(\"membar.gl;\");"
+    } else {
+        "mem_fence(CLK_GLOBAL_MEM_FENCE);"
+    };
+    let _ = writeln!(s, "  __local int last_;\n  {fence}\n  barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);");
     let _ = writeln!(
         s,
-        "    for (int sp = 0; sp < {}; ++sp) v += P[((sp * {batch} + bi) * {} + row) * {} + col];",
-        d.splits, g.m, g.n
+        "  if (tid == 0) {{\n    volatile __global int* n_ = (volatile __global int*)N + (bi * get_num_groups(1) + get_group_id(1)) * get_num_groups(0) + get_group_id(0);"
     );
-    epilogue(&mut s, g);
+    let _ = writeln!(s, "    last_ = atomic_inc(n_) == {};\n    if (last_) atomic_xchg(n_, 0);\n  }}", d.splits - 1);
+    let _ = writeln!(s, "  barrier(CLK_LOCAL_MEM_FENCE);\n  if (!last_) return;\n  {fence}");
+    let _ = writeln!(s, "  for (int e_ = tid; e_ < {}; e_ += {items}) {{", bm * bn);
+    let _ = writeln!(s, "    const int row = row0 + e_ / {bn}, col = col0 + e_ % {bn};");
+    let _ = writeln!(s, "    if (row >= {} || col >= {}) continue;\n    float v = 0.0f;", g.m, g.n);
+    if g.ptx {
+        let _ = writeln!(
+            s,
+            "    {{ volatile __global float* q_ = (volatile __global float*)P + (bi * {} + row) * {} + col; v = *q_; *q_ = 0.0f; }}",
+            g.m, g.n
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "    for (int sp = 0; sp < {}; ++sp) v += ((volatile __global const float*)P)[((sp * {batch} + bi) * {} + row) * {} + col];",
+            d.splits, g.m, g.n
+        );
+    }
+    epilogue(s, g);
     let _ = writeln!(s, "  }}");
-    s.push_str("}\n");
-    s
 }
 
 /// Work items sharing one output of [`gemv`].

@@ -4,7 +4,7 @@
 //! layouts, were checked element by element on the H200 (`examples/tensor_core_probe.rs`, docs/opencl.md).
 //!
 //! The kernel computes what [`super::gemm`] computes for the same [`Gemm`] (operands through strides, the
-//! implicit convolution, the epilogue, a split K through [`super::gemm_reduce`]), with the operands rounded to TF32
+//! implicit convolution, the epilogue, a split K finished by its last work-group, [`super::gemm::split_tail`]), with the operands rounded to TF32
 //! (`cvt.rna`: to nearest, ties away) as they are staged and the sums in fp32:
 //! - a work-group of 256 items (8 warps, [`mma_warps`]) computes a tile of 64 × 64 outputs, each warp 32 × 16 of
 //!   it as 2 × 2 `m16n8` fragments whose 16 sums stay in registers;
@@ -16,7 +16,7 @@
 
 use std::fmt::Write as _;
 
-use super::gemm::{batch_offset, epilogue, load_b, terms, Division, Gemm};
+use super::gemm::{batch_offset, epilogue, load_b, outputs, partial_store, split_tail, Division, Gemm};
 
 /// Output rows and columns of one work-group's tile.
 pub const MMA_TILE: usize = 64;
@@ -51,15 +51,11 @@ pub fn mma_global(g: &Gemm, d: &Division) -> Vec<usize> {
     vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]
 }
 
-/// Kernel `name(A, B, C[, bias])` (or `name(A, B, P)` for a split product) for `g` divided as `d`, on tensor
-/// cores in TF32. `g.elem` must be `float`.
+/// Kernel `name(A, B, C[, bias])` (or `name(A, B, P, N, C[, bias])` for a split product) for `g` divided as `d`,
+/// on tensor cores in TF32. `g.elem` must be `float`.
 pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
     let mut s = String::new();
-    let out = if d.splits > 1 {
-        "__global float* restrict P".to_string()
-    } else {
-        format!("__global float* restrict C{}", terms(g))
-    };
+    let out = outputs(g, d);
     let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let batch: usize = g.batch.iter().product::<usize>().max(1);
     let _ = writeln!(
@@ -156,13 +152,16 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
             );
             let _ = writeln!(s, "  if (row < {} && col < {}) {{", g.m, g.n);
             if d.splits > 1 {
-                let _ = writeln!(s, "    P[(z * {} + row) * {} + col] = c{mi}{ni}_{i};", g.m, g.n);
+                let _ = writeln!(s, "    {}", partial_store(g, &format!("c{mi}{ni}_{i}")));
             } else {
                 let _ = writeln!(s, "    float v = c{mi}{ni}_{i};");
                 epilogue(&mut s, g);
             }
             s.push_str("  } }\n");
         }
+    }
+    if d.splits > 1 {
+        split_tail(&mut s, g, d, MMA_TILE, MMA_TILE, items);
     }
     s.push_str("}\n");
     s

@@ -6,7 +6,7 @@
 //! - [`gemm`]: a batched matrix product tiled for local memory (work-groups of 16 × 16 items, each computing a
 //!   block of outputs), operands through strides (so transposed and column-major operands are read in place), with
 //!   an epilogue (a bias through strides, `alpha`, `beta`, ReLU); [`division`] picks the block and how K is split,
-//!   [`gemm_reduce`] adds up a split product's ranges, [`gemv`] takes products of one row on GPUs; `mma.rs`: the
+//!   a split product's last work-group adds up its ranges (`gemm::split_tail`), [`gemv`] takes products of one row on GPUs; `mma.rs`: the
 //!   same product on NVIDIA's tensor cores in TF32 (inline PTX), for plans at `--precision tf32`;
 //! - [`im2col`], [`pool`], [`global_pool`] (`window.rs`), [`lrn`], [`layer_norm`], [`reduce`] (`rows.rs`): one work
 //!   item per output element or row; [`softmax`]: a work-group per long row;
@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 
 use stowage_kir::{BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
 
-pub use gemm::{describe, division, gemm, gemm_reduce, gemv, Division, Epilogue, Gemm, Strides, GEMV_GROUP, TILE};
+pub use gemm::{describe, division, gemm, gemv, Division, Epilogue, Gemm, Strides, GEMV_GROUP, TILE};
 pub use index::{index_map, IndexMap};
 pub use mma::TF32_HELPER;
 pub use resize::resize_axis;

@@ -47,6 +47,13 @@ struct Builder<'g> {
     notes: Vec<String>,
     /// Work-groups that keep the device busy (twice its compute units).
     min_groups: usize,
+    /// The device takes inline PTX (an NVIDIA device).
+    ptx: bool,
+    /// Tile counters the split products need (`codegen::gemm::split_tail`): the most any one launch takes.
+    counters: usize,
+    /// Accumulators (floats) the split products add their ranges up in, where the device takes PTX: the most any
+    /// one launch takes.
+    accumulators: usize,
     /// Convolutions compute their im2col unfolding inside the product (on GPUs; a CPU device does better with
     /// the unfolding written once). `STOWAGE_OPENCL_IMPLICIT_CONV=1` or `0` overrides, for tests and measuring.
     implicit_conv: bool,
@@ -85,6 +92,9 @@ impl<'g> Builder<'g> {
             written: HashMap::new(),
             notes: Vec::new(),
             min_groups: 2 * info.compute_units as usize,
+            ptx: info.compute_capability.is_some(),
+            counters: 0,
+            accumulators: 0,
             implicit_conv: choice("STOWAGE_OPENCL_IMPLICIT_CONV"),
             gemv: choice("STOWAGE_OPENCL_GEMV"),
             grouped_rows: choice("STOWAGE_OPENCL_GROUPED_ROWS"),
@@ -515,7 +525,16 @@ fn build(
         };
         buffers.push((s, buffer));
     }
+    // The split products' tile counters and accumulators, zero before each launch (each launch's last work-groups
+    // set theirs back).
+    let zeroed = |n: usize, dt: DatumType| match n {
+        0 => Ok(None),
+        n => ClBuffer::in_device_memory(target, dt, &vec![0; 4 * n]).map(Some),
+    };
+    let (counters, accumulators) = (zeroed(b.counters, DatumType::I32)?, zeroed(b.accumulators, DatumType::F32)?);
     Ok(ClProgram {
+        counters,
+        accumulators,
         target: target.clone(),
         _program: program,
         kernels,
@@ -531,6 +550,9 @@ fn build(
         running: Default::default(),
         peak: Default::default(),
         pool: Default::default(),
+        replay: Default::default(),
+        replayed: Default::default(),
+        handed_out: Default::default(),
         times: Default::default(),
         notes: b.notes,
     })

@@ -35,7 +35,7 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
     if cx.chain.is_some() && elem != "float" {
         return Err(cx.unsupported(format!("a chain in the epilogue of a {elem} product")));
     }
-    let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone(), ..g };
+    let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone(), ptx: b.ptx, ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
     let terms = Terms { bias, residual: None, chain: chain_args(cx) };
@@ -139,6 +139,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         bias: None,
         relu: false,
         min_groups: 1,
+        ptx: false,
         im2col: None,
         elem: "float",
         tf32: false,
@@ -181,6 +182,7 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         bias,
         relu: false,
         min_groups: 1,
+        ptx: false,
         im2col: None,
         elem: "float",
         tf32: false,
@@ -225,6 +227,7 @@ pub(super) fn conv(
         residual: added.map(|_| (vec![m * p, mg * p], p, 1)),
         relu,
         min_groups: b.min_groups,
+        ptx: b.ptx,
         elem: "float",
         tf32: on_tensor_cores(b, mg, kdim),
         chain: cx.chain.clone(),
@@ -262,9 +265,9 @@ pub(super) struct Terms {
     pub chain: Vec<ArgRef>,
 }
 
-/// The launches of product `g` of `a` and `src` into slot `out` (with the epilogue's `terms`): one, or two for a
-/// product split along K ([`codegen::division`]), whose partial products take a scratch buffer appended to
-/// `scratch`.
+/// The launch of product `g` of `a` and `src` into slot `out` (with the epilogue's `terms`). A product split along
+/// K ([`codegen::division`]) takes the program's tile counters, and a scratch buffer appended to `scratch` for its
+/// partial products, or the program's accumulators where the device takes PTX (`codegen::gemm::split_tail`).
 pub(super) fn product(
     b: &mut Builder<'_>,
     g: &Gemm,
@@ -291,12 +294,15 @@ pub(super) fn product(
         let args = [a, src, ArgRef::Slot(out)].into_iter().chain(bias()).collect();
         return vec![launch(k, args, d.global(g), local, vec![ArgRef::Slot(out)])];
     }
-    let partial = ArgRef::Scratch(scratch.len());
-    scratch.push(d.scratch_bytes(g));
-    let reduce = b.kernel(|name| codegen::gemm_reduce(name, g));
-    let args = [partial, ArgRef::Slot(out)].into_iter().chain(bias()).collect();
-    vec![
-        launch(k, vec![a, src, partial], d.global(g), local, vec![partial]),
-        launch(reduce, args, vec![g.n, g.m, batch], None, vec![ArgRef::Slot(out)]),
-    ]
+    // The partial products: slices in scratch, or added up in the program's accumulators where the device takes PTX.
+    let partial = if g.ptx {
+        b.accumulators = b.accumulators.max(batch * g.m * g.n);
+        ArgRef::Accumulators
+    } else {
+        scratch.push(d.scratch_bytes(g));
+        ArgRef::Scratch(scratch.len() - 1)
+    };
+    b.counters = b.counters.max(d.tiles(g));
+    let args = [a, src, partial, ArgRef::Counters, ArgRef::Slot(out)].into_iter().chain(bias()).collect();
+    vec![launch(k, args, d.global(g), local, vec![ArgRef::Slot(out)])]
 }
