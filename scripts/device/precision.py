@@ -4,9 +4,13 @@ stowage on the GPU at fp32 and at each precision asked (median of the runs, from
 fp32 one and the reference, then PyTorch eager and `torch.compile(mode="reduce-overhead")` at the same precision,
 and the ratios side by side.
 
-    python3 scripts/device/precision.py STAGE [--precisions fp32,tf32] [--runs 50] [--models squeezenet,resnet50]
+    python3 scripts/device/precision.py STAGE [--precisions fp32,tf32] [--runs 50]
+        [--models squeezenet,resnet50,transformer_block,bert]
 
-STAGE is the folder scripts/device/stage makes (the stowage binary, models/light_*). Run after `. env.sh`."""
+STAGE is the folder scripts/device/stage-precision makes (the stowage binary, models/light_*, the transformer
+block). The BERT-base-shaped encoder (12 blocks of 768, 12 heads, 3072 inner, sequence 128: 85 M weights, too
+large to carry) is written on the device by `model_suite.transformer`, with onnxruntime's output as its reference,
+under STAGE/generated. Run after `. env.sh`."""
 import argparse
 import json
 import os
@@ -19,8 +23,28 @@ from pbcmp import floats  # noqa: E402
 import torch_bench  # noqa: E402
 
 
+def model_dir(stage, model):
+    """Where `model`'s model.onnx and test_data_set_0 are (the BERT-shaped encoder written first if need be)."""
+    if model == "bert":
+        d = f"{stage}/generated/bert"
+        if not os.path.exists(f"{d}/test_data_set_0/output_0.pb"):
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "onnx"))
+            import numpy as np
+            from pathlib import Path
+            import model_suite
+
+            rng = np.random.default_rng(model_suite.SEED)
+            encoder = model_suite.transformer(rng, seq=128, d=768, heads=12, ff=3072, layers=12, name="bert_encoder")
+            # onnxruntime on the device reads IR versions up to 13; opset 17 needs 8.
+            encoder.ir_version = min(encoder.ir_version, 10)
+            model_suite.write(Path(f"{stage}/generated"), "bert", encoder, rng)
+        return d
+    light = f"{stage}/models/light_{model}"
+    return light if os.path.exists(light) else f"{stage}/models/{model}"
+
+
 def stowage(stage, model, precision, runs):
-    d = f"{stage}/models/light_{model}"
+    d = model_dir(stage, model)
     out = tempfile.mkdtemp()
     args = [f"{stage}/stowage", "run", f"{d}/model.onnx", "--input", f"{d}/test_data_set_0/input_0.pb",
             "--target", "opencl", "--repeat", str(runs), "--output-dir", out, "--report", f"{out}/r.json",
@@ -43,12 +67,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("stage")
     ap.add_argument("--precisions", default="fp32,tf32")
-    ap.add_argument("--models", default="squeezenet,resnet50")
+    ap.add_argument("--models", default="squeezenet,resnet50,transformer_block,bert")
     ap.add_argument("--runs", type=int, default=50)
     a = ap.parse_args()
     rows = []
     for model in a.models.split(","):
-        ref = floats(f"{a.stage}/models/light_{model}/test_data_set_0/output_0.pb")
+        ref = floats(f"{model_dir(a.stage, model)}/test_data_set_0/output_0.pb")
         fp32 = None
         for precision in a.precisions.split(","):
             ms, out, how = stowage(a.stage, model, precision, a.runs)

@@ -13,7 +13,7 @@ S=${1:-target/device-precision}
 status=0
 "$S/tests/tensor_cores" 2>&1 | grep -E "^test |panicked|result" || status=1
 STOWAGE_WORKSPACE=$PWD/$S/ws "$S/tests/models" models_match_at_tf32 --nocapture 2>&1 | grep -E "ok  compile|^test |panicked|output" || status=1
-python3 scripts/device/precision.py "$S" --precisions fp32,tf32 --runs 100 --models squeezenet,resnet50 2>&1 | grep -v -i warn || status=1
+python3 scripts/device/precision.py "$S" --precisions fp32,tf32 --runs 100 --models squeezenet,resnet50,transformer_block,bert 2>&1 | grep -v -i warn || status=1
 d=$S/models/light_resnet50
 STOWAGE_OPENCL_PROFILE=1 "$S/stowage" run "$d/model.onnx" --input "$d/test_data_set_0/input_0.pb" --target opencl --precision tf32 --repeat 20 2>&1 \
   | grep -A12 "^device time"

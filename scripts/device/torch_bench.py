@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch eager CUDA latency at batch 1 for the graphs stowage runs in the device check: SqueezeNet 1.0 and
-ResNet-50 (v1, as in the ONNX model zoo), built here layer for layer with the same shapes (weights random: latency
-does not depend on them). Prints one line per model: `torch <model> <median ms>`."""
+ResNet-50 (v1, as in the ONNX model zoo), the model suite's transformer block and a BERT-base-shaped encoder
+(`scripts/onnx/model_suite.py`'s `transformer`), built here layer for layer with the same shapes (weights random:
+latency does not depend on them). Attention is `scaled_dot_product_attention`, which a PyTorch user gets from
+`nn.MultiheadAttention` and `nn.TransformerEncoderLayer`: the stronger anchor. Prints one line per model:
+`torch <model> <median ms>`."""
 import statistics
 import sys
 import time
@@ -56,6 +59,30 @@ def resnet50():
     return nn.Sequential(*layers)
 
 
+class Block(nn.Module):
+    """One pre-LayerNorm encoder block as `model_suite.transformer` writes it: q, k, v and the projection without
+    bias, the feed-forward with bias and erf GELU, two residual additions."""
+
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-5), nn.LayerNorm(d, eps=1e-5)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        x = x + self.o(ctx.transpose(1, 2).reshape(b, s, d))
+        return x + self.ff2(torch.nn.functional.gelu(self.ff1(self.ln2(x))))
+
+
+def encoder(layers, d, heads, ff):
+    return nn.Sequential(*[Block(d, heads, ff) for _ in range(layers)])
+
+
 def median_ms(model, x, warm, runs):
     """Median ms of `runs` calls of `model` on `x`, after `warm` calls, each waited for."""
     with torch.no_grad():
@@ -77,7 +104,14 @@ def bench(name, model, runs):
     print(f"torch {name} {median_ms(model.cuda().eval(), x, 5, runs):.3f}")
 
 
-MODELS = {"squeezenet": squeezenet, "resnet50": resnet50}
+MODELS = {
+    "squeezenet": squeezenet,
+    "resnet50": resnet50,
+    "transformer_block": lambda: encoder(1, 64, 4, 256),
+    "bert": lambda: encoder(12, 768, 12, 3072),
+}
+# Each model's input, without the batch axis.
+INPUTS = {"transformer_block": (16, 64), "bert": (128, 768)}
 
 
 def anchor(name, precision, compiled, runs, batch=1):
@@ -90,7 +124,7 @@ def anchor(name, precision, compiled, runs, batch=1):
     torch.backends.cudnn.allow_tf32 = tf32
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
     model = MODELS[name]().cuda().eval().to(dtype)
-    x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
+    x = torch.randn(batch, *INPUTS.get(name, (3, 224, 224)), device="cuda", dtype=dtype)
     if compiled:
         torch._dynamo.reset()
         model = torch.compile(model, mode="reduce-overhead")

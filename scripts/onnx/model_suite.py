@@ -110,7 +110,10 @@ def mlp(rng):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def transformer(rng, seq=16, d=64, heads=4, ff=256):
+def transformer(rng, seq=16, d=64, heads=4, ff=256, layers=1, name="transformer_block"):
+    """A pre-LayerNorm encoder of `layers` blocks (one: the suite's transformer block; twelve of 768 wide, 12 heads,
+    3072 inner, sequence 128: a BERT-base-shaped encoder, scripts/device/bert.py), as exporters write one: MatMul,
+    Reshape and Transpose for the heads, Softmax, GELU written out with Erf."""
     hd = d // heads
     inits = []
 
@@ -123,39 +126,51 @@ def transformer(rng, seq=16, d=64, heads=4, ff=256):
         inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    n = helper.make_node
-    nodes = [
-        n("LayerNormalization", ["x", weight("ln1_g", [d], 0.1), weight("ln1_b", [d], 0.1)], ["ln1"], axis=-1, epsilon=1e-5),
-    ]
-    for p in "qkv":
-        nodes.append(n("MatMul", ["ln1", weight(f"w{p}", [d, d])], [f"{p}0"]))
-        nodes.append(n("Reshape", [f"{p}0", const(f"shape_{p}", np.array([1, seq, heads, hd], np.int64))], [f"{p}1"]))
-        perm = [0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]
-        nodes.append(n("Transpose", [f"{p}1"], [f"{p}"], perm=perm))
-    nodes += [
-        n("MatMul", ["q", "k"], ["scores0"]),
-        n("Div", ["scores0", const("sqrt_d", np.array(np.sqrt(hd), np.float32))], ["scores"]),
-        n("Softmax", ["scores"], ["attn"], axis=-1),
-        n("MatMul", ["attn", "v"], ["ctx0"]),
-        n("Transpose", ["ctx0"], ["ctx1"], perm=[0, 2, 1, 3]),
-        n("Reshape", ["ctx1", const("shape_ctx", np.array([1, seq, d], np.int64))], ["ctx"]),
-        n("MatMul", ["ctx", weight("wo", [d, d])], ["proj"]),
-        n("Add", ["x", "proj"], ["res1"]),
-        n("LayerNormalization", ["res1", weight("ln2_g", [d], 0.1), weight("ln2_b", [d], 0.1)], ["ln2"], axis=-1, epsilon=1e-5),
-        n("MatMul", ["ln2", weight("w1", [d, ff])], ["ff0"]),
-        n("Add", ["ff0", weight("b1", [ff], 0.01)], ["ff1"]),
+    nodes = []
+    for layer in range(layers):
+        # One block's names, as the single block has always had them; later blocks' prefixed.
+        pre = f"l{layer}_" if layers > 1 else ""
+        x = "x" if layer == 0 else f"l{layer - 1}_y"
+        y = "y" if layer == layers - 1 else f"{pre}y"
+
+        def n(op, ins, outs, **attrs):
+            rename = lambda v: {"x": x, "y": y}.get(v, pre + v)
+            nodes.append(helper.make_node(op, [rename(v) for v in ins], [rename(v) for v in outs], **attrs))
+
+        def w(name, shape, scale=None):
+            return weight(pre + name, shape, scale)[len(pre):]
+
+        def c(name, array):
+            return const(pre + name, array)[len(pre):]
+
+        n("LayerNormalization", ["x", w("ln1_g", [d], 0.1), w("ln1_b", [d], 0.1)], ["ln1"], axis=-1, epsilon=1e-5)
+        for p in "qkv":
+            n("MatMul", ["ln1", w(f"w{p}", [d, d])], [f"{p}0"])
+            n("Reshape", [f"{p}0", c(f"shape_{p}", np.array([1, seq, heads, hd], np.int64))], [f"{p}1"])
+            perm = [0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]
+            n("Transpose", [f"{p}1"], [f"{p}"], perm=perm)
+        n("MatMul", ["q", "k"], ["scores0"])
+        n("Div", ["scores0", c("sqrt_d", np.array(np.sqrt(hd), np.float32))], ["scores"])
+        n("Softmax", ["scores"], ["attn"], axis=-1)
+        n("MatMul", ["attn", "v"], ["ctx0"])
+        n("Transpose", ["ctx0"], ["ctx1"], perm=[0, 2, 1, 3])
+        n("Reshape", ["ctx1", c("shape_ctx", np.array([1, seq, d], np.int64))], ["ctx"])
+        n("MatMul", ["ctx", w("wo", [d, d])], ["proj"])
+        n("Add", ["x", "proj"], ["res1"])
+        n("LayerNormalization", ["res1", w("ln2_g", [d], 0.1), w("ln2_b", [d], 0.1)], ["ln2"], axis=-1, epsilon=1e-5)
+        n("MatMul", ["ln2", w("w1", [d, ff])], ["ff0"])
+        n("Add", ["ff0", w("b1", [ff], 0.01)], ["ff1"])
         # GELU written out with Erf, as exporters do: 0.5 * x * (1 + erf(x / sqrt(2))).
-        n("Div", ["ff1", const("sqrt2", np.array(np.sqrt(2.0), np.float32))], ["g0"]),
-        n("Erf", ["g0"], ["g1"]),
-        n("Add", ["g1", const("one", np.array(1.0, np.float32))], ["g2"]),
-        n("Mul", ["ff1", "g2"], ["g3"]),
-        n("Mul", ["g3", const("half", np.array(0.5, np.float32))], ["gelu"]),
-        n("MatMul", ["gelu", weight("w2", [ff, d])], ["ff2"]),
-        n("Add", ["ff2", weight("b2", [d], 0.01)], ["ff3"]),
-        n("Add", ["res1", "ff3"], ["y"]),
-    ]
+        n("Div", ["ff1", c("sqrt2", np.array(np.sqrt(2.0), np.float32))], ["g0"])
+        n("Erf", ["g0"], ["g1"])
+        n("Add", ["g1", c("one", np.array(1.0, np.float32))], ["g2"])
+        n("Mul", ["ff1", "g2"], ["g3"])
+        n("Mul", ["g3", c("half", np.array(0.5, np.float32))], ["gelu"])
+        n("MatMul", ["gelu", w("w2", [ff, d])], ["ff2"])
+        n("Add", ["ff2", w("b2", [d], 0.01)], ["ff3"])
+        n("Add", ["res1", "ff3"], ["y"])
     graph = helper.make_graph(
-        nodes, "transformer_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
