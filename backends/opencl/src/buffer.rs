@@ -247,6 +247,16 @@ impl ClBuffer {
         self.raw.kernel_arg()
     }
 
+    /// [`ClBuffer::kernel_arg`] by the allocation's process-unique id instead of its `cl_mem`.
+    pub(crate) fn kernel_key(&self) -> (u64, u64) {
+        self.raw.kernel_key()
+    }
+
+    /// This allocation's process-unique id (never reused, unlike a freed `cl_mem`'s address).
+    pub(crate) fn id(&self) -> u64 {
+        self.raw.0.id
+    }
+
     /// True when both are the same device memory.
     pub fn same_memory(&self, other: &ClBuffer) -> bool {
         Arc::ptr_eq(&self.raw.0, &other.raw.0)

@@ -61,7 +61,11 @@ impl DeviceInfo {
     }
 }
 
-fn call_err<'a>(space: &'a str, call: &'static str) -> impl Fn(opencl3::error_codes::ClError) -> ClError + 'a {
+/// The error of OpenCL call `call` on the target of memory space `space`, from the code it returned.
+pub(crate) fn call_err<'a>(
+    space: &'a str,
+    call: &'static str,
+) -> impl Fn(opencl3::error_codes::ClError) -> ClError + 'a {
     move |e| ClError::Call { space: space.into(), call, code: code_name(e.0) }
 }
 

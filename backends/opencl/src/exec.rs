@@ -107,6 +107,8 @@ pub struct ClProgram {
     pub(crate) replayed: std::sync::atomic::AtomicUsize,
     /// Outputs handed to callers, taken back into the pool once dropped (`ClProgram::reclaim`).
     pub(crate) handed_out: Mutex<Vec<ClBuffer>>,
+    /// The ids of the buffers this program allocated (`ClBuffer::id`): only those are taken back from callers.
+    pub(crate) owned: Mutex<std::collections::HashSet<u64>>,
     /// The most bytes of values alive at once on the device over the runs so far.
     pub(crate) peak: std::sync::atomic::AtomicUsize,
     /// Device buffers of values and scratch that died, by byte length, for later steps and runs to reuse instead

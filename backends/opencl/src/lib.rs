@@ -11,8 +11,8 @@
 //!   imported or uploaded once, values freed after their last reader, outputs lazy, every launch bound before it is
 //!   enqueued); `replay.rs`, runs replayed from a recorded command buffer where asked.
 //! - `driver.rs`: the `opencl` target kind as a plugin of `stowage-driver` ([`KIND`]).
-//! - `program.rs`: programs built once per process and cached on disk by device and source hash; kernel launches
-//!   that record their event on the buffers they write.
+//! - `program.rs`: programs built once per process and cached on disk by device and source hash; kernel arguments
+//!   and launches (a run gives its last event to the buffers it touched, `run.rs`).
 
 mod buffer;
 pub mod codegen;

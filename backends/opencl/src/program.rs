@@ -143,13 +143,7 @@ impl Target {
         writes: &[&ClBuffer],
     ) -> Result<Option<Arc<opencl3::event::Event>>> {
         let space = &self.inner.space;
-        let err = |call: &'static str| {
-            move |e: opencl3::error_codes::ClError| ClError::Call {
-                space: space.to_string(),
-                call,
-                code: code_name(e.0),
-            }
-        };
+        let err = |call: &'static str| crate::device::call_err(space.name(), call);
         // A buffer takes two parameters (its base and its offset), anything else one.
         let mut next = 0u32;
         for a in args {
@@ -195,9 +189,8 @@ impl Target {
             // SAFETY: every argument of the kernels a program runs is a buffer, declared as a global pointer and
             // a `ulong` offset (`program` makes each buffer parameter such a pair), and `mem` is a memory object
             // the run holds alive until its commands are done.
-            unsafe { kernel.set_arg(i, &mem).and_then(|_| kernel.set_arg(i + 1, &offset)) }.map_err(|e| {
-                ClError::Call { space: self.inner.space.to_string(), call: "clSetKernelArg", code: code_name(e.0) }
-            })?;
+            unsafe { kernel.set_arg(i, &mem).and_then(|_| kernel.set_arg(i + 1, &offset)) }
+                .map_err(crate::device::call_err(self.inner.space.name(), "clSetKernelArg"))?;
         }
         Ok(())
     }
@@ -211,13 +204,7 @@ impl Target {
         local: Option<&[usize]>,
     ) -> Result<Option<Arc<opencl3::event::Event>>> {
         let space = &self.inner.space;
-        let err = |call: &'static str| {
-            move |e: opencl3::error_codes::ClError| ClError::Call {
-                space: space.to_string(),
-                call,
-                code: code_name(e.0),
-            }
-        };
+        let err = |call: &'static str| crate::device::call_err(space.name(), call);
         if global.contains(&0) {
             return Ok(None);
         }

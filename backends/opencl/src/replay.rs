@@ -1,7 +1,7 @@
 //! A run's kernels replayed as one recorded command buffer (`cl_khr_command_buffer`), where the device offers
 //! one: the host enqueues a run in one call instead of one per kernel, which is what a batch-1 GPU run waits on.
 //!
-//! Rules (each tied to the code that keeps it, and to `tests/tests/opencl_replay.rs`):
+//! Rules (each tied to the code that keeps it, and to `backends/opencl/tests/runs.rs`):
 //! 1. **Where.** A target replays when it is asked to (`STOWAGE_OPENCL_COMMAND_BUFFER=1`, or
 //!    [`Target::replay_runs`]), its device lists `cl_khr_command_buffer`, the extension's functions resolve on its
 //!    platform ([`CommandBuffers::load`]), its queue has the properties the device requires for command buffers,
@@ -11,15 +11,20 @@
 //!    at TF32 1.18 against 1.07, SqueezeNet and ResNet-50 in fp32 within 6%; on PoCL it is within noise.
 //! 2. **What is recorded.** A run is first bound: every launch's kernel, its arguments (memory object and offset)
 //!    and sizes, in order ([`Bound`]). A recording replays a run whose bound launches are equal to the ones it was
-//!    recorded from, and no other (`ClProgram::run`).
+//!    recorded from, and no other (`ClProgram::run`). Arguments are compared by their allocations' process-unique
+//!    ids, never by `cl_mem` addresses, which a freed object's successor may take.
 //! 3. **When.** A run bound as the run before it was is recorded, then enqueued; later equal runs enqueue the
 //!    recording. Any other run launches kernel by kernel, so a program whose buffers change every run (inputs
 //!    imported in place from new host memory) never pays for recordings it cannot use.
 //! 4. **Order.** Each recorded command waits for the sync point of the one before it: the recording runs in the
 //!    order the queue would have run the launches, whatever an implementation does with in-order queues.
-//! 5. **Stable buffers.** What keeps a repeated run bound the same (`exec.rs`): values at the plan's places in the
-//!    arena; the buffer pool put in one order after each run, so that a run takes the same buffers as the one
-//!    before; uploads into a pooled buffer; outputs into the previous run's, once the caller has dropped it.
+//! 5. **Stable buffers.** What keeps a repeated run bound the same (`run.rs`): values at the plan's places in the
+//!    arena; the buffer pool put in one order before each run, so that a run takes the same buffers as the one
+//!    before; uploads into a pooled buffer; outputs into the previous run's, once the caller has dropped it (only
+//!    memory the program allocated: never a caller's).
+//! 7. **One at a time.** A recording is enqueued again only after its previous enqueue has finished (a buffer
+//!    made without simultaneous use may not be pending twice); a recording or a replay the driver refuses leaves
+//!    the program launching kernel by kernel.
 //! 6. **Events.** The buffers a run touched get its last command's event (the replay's, or the last launch's), as
 //!    launches give theirs: reads of an output wait for it, and host memory is freed only after it.
 
@@ -29,7 +34,7 @@ use std::sync::Arc;
 use opencl3::event::Event;
 use opencl3::kernel::Kernel;
 use opencl_sys::{
-    cl_command_buffer_khr, cl_command_queue, cl_int, cl_kernel, cl_mem, cl_platform_id, cl_sync_point_khr,
+    cl_command_buffer_khr, cl_command_queue, cl_int, cl_kernel, cl_platform_id, cl_sync_point_khr,
     CL_DEVICE_COMMAND_BUFFER_REQUIRED_QUEUE_PROPERTIES_KHR, CL_SUCCESS,
 };
 
@@ -45,6 +50,8 @@ pub(crate) struct Bound {
     pub kernel: usize,
     /// Each argument: a memory object and the byte offset of the buffer in it (arguments are buffers only).
     pub args: Vec<(usize, u64)>,
+    /// Each argument's allocation by its process-unique id, and the offset (rule 2).
+    pub keys: Vec<(u64, u64)>,
     pub global: Vec<usize>,
     pub local: Option<Vec<usize>>,
 }
@@ -152,6 +159,8 @@ pub(crate) struct Recording {
     target: Target,
     /// What was recorded: a run bound equal to it replays (rule 2).
     pub launches: Vec<Bound>,
+    /// The last enqueue's event (rule 7).
+    pending: std::sync::Mutex<Option<Arc<Event>>>,
 }
 
 // SAFETY: OpenCL objects may be used from any thread (the one call that is not thread-safe on one object,
@@ -194,7 +203,7 @@ impl Recording {
         if code != CL_SUCCESS || buffer.is_null() {
             return Err(failed(target, "clCreateCommandBufferKHR", code));
         }
-        let recording = Recording { buffer, target: target.clone(), launches };
+        let recording = Recording { buffer, target: target.clone(), launches, pending: Default::default() };
         let mut previous: Option<cl_sync_point_khr> = None;
         for l in &recording.launches {
             let kernel = kernels[l.kernel].lock().unwrap_or_else(|p| p.into_inner());
@@ -234,9 +243,13 @@ impl Recording {
         Ok(recording)
     }
 
-    /// Enqueues the recording on its target's queue; returns its event.
+    /// Enqueues the recording on its target's queue, once its previous enqueue is done (rule 7); returns its event.
     pub(crate) fn enqueue(&self) -> Result<Arc<Event>> {
         let target = &self.target;
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = pending.take() {
+            e.wait().map_err(|e| failed(target, "clWaitForEvents", e.0))?;
+        }
         let fns = entries(target, "clEnqueueCommandBufferKHR")?;
         let mut queue = target.inner.queue.get();
         let mut event: *mut c_void = std::ptr::null_mut();
@@ -245,11 +258,8 @@ impl Recording {
         if code != CL_SUCCESS || event.is_null() {
             return Err(failed(target, "clEnqueueCommandBufferKHR", code));
         }
-        Ok(Arc::new(Event::new(event)))
+        let event = Arc::new(Event::new(event));
+        *pending = Some(Arc::clone(&event));
+        Ok(event)
     }
-}
-
-/// The memory object of a kernel argument, as [`Bound::args`] holds it.
-pub(crate) fn mem_key(mem: cl_mem) -> usize {
-    mem as usize
 }

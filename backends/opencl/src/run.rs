@@ -102,13 +102,13 @@ impl ClProgram {
                 None => live_bytes(&slots, &fixed),
             };
             peak = peak.max(high_water + elsewhere);
-            for (s, slot) in slots.iter_mut().enumerate() {
-                if self.last_use[s] == i {
-                    if let Some(b) = slot.take() {
-                        kept.extend(self.recycle(b));
-                    }
-                }
-            }
+            let dead: Vec<ClBuffer> = slots
+                .iter_mut()
+                .enumerate()
+                .filter(|(s, _)| self.last_use[*s] == i)
+                .filter_map(|(_, b)| b.take())
+                .collect();
+            kept.extend(self.release(dead));
         }
         self.peak.fetch_max(peak, std::sync::atomic::Ordering::Relaxed);
         let mut events = Vec::new();
@@ -158,11 +158,13 @@ impl ClProgram {
             .collect();
         // What the run still holds (inputs, values kept to the end) goes back to the pool, for the next run to bind
         // the same buffers (`replay.rs`, rule 5); constants stay the program's.
-        for (s, slot) in slots.iter_mut().enumerate() {
-            if let Some(b) = slot.take().filter(|_| !self.consts.iter().any(|(c, _)| *c == s)) {
-                drop(self.recycle(b));
-            }
-        }
+        let held: Vec<ClBuffer> = slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(s, _)| !self.consts.iter().any(|(c, _)| c == s))
+            .filter_map(|(_, b)| b.take())
+            .collect();
+        drop(self.release(held));
         outputs
     }
 
@@ -241,7 +243,7 @@ impl ClProgram {
                     .iter()
                     .map(|&bytes| self.buffer(DatumType::U8, &[bytes]).map_err(alloc_err))
                     .collect::<Result<_>>()?;
-                let get = |r: &ArgRef| -> Result<(usize, u64)> {
+                let get = |r: &ArgRef| -> Result<((usize, u64), (u64, u64))> {
                     let b = match *r {
                         ArgRef::Slot(s) => slots[s].as_ref().ok_or_else(|| missing(s))?,
                         ArgRef::Scratch(k) => &scratch[k],
@@ -251,14 +253,15 @@ impl ClProgram {
                         }
                     };
                     let (mem, offset) = b.kernel_arg();
-                    Ok((crate::replay::mem_key(mem.get()), offset))
+                    Ok(((mem.get() as usize, offset), b.kernel_key()))
                 };
                 for l in launches.iter().filter(|l| !l.global.contains(&0)) {
-                    let args = l.args.iter().map(get).collect::<Result<_>>()?;
+                    let (args, keys) = l.args.iter().map(get).collect::<Result<Vec<_>>>()?.into_iter().unzip();
                     bound.push(Bound {
                         step: i,
                         kernel: l.kernel,
                         args,
+                        keys,
                         global: l.global.clone(),
                         local: l.local.clone(),
                     });
@@ -290,27 +293,29 @@ impl ClProgram {
         let mut state = self.replay.lock().unwrap_or_else(|p| p.into_inner());
         match &*state {
             Replay::Recorded(r) if r.launches == bound => {
-                self.replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return r.enqueue().map(Some);
+                if let Ok(e) = r.enqueue() {
+                    self.replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(Some(e));
+                }
             }
             Replay::Seen(before) if *before == bound => {
-                // A recording the driver refuses leaves this program launching kernel by kernel.
-                if let Ok(r) = Recording::record(&self.target, &self.kernels, bound.clone()) {
-                    let e = r.enqueue()?;
+                let recorded = Recording::record(&self.target, &self.kernels, bound.clone());
+                if let Some((r, e)) = recorded.ok().and_then(|r| r.enqueue().ok().map(|e| (r, e))) {
                     self.replayed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     *state = Replay::Recorded(r);
                     return Ok(Some(e));
                 }
-                let last = self.launch_each(&bound, events);
-                *state = Replay::Refused;
-                return last;
             }
             Replay::Refused => return self.launch_each(&bound, events),
-            _ => {}
+            _ => {
+                let last = self.launch_each(&bound, events)?;
+                *state = Replay::Seen(bound);
+                return Ok(last);
+            }
         }
-        let last = self.launch_each(&bound, events)?;
-        *state = Replay::Seen(bound);
-        Ok(last)
+        // A recording or a replay the driver refused: this program launches kernel by kernel from now on.
+        *state = Replay::Refused;
+        self.launch_each(&bound, events)
     }
 
     /// Enqueues each of `bound`, in order.
@@ -364,7 +369,7 @@ impl ClProgram {
     /// as the run before it (`replay.rs`, rule 5).
     fn pool_in_order(&self) {
         for v in self.pool.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
-            v.sort_by_key(|b| crate::replay::mem_key(b.kernel_arg().0.get()));
+            v.sort_by_key(ClBuffer::id);
         }
     }
 
@@ -393,12 +398,15 @@ impl ClProgram {
         }
     }
 
-    /// Remembers output `b` for [`ClProgram::reclaim`], when it is memory of the program's own and not yet
-    /// remembered.
+    /// Remembers output `b` for [`ClProgram::reclaim`], when the program allocated it (never a caller's memory: an
+    /// output may be an input seen through a Reshape, and a caller's wrapped `cl_mem` or DLPack tensor is theirs)
+    /// and it is not remembered yet.
     fn hand_out(&self, b: &ClBuffer) {
+        if !self.owned.lock().unwrap_or_else(|p| p.into_inner()).contains(&b.id()) {
+            return;
+        }
         let mut handed = self.handed_out.lock().unwrap_or_else(|p| p.into_inner());
-        let known = |c: &ClBuffer| c.same_memory(b);
-        if !b.is_imported() && !self.consts.iter().any(|(_, c)| known(c)) && !handed.iter().any(known) {
+        if !handed.iter().any(|c| c.same_memory(b)) {
             handed.push(b.clone());
         }
     }
@@ -410,8 +418,25 @@ impl ClProgram {
         let reused = self.pool.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&len).and_then(Vec::pop);
         match reused {
             Some(b) => Ok(b.retyped(dt, shape)),
-            None => ClBuffer::allocate(&self.target, dt, shape),
+            None => {
+                let b = ClBuffer::allocate(&self.target, dt, shape)?;
+                self.owned.lock().unwrap_or_else(|p| p.into_inner()).insert(b.id());
+                Ok(b)
+            }
         }
+    }
+
+    /// Returns dead values' buffers to the pool ([`ClProgram::recycle`]), each memory once: the slots of a value and
+    /// its aliases die together and hold clones of one buffer, which would otherwise keep each other from being
+    /// unique. Returns the buffers not pooled, for the run to keep until its commands are enqueued.
+    fn release(&self, dead: Vec<ClBuffer>) -> Vec<ClBuffer> {
+        let mut distinct: Vec<ClBuffer> = Vec::with_capacity(dead.len());
+        for b in dead {
+            if !distinct.iter().any(|d| d.same_memory(&b)) {
+                distinct.push(b);
+            }
+        }
+        distinct.into_iter().filter_map(|b| self.recycle(b)).collect()
     }
 
     /// Keeps `b` for reuse when nothing else holds its memory (an alias still alive, an imported input, a buffer

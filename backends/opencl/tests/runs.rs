@@ -117,3 +117,31 @@ fn repeated_runs_replay_one_recorded_command_buffer() {
     assert_eq!(kept[0].to_vec::<f32>().expect("reads"), want(7));
     assert_eq!(other[0].to_vec::<f32>().expect("reads"), want(8));
 }
+
+/// A value and its alias (a Flatten's output shares the product's buffer) die together: their one buffer goes back
+/// to the pool, so a repeated run binds it again and is replayed (`replay.rs`, rule 5), with every result right.
+#[test]
+fn an_aliased_value_goes_back_to_the_pool_and_its_runs_replay() {
+    let mut g = Graph::new("alias");
+    let ty = ValueType::new(DatumType::F32, [64, 64]);
+    let flat = ValueType::new(DatumType::F32, [1, 4096]);
+    let x = g.add_input("x", ty.clone());
+    let m = g.add_node("product", Op::MatMul, vec![Some(x), Some(x)], vec![Some(("m".into(), ty))]);
+    let m = g.node(m).outputs[0].expect("m");
+    let f = g.add_node("flat", Op::Flatten { axis: 0 }, vec![Some(m)], vec![Some(("f".into(), flat.clone()))]);
+    let f = g.node(f).outputs[0].expect("f");
+    let t = g.add_node("squash", Op::Unary(Unary::Tanh), vec![Some(f)], vec![Some(("y".into(), flat))]);
+    g.add_output("y", g.node(t).outputs[0].expect("y"));
+    let target = Target::open("opencl:discrete").unwrap_or_else(|e| panic!("{e}"));
+    assert!(target.replay_runs(true), "PoCL offers cl_khr_command_buffer");
+    let program = stowage_opencl::lower(&g, &target, &Ledger::off()).expect("lowers");
+    for seed in 0..5 {
+        let got = program.run(vec![input_from(seed)], &Ledger::off()).expect("runs")[0].to_vec::<f32>().expect("reads");
+        let other = Target::open("opencl:discrete").unwrap_or_else(|e| panic!("{e}"));
+        let fresh = stowage_opencl::lower(&g, &other, &Ledger::off()).expect("lowers");
+        let want = fresh.run(vec![input_from(seed)], &Ledger::off()).expect("runs")[0].to_vec::<f32>().expect("reads");
+        assert_eq!(got, want, "run {seed}");
+    }
+    let replayed = program.replayed_runs();
+    assert!((3..=4).contains(&replayed), "{replayed} runs replayed of 5");
+}

@@ -32,7 +32,13 @@ pub struct ClMem {
     /// What else must live as long as the memory: a DLPack producer's managed tensor (`buffer/dlpack.rs`), whose
     /// deleter runs when this is dropped, after the memory object's release.
     pub(super) keep: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// Unique in the process and never reused (a freed `cl_mem`'s address may be): what a run's bound launches are
+    /// compared by (`replay.rs`, rule 2) and a program knows its own allocations by.
+    pub(super) id: u64,
 }
+
+/// The next [`ClMem::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// The order regions are made in, across every allocation.
 static NEXT_REGION: AtomicU64 = AtomicU64::new(0);
@@ -118,6 +124,7 @@ impl RawCl {
             offset,
             retired,
             keep: Mutex::new(None),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }))
     }
 
@@ -148,8 +155,21 @@ impl RawCl {
         let (mem, retired) = (ManuallyDrop::new(mem), Mutex::new(Vec::new()));
         let host = None;
         let keep = Mutex::new(None);
-        let mem = ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, offset, retired, keep };
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let mem =
+            ClMem { target: cx.clone(), mem, len, host, last_write, last_access, parent, offset, retired, keep, id };
         Ok(RawCl(Arc::new(mem)))
+    }
+
+    /// [`RawCl::kernel_arg`]'s allocation by its [`ClMem::id`], and the byte offset in it.
+    pub(crate) fn kernel_key(&self) -> (u64, u64) {
+        match &self.0.parent {
+            Some((parent, _)) => {
+                let (id, base) = parent.kernel_key();
+                (id, base + self.0.offset as u64)
+            }
+            None => (self.0.id, 0),
+        }
     }
 
     /// The allocation a kernel reaches this one through and the byte offset in it: the root of its regions

@@ -130,7 +130,7 @@ impl Division {
 }
 
 /// The shortest range of the inner dimension a split product gives one work-group: below it the partial
-/// products' traffic and the second launch cost more than the parallelism gains.
+/// products' traffic and their sum cost more than the parallelism gains.
 const MIN_CHUNK: usize = 128;
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -430,6 +430,13 @@ pub(super) fn partial_store(g: &Gemm, value: &str) -> String {
 /// (4) on a device that takes PTX the fences are also `membar.gl` (what CUDA's `__threadfence` is), the ranges
 /// were added up in `P` as they finished, and the last group reads the tile's one sum and writes zeros back in its
 /// place, so the accumulators are zero again for the next launch; elsewhere it adds up the tile's `splits` slices.
+///
+/// Checked on NVIDIA's OpenCL (the H200: `membar.gl`, the pattern of CUDA's threadfence reduction) and on PoCL's CPU
+/// device (x86 orders stores). OpenCL C 1.2's `mem_fence` orders one work-item's accesses only, so another GPU
+/// (AMD's, Intel's) needs device-scope release and acquire fences (OpenCL C 2.0's `atomic_work_item_fence`) before
+/// it is trusted with this. On NVIDIA the order in which ranges are added is the order they finish: sums may differ
+/// in their last bits from run to run. A launch cut short (a lost device) leaves counters set; the program is then
+/// as lost as its device.
 pub(super) fn split_tail(s: &mut String, g: &Gemm, d: &Division, bm: usize, bn: usize, items: usize) {
     let batch: usize = g.batch.iter().product::<usize>().max(1);
     let fence = if g.ptx {

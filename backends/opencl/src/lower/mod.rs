@@ -553,6 +553,7 @@ fn build(
         replay: Default::default(),
         replayed: Default::default(),
         handed_out: Default::default(),
+        owned: Default::default(),
         times: Default::default(),
         notes: b.notes,
     })
