@@ -365,7 +365,7 @@ impl ClProgram {
         }
     }
 
-    /// Puts each size's pooled buffers in the order of their memory objects, so that a run takes the same buffers
+    /// Puts each size's pooled buffers in the order of their allocations' ids, so that a run takes the same buffers
     /// as the run before it (`replay.rs`, rule 5).
     fn pool_in_order(&self) {
         for v in self.pool.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
