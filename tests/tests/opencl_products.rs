@@ -6,8 +6,8 @@
 //! products (partial sums over ranges of K, added up in the same launch by the last work-group of each tile, with
 //! the epilogue) and 4 × 4 and 2 × 2 blocks run here, on odd sizes that leave partial tiles and a last range
 //! shorter than the others, and products of one row take a work-group per output (`STOWAGE_OPENCL_GEMV`) and
-//! long LayerNorm rows a work-group per row (`STOWAGE_OPENCL_GROUPED_ROWS`), as on a GPU. Its own test binary, because it sets
-//! the environment.
+//! long LayerNorm rows a work-group per row (`STOWAGE_OPENCL_GROUPED_ROWS`), as on a GPU. Its own test binary,
+//! because it sets the environment.
 
 use stowage_compiler::ir::{self, Graph, Op, SoftmaxKind, Unary, ValueType};
 use stowage_opencl::Target;
