@@ -17,4 +17,5 @@ pub mod reduce;
 pub mod resize;
 pub mod scatter;
 pub mod sgemm512;
+pub mod shifted;
 pub mod strided;

@@ -13,7 +13,8 @@ use std::arch::x86_64::{
 
 const MR: usize = 12;
 const NR: usize = 32;
-const KC: usize = 256;
+/// Columns of A (rows of B) per block: a [`PackedA`] is stored in blocks of this many columns.
+pub(crate) const KC: usize = 256;
 const MC: usize = 96;
 const NC: usize = 2048;
 
@@ -98,7 +99,6 @@ pub fn sgemm(
 pub struct PackedA {
     m: usize,
     k: usize,
-    panels: usize,
     data: Vec<f32>,
 }
 
@@ -113,7 +113,7 @@ impl PackedA {
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             for q in 0..panels {
-                let panel = &mut data[pc * panels * MR + q * kc * MR..][..kc * MR];
+                let panel = &mut data[q * k * MR + pc * MR..][..kc * MR];
                 for i in 0..MR.min(m - q * MR) {
                     let row = q * MR + i;
                     for l in 0..kc {
@@ -122,7 +122,7 @@ impl PackedA {
                 }
             }
         }
-        PackedA { m, k, panels, data }
+        PackedA { m, k, data }
     }
 
     /// Rows.
@@ -140,9 +140,10 @@ impl PackedA {
         self.data.len() * std::mem::size_of::<f32>()
     }
 
-    /// The panel of rows `q·MR ..` over columns `pc .. pc + kc` (`pc` a multiple of `KC`).
-    fn panel(&self, pc: usize, kc: usize, q: usize) -> &[f32] {
-        &self.data[pc * self.panels * MR + q * kc * MR..][..kc * MR]
+    /// The panel of rows `q·MR ..` over columns `pc .. pc + kc` (`pc` a multiple of `KC`). A panel's columns are
+    /// contiguous over the whole of K, so a kernel that runs all of K on one panel streams it.
+    pub(crate) fn panel(&self, pc: usize, kc: usize, q: usize) -> &[f32] {
+        &self.data[q * self.k * MR + pc * MR..][..kc * MR]
     }
 }
 

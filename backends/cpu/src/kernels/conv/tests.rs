@@ -1,0 +1,331 @@
+//! Tests of `conv.rs`: every path against a direct evaluation of the definition.
+
+use super::*;
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Direct N-D convolution, written independently of the im2col path.
+#[allow(clippy::too_many_arguments)]
+fn naive(
+    x: &[f32],
+    xs: &[usize],
+    w: &[f32],
+    ws: &[usize],
+    bias: Option<&[f32]>,
+    strides: &[usize],
+    dil: &[usize],
+    pads: &[usize],
+    group: usize,
+    ys: &[usize],
+) -> Vec<f32> {
+    let s = xs.len() - 2;
+    let (nb, c, m) = (xs[0], xs[1], ws[0]);
+    let (cg, mg) = (c / group, m / group);
+    let p_out: usize = ys[2..].iter().product();
+    let kk: usize = ws[2..].iter().product();
+    let p_in: usize = xs[2..].iter().product();
+    let mut y = vec![0.0; nb * m * p_out];
+    for n in 0..nb {
+        for mo in 0..m {
+            let gi = mo / mg;
+            for po in 0..p_out {
+                let mut o = vec![0; s];
+                let mut r = po;
+                for d in (0..s).rev() {
+                    o[d] = r % ys[2 + d];
+                    r /= ys[2 + d];
+                }
+                let mut acc = bias.map_or(0.0, |b| b[mo] as f64);
+                for ci in 0..cg {
+                    for kp in 0..kk {
+                        let mut k = vec![0; s];
+                        let mut r = kp;
+                        for d in (0..s).rev() {
+                            k[d] = r % ws[2 + d];
+                            r /= ws[2 + d];
+                        }
+                        let mut idx = 0usize;
+                        let mut ok = true;
+                        for d in 0..s {
+                            let i = (o[d] * strides[d] + k[d] * dil[d]) as isize - pads[d] as isize;
+                            if i < 0 || i >= xs[2 + d] as isize {
+                                ok = false;
+                            }
+                            idx = idx * xs[2 + d] + i.max(0) as usize;
+                        }
+                        if ok {
+                            let xv = x[(n * c + gi * cg + ci) * p_in + idx];
+                            let wv = w[(mo * cg + ci) * kk + kp];
+                            acc += xv as f64 * wv as f64;
+                        }
+                    }
+                }
+                y[(n * m + mo) * p_out + po] = acc as f32;
+            }
+        }
+    }
+    y
+}
+
+fn close(a: &[f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn conv_3x3_by_hand() {
+    // 1×1×3×3 input 0..9, 3×3 kernel of ones, pad 1: each output sums its 3×3 neighbourhood.
+    let x: Vec<f32> = (0..9).map(|v| v as f32).collect();
+    let w = vec![1.0f32; 9];
+    let p = ConvParams { kernel: &[3, 3], strides: &[1, 1], dilations: &[1, 1], pads: &[1, 1, 1, 1], group: 1 };
+    let mut y = vec![0.0; 9];
+    conv(&x, &[1, 1, 3, 3], &w, &[1, 1, 3, 3], None, &p, &mut y, &[1, 1, 3, 3], 1);
+    assert_eq!(y, [8.0, 15.0, 12.0, 21.0, 36.0, 27.0, 20.0, 33.0, 24.0]);
+    // No padding, bias 0.5: one output.
+    let p = ConvParams { kernel: &[], strides: &[], dilations: &[], pads: &[], group: 1 };
+    let mut y = vec![0.0; 1];
+    conv(&x, &[1, 1, 3, 3], &w, &[1, 1, 3, 3], Some(&[0.5]), &p, &mut y, &[1, 1, 1, 1], 1);
+    assert_eq!(y, [36.5]);
+}
+
+#[test]
+fn conv_matches_direct() {
+    struct Case {
+        xs: Vec<usize>,
+        ws: Vec<usize>,
+        strides: Vec<usize>,
+        dil: Vec<usize>,
+        pads: Vec<usize>,
+        group: usize,
+    }
+    let cases = [
+        // 2-D, strided, asymmetric padding.
+        Case {
+            xs: vec![2, 3, 7, 6],
+            ws: vec![4, 3, 3, 2],
+            strides: vec![2, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 0, 2, 1],
+            group: 1,
+        },
+        // 2-D, dilated, grouped.
+        Case {
+            xs: vec![1, 4, 8, 8],
+            ws: vec![6, 2, 3, 3],
+            strides: vec![1, 2],
+            dil: vec![2, 1],
+            pads: vec![2, 1, 2, 1],
+            group: 2,
+        },
+        // Depthwise.
+        Case {
+            xs: vec![2, 3, 5, 5],
+            ws: vec![3, 1, 3, 3],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            group: 3,
+        },
+        // Depthwise (the direct kernel, `depthwise.rs`): 5×5 strided with uneven padding, a channel multiplier
+        // of 2 with dilation, 1-D, and enough planes for two threads.
+        Case {
+            xs: vec![1, 4, 9, 8],
+            ws: vec![4, 1, 5, 5],
+            strides: vec![2, 2],
+            dil: vec![1, 1],
+            pads: vec![2, 1, 2, 3],
+            group: 4,
+        },
+        Case {
+            xs: vec![2, 3, 7, 7],
+            ws: vec![6, 1, 3, 3],
+            strides: vec![1, 2],
+            dil: vec![2, 1],
+            pads: vec![2, 1, 2, 1],
+            group: 3,
+        },
+        Case { xs: vec![1, 2, 11], ws: vec![2, 1, 3], strides: vec![1], dil: vec![1], pads: vec![1, 1], group: 2 },
+        Case {
+            xs: vec![1, 16, 40, 40],
+            ws: vec![16, 1, 3, 3],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            group: 16,
+        },
+        // A sequence as [C, L, 1] with a [K, 1] kernel (magika's), and a unit axis in the middle of 3-D.
+        Case {
+            xs: vec![1, 4, 9, 1],
+            ws: vec![14, 4, 3, 1],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 0, 1, 0],
+            group: 1,
+        },
+        Case {
+            xs: vec![1, 2, 5, 1, 6],
+            ws: vec![3, 2, 2, 1, 3],
+            strides: vec![2, 3, 1],
+            dil: vec![1, 1, 2],
+            pads: vec![0, 0, 1, 1, 0, 1],
+            group: 1,
+        },
+        // Pointwise.
+        Case {
+            xs: vec![2, 5, 3, 4],
+            ws: vec![3, 5, 1, 1],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![0, 0, 0, 0],
+            group: 1,
+        },
+        // 1-x1 with stride (not pointwise).
+        Case {
+            xs: vec![1, 2, 5, 5],
+            ws: vec![3, 2, 1, 1],
+            strides: vec![2, 2],
+            dil: vec![1, 1],
+            pads: vec![0, 0, 0, 0],
+            group: 1,
+        },
+        // Grouped with 13 output channels per group and a 3×3 window: packed weights where AVX-512F runs.
+        Case {
+            xs: vec![1, 4, 9, 7],
+            ws: vec![26, 2, 3, 3],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            group: 2,
+        },
+        // Pointwise with 50 output channels (several row panels, bands on two threads).
+        Case {
+            xs: vec![2, 3, 6, 6],
+            ws: vec![200, 3, 1, 1],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![0, 0, 0, 0],
+            group: 1,
+        },
+        // 1-D.
+        Case { xs: vec![2, 2, 9], ws: vec![3, 2, 4], strides: vec![2], dil: vec![2], pads: vec![3, 1], group: 1 },
+        // Packed 1-D and 2-D with 32 or more weights per output channel: read in place (`shifted.rs`).
+        Case { xs: vec![1, 8, 30], ws: vec![12, 8, 5], strides: vec![2], dil: vec![1], pads: vec![2, 1], group: 1 },
+        Case {
+            xs: vec![2, 4, 11, 9],
+            ws: vec![16, 4, 3, 3],
+            strides: vec![2, 1],
+            dil: vec![1, 2],
+            pads: vec![1, 0, 0, 2],
+            group: 1,
+        },
+        // 3-D.
+        Case {
+            xs: vec![1, 2, 4, 5, 3],
+            ws: vec![2, 2, 2, 3, 2],
+            strides: vec![1, 2, 1],
+            dil: vec![1, 1, 2],
+            pads: vec![0, 1, 1, 1, 0, 1],
+            group: 1,
+        },
+    ];
+    let mut packed_runs = 0;
+    for (ci, case) in cases.iter().enumerate() {
+        let s = case.xs.len() - 2;
+        let mut ys = vec![case.xs[0], case.ws[0]];
+        for d in 0..s {
+            let span = case.dil[d] * (case.ws[2 + d] - 1) + 1;
+            ys.push((case.xs[2 + d] + case.pads[d] + case.pads[s + d] - span) / case.strides[d] + 1);
+        }
+        let x = values(case.xs.iter().product(), 10 + ci as u64);
+        let w = values(case.ws.iter().product(), 20 + ci as u64);
+        let b = values(case.ws[0], 30 + ci as u64);
+        let want = naive(&x, &case.xs, &w, &case.ws, Some(&b), &case.strides, &case.dil, &case.pads, case.group, &ys);
+        let p = ConvParams {
+            kernel: &case.ws[2..],
+            strides: &case.strides,
+            dilations: &case.dil,
+            pads: &case.pads,
+            group: case.group,
+        };
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let mut y = vec![f32::NAN; want.len()];
+            pool.install(|| conv(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, threads));
+            close(&y, &want);
+            // The same with the weights packed ahead of time, where that applies.
+            if let Some(packed) = PackedWeights::new(&w, &case.ws, case.group) {
+                packed_runs += 1;
+                assert_eq!(packed.bytes(), PackedWeights::bytes_for(&case.ws, case.group));
+                let mut y = vec![f32::NAN; want.len()];
+                let (xs, ws) = (&case.xs, &case.ws);
+                let post = Post { packed: Some(&packed), relu: false };
+                pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
+                close(&y, &want);
+                // And with the ReLU in the product's epilogue.
+                let post = Post { packed: Some(&packed), relu: true };
+                pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
+                close(&y, &want.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
+            }
+        }
+        // ReLU after the plain product.
+        let mut y = vec![f32::NAN; want.len()];
+        conv_packed(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, 1, Post { packed: None, relu: true });
+        close(&y, &want.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
+        // f64 and no bias.
+        let want = naive(&x, &case.xs, &w, &case.ws, None, &case.strides, &case.dil, &case.pads, case.group, &ys);
+        let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let w64: Vec<f64> = w.iter().map(|&v| v as f64).collect();
+        let mut y = vec![f64::NAN; want.len()];
+        conv(&x64, &case.xs, &w64, &case.ws, None, &p, &mut y, &ys, 1);
+        close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
+    }
+    if crate::kernels::sgemm512::available() {
+        assert_eq!(packed_runs, 5 * 2, "the five cases with 12 or more channels per group run packed");
+    }
+}
+
+#[test]
+fn conv_tiles_columns() {
+    // Enough columns × rows to need several im2col tiles.
+    let xs = [1, 8, 200, 200];
+    let ws = [2, 8, 3, 3];
+    let x = values(xs.iter().product(), 1);
+    let w = values(ws.iter().product(), 2);
+    let p = ConvParams { kernel: &[3, 3], strides: &[1, 1], dilations: &[1, 1], pads: &[1, 1, 1, 1], group: 1 };
+    let ys = [1, 2, 200, 200];
+    let want = naive(&x, &xs, &w, &ws, None, &[1, 1], &[1, 1], &[1, 1, 1, 1], 1, &ys);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    for threads in [1, 2] {
+        // Two threads take a range of columns each (several tiles apiece).
+        let mut y = vec![0.0; ys.iter().product()];
+        pool.install(|| conv(&x, &xs, &w, &ws, None, &p, &mut y, &ys, threads));
+        close(&y, &want);
+    }
+    // Packed weights, a bias and the ReLU over column ranges, strided.
+    let (xs, ws, ys) = ([1, 8, 41, 43], [16, 8, 3, 3], [1, 16, 21, 22]);
+    let x = values(xs.iter().product(), 3);
+    let w = values(ws.iter().product(), 4);
+    let b = values(16, 5);
+    let p = ConvParams { kernel: &[3, 3], strides: &[2, 2], dilations: &[1, 1], pads: &[1, 1, 1, 1], group: 1 };
+    let want: Vec<f32> = naive(&x, &xs, &w, &ws, Some(&b), &[2, 2], &[1, 1], &[1, 1, 1, 1], 1, &ys)
+        .into_iter()
+        .map(|v| v.max(0.0))
+        .collect();
+    let packed = PackedWeights::new(&w, &ws, 1);
+    for packed in [None, packed.as_ref()] {
+        let mut y = vec![f32::NAN; want.len()];
+        let post = Post { packed, relu: true };
+        pool.install(|| conv_packed(&x, &xs, &w, &ws, Some(&b), &p, &mut y, &ys, 2, post));
+        close(&y, &want);
+    }
+}

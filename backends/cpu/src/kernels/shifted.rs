@@ -1,0 +1,482 @@
+//! f32 convolution over shifted planes: a 1-D or 2-D convolution with packed weights, run as a matrix product
+//! whose right operand is never unfolded (no im2col).
+//!
+//! The im2col path writes `C·Kh·Kw` rows of output size and reads them back: for a 3×3 convolution nine times
+//! the input, through memory. Here the product reads the input in place, under these rules:
+//!
+//! 1. **Phase planes.** A group's input is copied once into zero-padded planes, one per channel and per phase of
+//!    the strides that some tap uses: phase `(a, b)` of channel `c` holds `x[c, a + sh·r − pad_top, b + sw·s −
+//!    pad_left]` at `(r, s)`, 0 outside the input. A stride of 1 has one phase, the padded plane itself. Every
+//!    plane is `H' × W'`, `H' = Oh + ⌊(Kh − 1)·dh / sh⌋`, `W' = Ow + ⌊(Kw − 1)·dw / sw⌋` ([`Planes::new`]).
+//! 2. **Virtual columns.** Output `(y, x)` is virtual column `p = y·W' + x`. Tap `(c, i, j)` of it reads phase
+//!    `(i·dh mod sh, j·dw mod sw)` of channel `c` at `(y + ⌊i·dh / sh⌋, x + ⌊j·dw / sw⌋)`, that is, at
+//!    `off(c, i, j) + p`. So row `l = (c, i, j)` of the unfolded matrix is the planes read from `off[l]` on,
+//!    contiguous in `p`: the product's right operand with a row offset table instead of a row stride.
+//! 3. **Dropped columns.** Virtual columns with `x ≥ Ow` (`W' − Ow` per output row) are computed and never
+//!    written; their reads run into the next row or into the `W' + 32` zeros after the last plane, so every read
+//!    is inside the buffer ([`Planes::new`] sizes it, [`conv2d`] asserts it).
+//! 4. **Whole K in registers.** A tile of 12 output channels × 32 virtual columns accumulates the whole inner
+//!    dimension (every block of the packed weights) in 24 `zmm` registers, then is written once: bias added,
+//!    ReLU applied, each run of valid columns to its output row ([`segments`]). No partial sums go through
+//!    memory.
+//! 5. **Threads split the tiles.** Tiles write disjoint outputs (rule 2 maps virtual columns one to one onto
+//!    output positions), so contiguous ranges of tiles run on separate threads with no copy after; with fewer
+//!    than two tiles per thread, the threads split the weights' 12-row panels instead.
+//! 6. **Blocks of tiles.** Tiles run in blocks whose window of the planes fits in [`WINDOW_BYTES`]; within a
+//!    block each 12-row panel of the weights runs over all the block's tiles. The weights are read once per
+//!    block (ResNet-50's last 3×3 convolutions hold 9.4 MB of them, more than a core's L2), the planes once per
+//!    panel, from the cache.
+
+use super::sgemm512::{PackedA, KC, PANEL_ROWS as MR};
+use rayon::prelude::*;
+
+/// Virtual columns per tile (two `zmm` registers).
+const NR: usize = 32;
+
+/// The most bytes of the planes a block of tiles reads (rule 6): half of a Zen 5 or Skylake-SP core's L2.
+const WINDOW_BYTES: usize = 256 << 10;
+
+/// The geometry of one 2-D convolution (a 1-D one has `ih = oh = kh = 1`): input, output and kernel extents,
+/// strides, dilations, and the top and left padding.
+#[derive(Clone, Copy, Debug)]
+pub struct Geometry2 {
+    /// Input rows.
+    pub ih: usize,
+    /// Input columns.
+    pub iw: usize,
+    /// Output rows.
+    pub oh: usize,
+    /// Output columns.
+    pub ow: usize,
+    /// Kernel rows.
+    pub kh: usize,
+    /// Kernel columns.
+    pub kw: usize,
+    /// Strides (rows, columns).
+    pub stride: (usize, usize),
+    /// Dilations (rows, columns).
+    pub dilation: (usize, usize),
+    /// Padding before the first row and the first column.
+    pub pad: (usize, usize),
+}
+
+/// True when [`conv2d`] runs on this CPU (AVX-512F).
+pub fn available() -> bool {
+    super::sgemm512::available()
+}
+
+/// The phase planes of rule 1 and the row offsets of rule 2.
+struct Planes {
+    buf: Vec<f32>,
+    /// `W'`.
+    width: usize,
+    /// `H'`.
+    height: usize,
+    /// Phases per channel.
+    phases: usize,
+    /// `off[l]` for `l = (c·Kh + i)·Kw + j`.
+    offs: Vec<usize>,
+    /// The largest of `offs`.
+    max_off: usize,
+}
+
+impl Planes {
+    fn new(x: &[f32], cg: usize, g: &Geometry2, threads: usize) -> Planes {
+        let (sh, sw) = g.stride;
+        let (dh, dw) = g.dilation;
+        let height = g.oh + (g.kh - 1) * dh / sh;
+        let width = g.ow + (g.kw - 1) * dw / sw;
+        // Only the phases some tap reads (a 1×1 kernel of stride 2 reads one of four).
+        let phases = |k: usize, d: usize, s: usize| {
+            let mut v: Vec<usize> = (0..k).map(|i| i * d % s).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let (rows, cols) = (phases(g.kh, dh, sh), phases(g.kw, dw, sw));
+        let plane = height * width;
+        let per_channel = rows.len() * cols.len() * plane;
+        let mut buf = vec![0f32; cg * per_channel + width + NR];
+        let fill = |c: usize, dst: &mut [f32]| {
+            let src = &x[c * g.ih * g.iw..][..g.ih * g.iw];
+            for (ai, &a) in rows.iter().enumerate() {
+                for (bi, &b) in cols.iter().enumerate() {
+                    let phase = &mut dst[(ai * cols.len() + bi) * plane..][..plane];
+                    // Columns s whose input column b + sw·s − pad_left lies inside the row.
+                    let lo = g.pad.1.saturating_sub(b).div_ceil(sw);
+                    let hi = (g.iw + g.pad.1).saturating_sub(b).div_ceil(sw).min(width);
+                    for r in 0..height {
+                        let Some(iy) = (a + sh * r).checked_sub(g.pad.0).filter(|&iy| iy < g.ih) else { continue };
+                        let row = &src[iy * g.iw..][..g.iw];
+                        let out = &mut phase[r * width..][..width];
+                        for s in lo..hi {
+                            out[s] = row[b + sw * s - g.pad.1];
+                        }
+                    }
+                }
+            }
+        };
+        let channels = buf[..cg * per_channel].chunks_mut(per_channel.max(1));
+        if threads > 1 && cg >= 2 * threads {
+            channels.enumerate().par_bridge().for_each(|(c, dst)| fill(c, dst));
+        } else {
+            channels.enumerate().for_each(|(c, dst)| fill(c, dst));
+        }
+        let mut offs = Vec::with_capacity(cg * g.kh * g.kw);
+        for c in 0..cg {
+            for i in 0..g.kh {
+                let ai = rows.iter().position(|&a| a == i * dh % sh).expect("a phase of every tap row");
+                for j in 0..g.kw {
+                    let bi = cols.iter().position(|&b| b == j * dw % sw).expect("a phase of every tap column");
+                    let base = c * per_channel + (ai * cols.len() + bi) * plane;
+                    offs.push(base + (i * dh / sh) * width + j * dw / sw);
+                }
+            }
+        }
+        let max_off = offs.iter().max().copied().unwrap_or(0);
+        Planes { buf, width, height, phases: rows.len() * cols.len(), offs, max_off }
+    }
+}
+
+/// The runs of valid columns of the tile starting at virtual column `p0` (rule 3), as (first column in the
+/// tile, output position, length), into `out`.
+fn segments(p0: usize, end: usize, width: usize, ow: usize, out: &mut Vec<(usize, usize, usize)>) {
+    out.clear();
+    let mut t = 0;
+    while t < NR && p0 + t < end {
+        let p = p0 + t;
+        let (y, x) = (p / width, p % width);
+        if x >= ow {
+            t += width - x;
+            continue;
+        }
+        let len = (ow - x).min(NR - t).min(end - p);
+        out.push((t, y * ow + x, len));
+        t += len;
+    }
+}
+
+/// The output, written by several threads at disjoint positions (rule 5).
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: threads write through it only at the disjoint positions of their own tiles (rule 5).
+unsafe impl Send for Out {}
+// SAFETY: as above.
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// The address of element `i` (a method, so that closures capture the whole `Out`, which is `Sync`).
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+/// `y[m, (y, x)] = relu?(bias[m] + Σ_{c,i,j} W[m, (c, i, j)] · x[c, y·sh + i·dh − pad_top, x·sw + j·dw −
+/// pad_left])` for one group: `x` is `[cg, ih, iw]`, `w` its packed `[M, cg·Kh·Kw]` weights, `y` is `[M, Oh·Ow]`.
+/// The caller has checked that [`available`] is true.
+///
+/// # Panics
+/// On slice lengths that disagree with the geometry.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d(
+    x: &[f32],
+    cg: usize,
+    g: &Geometry2,
+    w: &PackedA,
+    bias: Option<&[f32]>,
+    relu: bool,
+    y: &mut [f32],
+    threads: usize,
+) {
+    let (m, k) = (w.rows(), w.cols());
+    let n = g.oh * g.ow;
+    assert!(x.len() >= cg * g.ih * g.iw, "conv: input of {} floats for {cg} channels of {g:?}", x.len());
+    assert_eq!(k, cg * g.kh * g.kw, "conv: packed weights of another inner dimension");
+    assert_eq!(y.len(), m * n, "conv: output length");
+    assert!(bias.is_none_or(|b| b.len() >= m), "conv: bias shorter than {m} channels");
+    assert!(g.stride.0 > 0 && g.stride.1 > 0 && g.dilation.0 > 0 && g.dilation.1 > 0, "conv: zero stride");
+    if n == 0 || m == 0 {
+        return;
+    }
+    let planes = Planes::new(x, cg, g, threads);
+    let end = g.oh * planes.width;
+    // Rule 3: the last tile's reads end inside the buffer.
+    let last = planes.max_off + end.next_multiple_of(NR);
+    assert!(last <= planes.buf.len(), "conv: planes of {} floats, reads to {last}", planes.buf.len());
+    let tiles = end.div_ceil(NR);
+    let out = Out(y.as_mut_ptr());
+    // Rule 6: tiles per block, so that the block's window of the planes stays in the cache.
+    let window = |tiles: usize| {
+        let rows = (tiles * NR / planes.width + 2 + planes.height - g.oh).min(planes.height);
+        cg * planes.phases * rows * planes.width * std::mem::size_of::<f32>()
+    };
+    let mut block = 1;
+    while block < tiles && window(block * 2) <= WINDOW_BYTES {
+        block *= 2;
+    }
+    let panels = m.div_ceil(MR);
+    let run = |(t0, t1): (usize, usize), (q0, q1): (usize, usize)| {
+        let mut segs = Vec::with_capacity(NR);
+        let mut tile = [[0f32; NR]; MR];
+        for b0 in (t0..t1).step_by(block) {
+            for q in q0..q1 {
+                let rows = MR.min(m - q * MR);
+                let epi = Epi { bias: bias.map(|b| &b[q * MR..q * MR + rows]), relu };
+                for t in b0..(b0 + block).min(t1) {
+                    let p0 = t * NR;
+                    segments(p0, end, planes.width, g.ow, &mut segs);
+                    if segs.is_empty() {
+                        continue;
+                    }
+                    // A tile whose 32 columns are one run of one output row is stored straight from registers.
+                    if let [(0, at, NR)] = segs[..] {
+                        let at = out.at(q * MR * n + at);
+                        // SAFETY: rows q·12 .. q·12 + rows < m of the run's 32 positions `at .. at + 32 ≤ n` are
+                        // inside `y` (length m·n, asserted); tiles are disjoint (rule 5), so no other thread
+                        // writes them.
+                        unsafe { product(rows, w, q, &planes, p0, epi, Dest::Out { at, ld: n }) };
+                        continue;
+                    }
+                    // SAFETY: a tile is always a valid destination.
+                    unsafe { product(rows, w, q, &planes, p0, epi, Dest::Tile(&mut tile)) };
+                    for (i, vals) in tile.iter().enumerate().take(rows) {
+                        for &(s, at, len) in &segs {
+                            // SAFETY: `q·12 + i < m` and `at + len ≤ n` (segments lie inside the output rows), so
+                            // the range is inside `y`; tiles are disjoint (rule 5), so no other thread writes it.
+                            let dst = unsafe { std::slice::from_raw_parts_mut(out.at((q * MR + i) * n + at), len) };
+                            dst.copy_from_slice(&vals[s..s + len]);
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if threads > 1 && tiles >= 2 * threads {
+        let per = tiles.div_ceil(threads);
+        (0..threads).into_par_iter().for_each(|i| run((i * per, ((i + 1) * per).min(tiles)), (0, panels)));
+    } else if threads > 1 && panels >= threads {
+        // Few tiles (a 7×7 output is two): the threads take the weights' panels instead.
+        let per = panels.div_ceil(threads);
+        (0..threads).into_par_iter().for_each(|i| run((0, tiles), (i * per, ((i + 1) * per).min(panels))));
+    } else {
+        run((0, tiles), (0, panels));
+    }
+}
+
+/// What a tile adds before it is stored: the bias of its rows, and the ReLU.
+#[derive(Clone, Copy)]
+struct Epi<'a> {
+    bias: Option<&'a [f32]>,
+    relu: bool,
+}
+
+/// Where a tile goes: the scratch tile, or the output itself (row `i` at `at + i·ld`, 32 columns each).
+enum Dest<'a> {
+    Tile(&'a mut [[f32; NR]; MR]),
+    Out { at: *mut f32, ld: usize },
+}
+
+/// One tile: `relu?(bias[i] + Σₗ W[q·12 + i, l] · buf[offs[l] + p0 + t])` for `i < rows`, `t < 32`, over the
+/// whole inner dimension, stored to `dest`.
+///
+/// # Safety
+/// With [`Dest::Out`], the 32 floats at `at + i·ld` must be writable for every `i < rows`, by this thread alone.
+unsafe fn product(rows: usize, w: &PackedA, q: usize, planes: &Planes, p0: usize, epi: Epi<'_>, mut dest: Dest<'_>) {
+    let (b, offs) = (&planes.buf[p0..], planes.offs.as_slice());
+    assert!(offs.len() == w.cols() && planes.max_off + NR <= b.len(), "conv: tile reads past the planes");
+    assert!(epi.bias.is_none_or(|b| b.len() == rows), "conv: a bias per row of the tile");
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        macro_rules! dispatch {
+            ($($r:literal)*) => {
+                match rows {
+                    $(
+                        // SAFETY: AVX-512F is there (`available`); every read `b[offs[l] .. + 32]` is inside `b`
+                        // (`offs[l] ≤ max_off`, asserted above); the panels are bounds-checked slices; the
+                        // destination is the caller's promise.
+                        $r => unsafe { tile_avx512::<$r>(w, q, b.as_ptr(), offs, epi, dest) },
+                    )*
+                    _ => unreachable!("a tile has 1 to 12 rows"),
+                }
+            };
+        }
+        return dispatch!(1 2 3 4 5 6 7 8 9 10 11 12);
+    }
+    // Elsewhere the same sums in plain loops (convolutions take this path only where AVX-512F runs; the loops
+    // keep the module's tests meaningful on every CPU).
+    let k = w.cols();
+    let mut sums = [[0f32; NR]; MR];
+    for pc in (0..k).step_by(KC) {
+        let kc = KC.min(k - pc);
+        let panel = w.panel(pc, kc, q);
+        for (l, &o) in offs[pc..pc + kc].iter().enumerate() {
+            for (i, row) in sums.iter_mut().enumerate().take(rows) {
+                for (t, v) in row.iter_mut().enumerate() {
+                    *v += panel[l * MR + i] * b[o + t];
+                }
+            }
+        }
+    }
+    for (i, row) in sums.iter().enumerate().take(rows) {
+        let bias = epi.bias.map_or(0.0, |b| b[i]);
+        let vals = row.map(|v| if epi.relu && v + bias < 0.0 { 0.0 } else { v + bias });
+        match &dest {
+            Dest::Tile(_) => {}
+            // SAFETY: the caller's promise: 32 writable floats at `at + i·ld`.
+            Dest::Out { at, ld } => unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), at.add(i * ld), NR) },
+        }
+        if let Dest::Tile(t) = &mut dest {
+            t[i] = vals;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512<const R: usize>(
+    w: &PackedA,
+    q: usize,
+    b: *const f32,
+    offs: &[usize],
+    epi: Epi<'_>,
+    dest: Dest<'_>,
+) {
+    use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_max_ps};
+    use std::arch::x86_64::{_mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps};
+    let k = w.cols();
+    let mut acc: [[__m512; 2]; R] = [[_mm512_setzero_ps(); 2]; R];
+    for pc in (0..k).step_by(KC) {
+        let kc = KC.min(k - pc);
+        let panel = w.panel(pc, kc, q);
+        for (l, &o) in offs[pc..pc + kc].iter().enumerate() {
+            let a = &panel[l * MR..][..MR];
+            // SAFETY: `product` checked `o + 32 ≤ max_off + 32 ≤ b.len()`.
+            let (b0, b1) = unsafe { (_mm512_loadu_ps(b.add(o)), _mm512_loadu_ps(b.add(o + 16))) };
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = _mm512_set1_ps(a[i]);
+                row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
+            }
+        }
+    }
+    let mut tile = dest;
+    for (i, row) in acc.iter().enumerate() {
+        let (mut v0, mut v1) = (row[0], row[1]);
+        if let Some(bias) = epi.bias {
+            let bi = _mm512_set1_ps(bias[i]);
+            v0 = _mm512_add_ps(v0, bi);
+            v1 = _mm512_add_ps(v1, bi);
+        }
+        if epi.relu {
+            // max(0, v) returns its second operand when either is NaN, so NaN passes through.
+            v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
+            v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
+        }
+        let p = match &mut tile {
+            Dest::Tile(t) => t[i].as_mut_ptr(),
+            Dest::Out { at, ld } => at.wrapping_add(i * *ld),
+        };
+        // SAFETY: a tile row holds 32 floats; an output row's 32 are the caller's promise (`product`).
+        unsafe {
+            _mm512_storeu_ps(p, v0);
+            _mm512_storeu_ps(p.add(16), v1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{conv2d, Geometry2};
+    use crate::kernels::sgemm512::PackedA;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0).collect()
+    }
+
+    /// The definition, in f64: `y[m, oy, ox] = bias[m] + Σ w[m, c, i, j] · x[c, oy·sh + i·dh − pt, ox·sw + j·dw −
+    /// pl]`, taps outside the input reading 0.
+    fn naive(x: &[f32], cg: usize, g: &Geometry2, w: &[f32], m: usize, bias: &[f32]) -> Vec<f32> {
+        let mut y = vec![0f32; m * g.oh * g.ow];
+        for mi in 0..m {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let mut s = f64::from(bias[mi]);
+                    for c in 0..cg {
+                        for i in 0..g.kh {
+                            for j in 0..g.kw {
+                                let iy = (oy * g.stride.0 + i * g.dilation.0) as isize - g.pad.0 as isize;
+                                let ix = (ox * g.stride.1 + j * g.dilation.1) as isize - g.pad.1 as isize;
+                                if iy < 0 || ix < 0 || iy >= g.ih as isize || ix >= g.iw as isize {
+                                    continue;
+                                }
+                                let xv = x[(c * g.ih + iy as usize) * g.iw + ix as usize];
+                                let wv = w[((mi * cg + c) * g.kh + i) * g.kw + j];
+                                s += f64::from(xv) * f64::from(wv);
+                            }
+                        }
+                    }
+                    y[(mi * g.oh + oy) * g.ow + ox] = s as f32;
+                }
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn matches_the_definition_on_every_geometry() {
+        let geo = |(ih, iw),
+                   (kh, kw),
+                   stride: (usize, usize),
+                   dilation: (usize, usize),
+                   pad: (usize, usize, usize, usize)| {
+            let out = |i: usize, k: usize, s: usize, d: usize, p: usize| (i + p - d * (k - 1) - 1) / s + 1;
+            let oh = out(ih, kh, stride.0, dilation.0, pad.0 + pad.2);
+            let ow = out(iw, kw, stride.1, dilation.1, pad.1 + pad.3);
+            Geometry2 { ih, iw, oh, ow, kh, kw, stride, dilation, pad: (pad.0, pad.1) }
+        };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // (channels in, channels out, geometry): 3×3 same; strides (2, 3) with asymmetric padding; dilation;
+        // a 1-D convolution; a 7×7 output (two tiles: two threads split the panels); many channels (several
+        // blocks of tiles); 13 output channels (a one-row last panel); an output narrower than a tile.
+        let cases = [
+            (16, 24, geo((11, 13), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))),
+            (8, 20, geo((17, 19), (3, 5), (2, 3), (1, 1), (0, 2, 1, 1))),
+            (6, 12, geo((15, 15), (3, 3), (1, 1), (2, 2), (2, 2, 2, 2))),
+            (4, 12, geo((1, 40), (1, 9), (1, 2), (1, 1), (0, 4, 0, 4))),
+            (32, 36, geo((7, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))),
+            (600, 12, geo((20, 30), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))),
+            (8, 13, geo((9, 9), (2, 2), (2, 2), (1, 1), (0, 0, 1, 1))),
+            (4, 12, geo((6, 3), (5, 3), (1, 1), (1, 1), (2, 1, 2, 1))),
+        ];
+        for (case, &(cg, m, g)) in cases.iter().enumerate() {
+            let x = values(cg * g.ih * g.iw, case);
+            let w = values(m * cg * g.kh * g.kw, case + 1);
+            let bias = values(m, case + 2);
+            let want = naive(&x, cg, &g, &w, m, &bias);
+            let k = cg * g.kh * g.kw;
+            let packed = PackedA::new(m, k, &w, (k, 1));
+            for threads in [1, 2] {
+                for relu in [false, true] {
+                    let mut y = vec![f32::NAN; m * g.oh * g.ow];
+                    pool.install(|| conv2d(&x, cg, &g, &packed, Some(&bias), relu, &mut y, threads));
+                    for (i, (&got, &v)) in y.iter().zip(&want).enumerate() {
+                        let v = if relu { v.max(0.0) } else { v };
+                        assert!(
+                            (got - v).abs() <= 1e-4 * (1.0 + v.abs()),
+                            "case {case}, {threads} threads, [{i}]: {got} vs {v}"
+                        );
+                    }
+                }
+            }
+        }
+        // NaN passes the ReLU, as ONNX's Relu keeps it.
+        let g = geo((4, 4), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1));
+        let mut x = values(4 * 16, 9);
+        x[5] = f32::NAN;
+        let w = values(12 * 36, 3);
+        let packed = PackedA::new(12, 36, &w, (36, 1));
+        let mut y = vec![0f32; 12 * 16];
+        conv2d(&x, 4, &g, &packed, None, true, &mut y, 1);
+        assert!(y[0].is_nan() && y[15].is_finite(), "the taps reading x[5] give NaN, the others not");
+    }
+}
