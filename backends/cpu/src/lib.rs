@@ -17,6 +17,7 @@ pub use layouts::CpuTarget;
 pub mod lower;
 pub mod program;
 pub mod storage;
+mod warm;
 
 pub use error::{CpuError, Result};
 #[cfg(feature = "compile")]

@@ -99,6 +99,8 @@ pub struct Program {
     /// The rayon pool of `threads` threads kernels run in (made on the first run with more than one thread), so
     /// that `--threads N` bounds a run to N cores whatever the machine has.
     pub(crate) pool: std::sync::OnceLock<rayon::ThreadPool>,
+    /// The spinners that keep the pool's workers awake during runs (`crate::warm`).
+    pub(crate) warm: crate::warm::Warm,
 }
 
 impl Program {
@@ -153,10 +155,12 @@ impl Program {
                 self.pool.get_or_init(|| built)
             }
         };
+        self.warm.keep(pool, self.threads - 1);
         pool.install(|| self.run_here(inputs, profile))
     }
 
     fn run_here(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
+        let _running = crate::warm::Running::mark();
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|b| b.name.as_str()).collect();
             return Err(CpuError::Input {

@@ -187,6 +187,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         threads,
         profile: false,
         pool: Default::default(),
+        warm: Default::default(),
     })
 }
 
