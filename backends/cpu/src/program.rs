@@ -155,12 +155,12 @@ impl Program {
                 self.pool.get_or_init(|| built)
             }
         };
-        self.warm.keep(pool, self.threads - 1);
+        self.warm.keep(pool, self.threads);
         pool.install(|| self.run_here(inputs, profile))
     }
 
     fn run_here(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
-        let _running = crate::warm::Running::mark();
+        let _running = crate::warm::Busy::mark();
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|b| b.name.as_str()).collect();
             return Err(CpuError::Input {

