@@ -11,6 +11,7 @@ pub mod elementwise;
 pub mod few_rows;
 pub mod gemm;
 pub mod movement;
+pub mod narrow;
 pub mod norm;
 pub mod pool;
 pub mod reduce;

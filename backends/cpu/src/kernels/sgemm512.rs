@@ -185,6 +185,10 @@ pub fn sgemm_packed(
         }
         return;
     }
+    if n <= super::narrow::MAX_COLUMNS {
+        // A few columns: each panel of `a` streamed once, not a 32-column tile per column.
+        return super::narrow::narrow(a, row0, m, n, dst, dst_rs, read_dst, b, (b_rs, b_cs), epilogue);
+    }
     blocked(m, n, a.k, dst, dst_rs, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs), epilogue);
 }
 
