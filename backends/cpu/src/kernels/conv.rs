@@ -155,7 +155,8 @@ impl PackedWeights {
             return None;
         }
         let mg = m / g;
-        let groups = (0..g).map(|gi| pack_lhs(mg, kdim, &w[gi * mg * kdim..][..mg * kdim], kdim, 1));
+        // By panels: the convolutions that read their input in place (`shifted.rs`) run all of K on one panel.
+        let groups = (0..g).map(|gi| pack_lhs(mg, kdim, &w[gi * mg * kdim..][..mg * kdim], (kdim, 1), true));
         Some(PackedWeights { groups: groups.collect::<Option<_>>()? })
     }
 

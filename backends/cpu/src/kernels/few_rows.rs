@@ -45,10 +45,10 @@ impl FewRows {
         }
         // Wᵀ (n × k): element (i, l) is W's (l, i).
         let wt = if alpha == 1.0 {
-            pack_lhs(n, k, w, w_cs, w_rs)?
+            pack_lhs(n, k, w, (w_cs, w_rs), false)?
         } else {
             let scaled: Vec<f32> = (0..n * k).map(|e| alpha * w[(e % k) * w_rs + (e / k) * w_cs]).collect();
-            pack_lhs(n, k, &scaled, k, 1)?
+            pack_lhs(n, k, &scaled, (k, 1), false)?
         };
         Some(FewRows { wt, bias })
     }

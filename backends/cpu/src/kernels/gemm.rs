@@ -352,14 +352,14 @@ pub fn gemm_packed(
 
 /// Packs a constant f32 left operand `a[i·a_rs + l·a_cs]` (`m × k`) for [`gemm_packed`], or `None` when packing
 /// ahead does not pay or cannot run: fewer rows than one panel (those products take the dot and AXPY paths), or
-/// no AVX-512F on this CPU.
-pub fn pack_lhs(m: usize, k: usize, a: &[f32], a_rs: usize, a_cs: usize) -> Option<PackedA> {
+/// no AVX-512F on this CPU. `by_panels` stores each panel contiguous over K ([`PackedA::by_panels`]).
+pub fn pack_lhs(m: usize, k: usize, a: &[f32], (a_rs, a_cs): (usize, usize), by_panels: bool) -> Option<PackedA> {
     if m < super::sgemm512::PANEL_ROWS || k == 0 || !super::sgemm512::available() {
         return None;
     }
     let a_extent = extent(m, a_rs, k, a_cs).expect("gemm: lhs extent overflows");
     assert!(a_extent <= a.len(), "gemm: lhs too short ({} < {a_extent})", a.len());
-    Some(PackedA::new(m, k, a, (a_rs, a_cs)))
+    Some(if by_panels { PackedA::by_panels(m, k, a, (a_rs, a_cs)) } else { PackedA::new(m, k, a, (a_rs, a_cs)) })
 }
 
 /// Right-aligns a Gemm `C` shape (rank ≤ 2) against `[m, n]`; returns C's `(rows, cols)`.

@@ -114,14 +114,16 @@ mod tests {
         // read from the destination.
         let (m, k) = (30, 300);
         let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
-        let packed = PackedA::new(m, k, &a, (k, 1));
         let bias: Vec<f32> = (0..m).map(|i| i as f32 / 10.0 - 1.0).collect();
-        for n in 1..=4 {
+        for (packed, n) in [PackedA::new(m, k, &a, (k, 1)), PackedA::by_panels(m, k, &a, (k, 1))]
+            .iter()
+            .flat_map(|p| (1..=4).map(move |n| (p, n)))
+        {
             let b: Vec<f32> = (0..k * 5).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
             for (read, relu) in [(false, false), (false, true), (true, false)] {
                 let mut dst = vec![0.5f32; m * 6];
                 let epilogue = Epilogue { bias: (!read).then_some(&bias[..]), relu };
-                super::narrow(&packed, 0, m, n, &mut dst, 6, read, &b, (5, 1), epilogue);
+                super::narrow(packed, 0, m, n, &mut dst, 6, read, &b, (5, 1), epilogue);
                 for i in 0..m {
                     for j in 0..n {
                         let s: f64 = (0..k).map(|l| f64::from(a[i * k + l]) * f64::from(b[l * 5 + j])).sum();

@@ -457,7 +457,7 @@ mod tests {
             let bias = values(m, case + 2);
             let want = naive(&x, cg, &g, &w, m, &bias);
             let k = cg * g.kh * g.kw;
-            let packed = PackedA::new(m, k, &w, (k, 1));
+            let packed = PackedA::by_panels(m, k, &w, (k, 1));
             for threads in [1, 2] {
                 for relu in [false, true] {
                     let mut y = vec![f32::NAN; m * g.oh * g.ow];
@@ -477,7 +477,7 @@ mod tests {
         let mut x = values(4 * 16, 9);
         x[5] = f32::NAN;
         let w = values(12 * 36, 3);
-        let packed = PackedA::new(12, 36, &w, (36, 1));
+        let packed = PackedA::by_panels(12, 36, &w, (36, 1));
         let mut y = vec![0f32; 12 * 16];
         conv2d(&x, 4, &g, &packed, None, true, &mut y, 1);
         assert!(y[0].is_nan() && y[15].is_finite(), "the taps reading x[5] give NaN, the others not");
