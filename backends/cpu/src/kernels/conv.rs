@@ -334,34 +334,24 @@ pub fn conv_packed<T: Float>(
             }
         }
     };
-    if cg == 1 && kk > 1 && (s == 1 || s == 2) && packed.is_none() {
+    // The geometry of a 1-D or 2-D convolution as one plane (a 1-D one is a single row).
+    let plane = (s == 1 || s == 2).then(|| {
+        let two = |v: &[usize]| if s == 2 { (v[0], v[1]) } else { (1, v[0]) };
+        let ((ih, iw), (oh, ow), (kh, kw)) = (two(&geo.in_sp), two(&geo.out_sp), two(&geo.kernel));
+        let (stride, dilation) = (two(&geo.strides), two(&geo.dilations));
+        let pad = if s == 2 { (geo.pads_begin[0], geo.pads_begin[1]) } else { (0, geo.pads_begin[0]) };
+        Plane { ih, iw, oh, ow, kh, kw, stride, dilation, pad }
+    });
+    if let (true, Some(plane)) = (cg == 1 && kk > 1 && packed.is_none(), &plane) {
         // One input channel per group: accumulated directly, no im2col.
-        let d = |v: &[usize], i: usize| if s == 2 { (v[0], v[1]) } else { (1, v[i]) };
-        let plane = Plane {
-            ih: d(&geo.in_sp, 0).0,
-            iw: d(&geo.in_sp, 0).1,
-            oh: d(&geo.out_sp, 0).0,
-            ow: d(&geo.out_sp, 0).1,
-            kh: d(&geo.kernel, 0).0,
-            kw: d(&geo.kernel, 0).1,
-            stride: d(&geo.strides, 0),
-            dilation: d(&geo.dilations, 0),
-            pad: if s == 2 { (geo.pads_begin[0], geo.pads_begin[1]) } else { (0, geo.pads_begin[0]) },
-        };
-        depthwise(x, w, bias, c, mg, &plane, relu, y, threads);
+        depthwise(x, w, bias, c, mg, plane, relu, y, threads);
         return;
     }
     let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
     debug_assert!(!pointwise || p_in == p_out);
     // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead.
-    let shifted =
-        (packed.is_some() && !pointwise && kdim >= 32 && (s == 1 || s == 2) && shifted::available()).then(|| {
-            let two = |v: &[usize]| if s == 2 { (v[0], v[1]) } else { (1, v[0]) };
-            let ((ih, iw), (oh, ow), (kh, kw)) = (two(&geo.in_sp), two(&geo.out_sp), two(&geo.kernel));
-            let (stride, dilation) = (two(&geo.strides), two(&geo.dilations));
-            let pad = if s == 2 { (geo.pads_begin[0], geo.pads_begin[1]) } else { (0, geo.pads_begin[0]) };
-            shifted::Geometry2 { ih, iw, oh, ow, kh, kw, stride, dilation, pad }
-        });
+    // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead.
+    let shifted = plane.filter(|_| packed.is_some() && !pointwise && kdim >= 32 && shifted::available());
 
     // Output columns c0..c1 of group gi (input x_g) into `out`, row r at `r·out_rs`: the bias, the product over
     // im2col tiles of those columns (or the input itself, pointwise), and the ReLU when the product did not.

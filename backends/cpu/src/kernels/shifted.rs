@@ -28,6 +28,7 @@
 //!    block (ResNet-50's last 3×3 convolutions hold 9.4 MB of them, more than a core's L2), the planes once per
 //!    panel, from the cache.
 
+use super::depthwise::Plane;
 use super::sgemm512::{PackedA, KC, PANEL_ROWS as MR};
 use rayon::prelude::*;
 
@@ -36,30 +37,6 @@ const NR: usize = 32;
 
 /// The most bytes of the planes a block of tiles reads (rule 6): half of a Zen 5 or Skylake-SP core's L2.
 const WINDOW_BYTES: usize = 256 << 10;
-
-/// The geometry of one 2-D convolution (a 1-D one has `ih = oh = kh = 1`): input, output and kernel extents,
-/// strides, dilations, and the top and left padding.
-#[derive(Clone, Copy, Debug)]
-pub struct Geometry2 {
-    /// Input rows.
-    pub ih: usize,
-    /// Input columns.
-    pub iw: usize,
-    /// Output rows.
-    pub oh: usize,
-    /// Output columns.
-    pub ow: usize,
-    /// Kernel rows.
-    pub kh: usize,
-    /// Kernel columns.
-    pub kw: usize,
-    /// Strides (rows, columns).
-    pub stride: (usize, usize),
-    /// Dilations (rows, columns).
-    pub dilation: (usize, usize),
-    /// Padding before the first row and the first column.
-    pub pad: (usize, usize),
-}
 
 /// True when [`conv2d`] runs on this CPU (AVX-512F).
 pub fn available() -> bool {
@@ -82,7 +59,7 @@ struct Planes {
 }
 
 impl Planes {
-    fn new(x: &[f32], cg: usize, g: &Geometry2, threads: usize) -> Planes {
+    fn new(x: &[f32], cg: usize, g: &Plane, threads: usize) -> Planes {
         let (sh, sw) = g.stride;
         let (dh, dw) = g.dilation;
         let height = g.oh + (g.kh - 1) * dh / sh;
@@ -182,7 +159,7 @@ impl Out {
 pub fn conv2d(
     x: &[f32],
     cg: usize,
-    g: &Geometry2,
+    g: &Plane,
     w: &PackedA,
     bias: Option<&[f32]>,
     relu: bool,
@@ -219,31 +196,39 @@ pub fn conv2d(
     }
     let panels = m.div_ceil(MR);
     let run = |(t0, t1): (usize, usize), (q0, q1): (usize, usize)| {
-        let mut segs = Vec::with_capacity(NR);
+        // The block's tiles with their runs of valid columns, found once per block (not once per panel).
+        let mut segs: Vec<(usize, usize, usize)> = Vec::with_capacity(block * 4);
+        let mut tiles_here: Vec<(usize, std::ops::Range<usize>)> = Vec::with_capacity(block);
+        let mut one = Vec::with_capacity(NR);
         let mut tile = [[0f32; NR]; MR];
         for b0 in (t0..t1).step_by(block) {
+            segs.clear();
+            tiles_here.clear();
+            for t in b0..(b0 + block).min(t1) {
+                segments(t * NR, end, planes.width, g.ow, &mut one);
+                if !one.is_empty() {
+                    tiles_here.push((t * NR, segs.len()..segs.len() + one.len()));
+                    segs.extend_from_slice(&one);
+                }
+            }
             for q in q0..q1 {
                 let rows = MR.min(m - q * MR);
                 let epi = Epi { bias: bias.map(|b| &b[q * MR..q * MR + rows]), relu };
-                for t in b0..(b0 + block).min(t1) {
-                    let p0 = t * NR;
-                    segments(p0, end, planes.width, g.ow, &mut segs);
-                    if segs.is_empty() {
-                        continue;
-                    }
+                for (p0, range) in &tiles_here {
+                    let runs = &segs[range.clone()];
                     // A tile whose 32 columns are one run of one output row is stored straight from registers.
-                    if let [(0, at, NR)] = segs[..] {
+                    if let [(0, at, NR)] = runs[..] {
                         let at = out.at(q * MR * n + at);
                         // SAFETY: rows q·12 .. q·12 + rows < m of the run's 32 positions `at .. at + 32 ≤ n` are
                         // inside `y` (length m·n, asserted); tiles are disjoint (rule 5), so no other thread
                         // writes them.
-                        unsafe { product(rows, w, q, &planes, p0, epi, Dest::Out { at, ld: n }) };
+                        unsafe { product(rows, w, q, &planes, *p0, epi, Dest::Out { at, ld: n }) };
                         continue;
                     }
                     // SAFETY: a tile is always a valid destination.
-                    unsafe { product(rows, w, q, &planes, p0, epi, Dest::Tile(&mut tile)) };
+                    unsafe { product(rows, w, q, &planes, *p0, epi, Dest::Tile(&mut tile)) };
                     for (i, vals) in tile.iter().enumerate().take(rows) {
-                        for &(s, at, len) in &segs {
+                        for &(s, at, len) in runs {
                             // SAFETY: `q·12 + i < m` and `at + len ≤ n` (segments lie inside the output rows), so
                             // the range is inside `y`; tiles are disjoint (rule 5), so no other thread writes it.
                             let dst = unsafe { std::slice::from_raw_parts_mut(out.at((q * MR + i) * n + at), len) };
@@ -389,7 +374,7 @@ unsafe fn tile_avx512<const R: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::{conv2d, Geometry2};
+    use super::{conv2d, Plane};
     use crate::kernels::sgemm512::PackedA;
 
     fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -398,7 +383,7 @@ mod tests {
 
     /// The definition, in f64: `y[m, oy, ox] = bias[m] + Σ w[m, c, i, j] · x[c, oy·sh + i·dh − pt, ox·sw + j·dw −
     /// pl]`, taps outside the input reading 0.
-    fn naive(x: &[f32], cg: usize, g: &Geometry2, w: &[f32], m: usize, bias: &[f32]) -> Vec<f32> {
+    fn naive(x: &[f32], cg: usize, g: &Plane, w: &[f32], m: usize, bias: &[f32]) -> Vec<f32> {
         let mut y = vec![0f32; m * g.oh * g.ow];
         for mi in 0..m {
             for oy in 0..g.oh {
@@ -435,7 +420,7 @@ mod tests {
             let out = |i: usize, k: usize, s: usize, d: usize, p: usize| (i + p - d * (k - 1) - 1) / s + 1;
             let oh = out(ih, kh, stride.0, dilation.0, pad.0 + pad.2);
             let ow = out(iw, kw, stride.1, dilation.1, pad.1 + pad.3);
-            Geometry2 { ih, iw, oh, ow, kh, kw, stride, dilation, pad: (pad.0, pad.1) }
+            Plane { ih, iw, oh, ow, kh, kw, stride, dilation, pad: (pad.0, pad.1) }
         };
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         // (channels in, channels out, geometry): 3×3 same; strides (2, 3) with asymmetric padding; dilation;
