@@ -9,13 +9,17 @@ use std::fmt;
 
 use crate::{DatumType, Result, RuntimeError};
 
+/// Per-axis extents or strides, held inline up to rank 6 so that making a tensor (every step of a run makes
+/// one per output) allocates nothing for them.
+pub type Dims = smallvec::SmallVec<[usize; 6]>;
+
 /// Default base alignment of host storage, in bytes.
 pub const HOST_ALIGNMENT: usize = 64;
 
 /// How a tensor's elements are placed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
-    strides: Vec<usize>,
+    strides: Dims,
     offset: usize,
     alignment: usize,
 }
@@ -52,7 +56,12 @@ impl fmt::Display for LayoutKind {
 
 /// Element strides of a packed row-major tensor of `shape`, or `None` on overflow.
 pub fn row_major_strides(shape: &[usize]) -> Option<Vec<usize>> {
-    let mut strides = vec![0; shape.len()];
+    row_major_dims(shape).map(|d| d.into_vec())
+}
+
+/// [`row_major_strides`], inline.
+pub(crate) fn row_major_dims(shape: &[usize]) -> Option<Dims> {
+    let mut strides: Dims = smallvec::smallvec![0; shape.len()];
     let mut acc = 1usize;
     for (stride, &dim) in strides.iter_mut().zip(shape).rev() {
         *stride = acc;
@@ -89,7 +98,7 @@ fn too_large(dt: DatumType, shape: &[usize]) -> RuntimeError {
 impl Layout {
     /// Packed row-major strides for `shape`, host alignment.
     pub fn row_major(dt: DatumType, shape: &[usize]) -> Result<Self> {
-        let strides = row_major_strides(shape).ok_or_else(|| too_large(dt, shape))?;
+        let strides = row_major_dims(shape).ok_or_else(|| too_large(dt, shape))?;
         let layout = Layout { strides, offset: 0, alignment: HOST_ALIGNMENT };
         layout.span_bytes(dt, shape)?;
         Ok(layout)
@@ -97,7 +106,7 @@ impl Layout {
 
     /// Packed column-major strides for `shape` (first axis fastest), host alignment.
     pub fn column_major(dt: DatumType, shape: &[usize]) -> Result<Self> {
-        let mut strides = vec![0; shape.len()];
+        let mut strides: Dims = smallvec::smallvec![0; shape.len()];
         let mut acc = 1usize;
         for (stride, &dim) in strides.iter_mut().zip(shape) {
             *stride = acc;
@@ -126,7 +135,7 @@ impl Layout {
         if pitch < row_bytes {
             return Err(bad(format!("row pitch {pitch} bytes is shorter than a row of {row_bytes} bytes")));
         }
-        let mut strides = vec![0; shape.len()];
+        let mut strides: Dims = smallvec::smallvec![0; shape.len()];
         strides[axis + 1..].copy_from_slice(&inner[1..]);
         let mut acc = pitch / size;
         for i in (0..=axis).rev() {
@@ -140,7 +149,7 @@ impl Layout {
 
     /// Any strides, the first element `offset` bytes into the storage.
     pub fn strided(strides: Vec<usize>, offset: usize) -> Self {
-        Layout { strides, offset, alignment: HOST_ALIGNMENT }
+        Layout { strides: Dims::from_vec(strides), offset, alignment: HOST_ALIGNMENT }
     }
 
     /// The same layout with another promised base alignment.
@@ -169,7 +178,7 @@ impl Layout {
         self
     }
 
-    pub(crate) fn with_strides(mut self, strides: Vec<usize>) -> Self {
+    pub(crate) fn with_strides(mut self, strides: Dims) -> Self {
         self.strides = strides;
         self
     }

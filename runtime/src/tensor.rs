@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use crate::layout::{element_count, element_offsets, row_major_strides, LayoutKind};
+use crate::layout::{element_count, element_offsets, row_major_dims, Dims, LayoutKind};
 use crate::map::{MapRead, MapWrite};
 use crate::storage::{ExternalStorage, PlainStorage, TensorStorage};
 use crate::{Datum, DatumType, DeviceBuffer, Layout, LazyHost, LedgerTag, MemorySpace, MoveKind, Result, RuntimeError};
@@ -22,7 +22,7 @@ const UNNAMED: &str = "<unnamed>";
 #[derive(Clone)]
 pub struct Tensor<'a> {
     dt: DatumType,
-    shape: Vec<usize>,
+    shape: Dims,
     layout: Layout,
     storage: Arc<dyn TensorStorage + 'a>,
     name: Option<Arc<str>>,
@@ -88,7 +88,7 @@ impl<'a> Tensor<'a> {
                 found: have,
             });
         }
-        Ok(Tensor { dt, shape: shape.to_vec(), layout, storage, name: None })
+        Ok(Tensor { dt, shape: Dims::from_slice(shape), layout, storage, name: None })
     }
 
     /// Caller memory as a tensor of `dt` and `shape` placed as `layout`, used in place.
@@ -289,7 +289,7 @@ impl<'a> Tensor<'a> {
         RuntimeError::ByteLength {
             tensor: self.name_or_unnamed().into(),
             dt: self.dt,
-            shape: self.shape.clone(),
+            shape: self.shape.to_vec(),
             expected: self.layout.span_bytes(self.dt, &self.shape).unwrap_or(usize::MAX),
             found: self.storage.byte_len(),
         }
@@ -365,7 +365,7 @@ impl<'a> Tensor<'a> {
             return Err(RuntimeError::ByteLength {
                 tensor: self.name_or_unnamed().into(),
                 dt: self.dt,
-                shape: self.shape.clone(),
+                shape: self.shape.to_vec(),
                 expected: self.len() * size,
                 found: dst.len(),
             });
@@ -483,9 +483,9 @@ impl<'a> Tensor<'a> {
                 format!("a {} layout cannot be reshaped without a copy (use to_row_major)", self.layout_kind()),
             ));
         }
-        let strides = row_major_strides(shape).ok_or_else(|| self.view_error("reshape", "shape overflows".into()))?;
+        let strides = row_major_dims(shape).ok_or_else(|| self.view_error("reshape", "shape overflows".into()))?;
         let layout = self.layout.clone().with_strides(strides);
-        Ok(Tensor { shape: shape.to_vec(), layout, ..self.clone() })
+        Ok(Tensor { shape: Dims::from_slice(shape), layout, ..self.clone() })
     }
 
     /// The view with axes reordered: axis `i` of the result is axis `axes[i]` of this one.

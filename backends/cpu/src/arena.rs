@@ -161,8 +161,8 @@ impl AsMut<[u8]> for ArenaSlice {
 /// The regions offered to the step running on this thread.
 struct Offer {
     arena: Arc<HostArena>,
-    /// Per output, in order: offset and the value's bytes.
-    regions: Vec<Option<(usize, usize)>>,
+    /// Per output, in order: offset and the value's bytes (inline: an offer per step allocates nothing).
+    regions: smallvec::SmallVec<[Option<(usize, usize)>; 4]>,
     next: usize,
 }
 
@@ -172,7 +172,8 @@ thread_local! {
 
 /// While the returned guard lives, packed buffers this thread allocates take `regions` of `arena` in order
 /// (rule 2): the k-th allocation gets the k-th region when its size is the region's value's.
-pub fn offer(arena: &Arc<HostArena>, regions: Vec<Option<(usize, usize)>>) -> OfferGuard {
+pub fn offer(arena: &Arc<HostArena>, regions: &[Option<(usize, usize)>]) -> OfferGuard {
+    let regions = smallvec::SmallVec::from_slice(regions);
     OFFER.with(|o| *o.borrow_mut() = Some(Offer { arena: Arc::clone(arena), regions, next: 0 }));
     OfferGuard(())
 }
@@ -214,7 +215,7 @@ mod tests {
     fn outputs_land_at_their_planned_offsets() {
         let arena = HostArena::new(1024).expect("arena");
         {
-            let _offer = offer(&arena, vec![Some((128, 64)), None, Some((512, 32))]);
+            let _offer = offer(&arena, &[Some((128, 64)), None, Some((512, 32))]);
             let first = output(DatumType::F32, &[16]).expect("first");
             let second = output(DatumType::F32, &[16]).expect("second");
             let third = output(DatumType::F32, &[4]).expect("third: 16 bytes, not the region's 32");
@@ -231,12 +232,12 @@ mod tests {
     fn a_region_is_zeroed_when_it_is_taken_again() {
         let arena = HostArena::new(256).expect("arena");
         let mut t = {
-            let _offer = offer(&arena, vec![Some((0, 16))]);
+            let _offer = offer(&arena, &[Some((0, 16))]);
             output(DatumType::F32, &[4]).expect("t")
         };
         t.as_slice_mut::<f32>().expect("write").copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
         drop(t);
-        let _offer = offer(&arena, vec![Some((0, 16))]);
+        let _offer = offer(&arena, &[Some((0, 16))]);
         let again = output(DatumType::F32, &[4]).expect("again");
         assert_eq!(again.to_vec::<f32>().expect("read"), [0.0; 4]);
     }
@@ -253,7 +254,7 @@ mod tests {
     #[test]
     fn a_clone_of_a_region_is_bytes_of_its_own() {
         let arena = HostArena::new(64).expect("arena");
-        let _offer = offer(&arena, vec![Some((0, 16))]);
+        let _offer = offer(&arena, &[Some((0, 16))]);
         let b = HostBuffer::zeroed(DatumType::F32, &[4]).expect("buffer");
         assert_eq!(b.arena_offset(&arena), Some(0));
         assert_eq!(b.clone().arena_offset(&arena), None);

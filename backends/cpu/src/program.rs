@@ -193,13 +193,13 @@ impl Program {
         for (i, step) in self.steps.iter().enumerate() {
             let start = profile.then(Instant::now);
             let outs = {
-                let args: Vec<Option<&Tensor<'static>>> = step
+                let args: smallvec::SmallVec<[Option<&Tensor<'static>>; 8]> = step
                     .inputs
                     .iter()
                     .map(|s| s.and_then(|s| self.const_slots[s].as_ref().or(values[s].as_ref())))
                     .collect();
                 let _offer = match (&lease, &self.memory) {
-                    (Some(l), Some(m)) => Some(arena::offer(l.arena(), m.offers[i].clone())),
+                    (Some(l), Some(m)) => Some(arena::offer(l.arena(), &m.offers[i])),
                     _ => None,
                 };
                 (step.kernel)(&args, &ctx).map_err(|e| CpuError::Step {
