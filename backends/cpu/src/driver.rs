@@ -62,6 +62,11 @@ impl TargetKind for CpuKind {
             arena: Default::default(),
         }))
     }
+
+    /// `LSTM` runs as one kernel here (`kernels/recurrent.rs`): some 25 steps per time step fewer than unrolled.
+    fn whole_ops(&self) -> &'static [&'static str] {
+        &["LSTM"]
+    }
 }
 
 /// The CPU opened for one graph.

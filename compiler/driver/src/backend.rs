@@ -39,6 +39,13 @@ pub trait TargetKind: Sync {
 
     /// Opens `target` (which [`TargetKind::answers`]) for `graph`.
     fn open(&self, target: &str, options: &OpenOptions, graph: &Graph) -> Result<Box<dyn OpenedTarget>, BackendError>;
+
+    /// ONNX op types this kind runs as one node where the import would otherwise expand them into smaller ops
+    /// ([`stowage_compiler::onnx::ImportConfig::whole`]): a target list holding this kind has them imported whole,
+    /// and the planner places them on a target whose [`Backend::supports`] takes them. None by default.
+    fn whole_ops(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// What opening a target is told.

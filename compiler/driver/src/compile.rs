@@ -67,6 +67,10 @@ pub(crate) fn compile(
         }
     }
     let mut config = options.config.clone();
+    // Ops some target of the list runs whole are imported whole (the planner puts them there).
+    for name in targets::check(&options.registry, &options.target)? {
+        config.whole.extend(options.registry.kind_of(&name)?.whole_ops().iter().map(|s| s.to_string()));
+    }
     let value_inputs = onnx::value_inputs(&proto);
     for (name, t) in inputs {
         if value_inputs.contains(name) {

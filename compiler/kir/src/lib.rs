@@ -5,19 +5,21 @@
 //! from outside may generate its own. Relayout copies (Transpose, Concat, Split, Expand, a caller's strides) are
 //! `Loops` with a copy body. [`resize`] holds the interpolation tables both backends' Resize kernels read.
 //!
-//! The crate depends on the runtime only (for `DatumType`): a backend's kernels, and the executables built from
-//! them, take it without the compiler.
+//! The crate depends on the runtime only (for `DatumType`), and on serde's derive: a backend's kernels, and the
+//! executables built from them, take it without the compiler.
 //!
 //! - [`func`]: the elementwise functions and their scalar f32 semantics (the reference generated code is tested
 //!   against);
 //! - [`chain`]: a fused chain, SSA over f32;
 //! - [`loops`]: a loop nest over byte-strided operands with a chain or a copy as body, its simplification, its
 //!   checks and its stable key;
-//! - [`resize`]: Resize's per-axis tables.
+//! - [`resize`]: Resize's per-axis tables;
+//! - [`recurrent`]: the activations of the recurrent layers.
 
 pub mod chain;
 pub mod func;
 pub mod loops;
+pub mod recurrent;
 pub mod resize;
 
 pub use chain::{Chain, Inst};

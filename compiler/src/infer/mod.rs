@@ -109,6 +109,10 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
         | Op::Resize(_) => nn::infer(op, ins, outputs)?,
+        Op::Lstm(l) => {
+            let types: Vec<Option<&ValueType>> = inputs.iter().map(|f| f.map(|f| f.ty)).collect();
+            l.output_types(&types).map_err(InferError::Invalid)?
+        }
         _ => shape_ops::infer(op, ins, outputs)?,
     };
     for t in &types {

@@ -10,6 +10,7 @@ mod entities;
 mod graph;
 mod op;
 pub mod print;
+pub mod recurrent;
 pub mod serial;
 mod types;
 pub mod verify;
@@ -21,4 +22,5 @@ pub use op::{
     AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, OpAttrs, PadMode, Pool,
     PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, Variadic, Window,
 };
+pub use recurrent::{Activation, Lstm};
 pub use types::{ShapeDisplay, ValueType};

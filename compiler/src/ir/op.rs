@@ -545,6 +545,8 @@ pub enum Op {
     Range,
     /// Resize: X, roi?, scales?, sizes?.
     Resize(Resize),
+    /// ONNX `LSTM` as one node (`ir/recurrent.rs`): kept whole only where the targets run it so.
+    Lstm(super::Lstm),
     /// Dropout: data, ratio?, training_mode?. Outputs output, mask?. Identity unless training.
     Dropout {
         /// Random seed.
@@ -651,6 +653,7 @@ impl Op {
             Op::Transpose { .. } => "Transpose",
             Op::Concat { .. } => "Concat",
             Op::Split { .. } => "Split",
+            Op::Lstm(_) => "LSTM",
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
             Op::GatherElements { .. } => "GatherElements",
@@ -698,6 +701,7 @@ impl Op {
             Op::Variadic(_) | Op::Concat { .. } => (1, usize::MAX),
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
+            Op::Lstm(_) => (3, 8),
             Op::Conv(_) | Op::Gemm(_) => (2, 3),
             Op::LayerNorm { .. } => (2, 3),
             Op::BatchNorm { .. } => (5, 5),
@@ -876,6 +880,20 @@ impl fmt::Display for OpAttrs<'_> {
                     }
                 }
                 Op::Dropout { seed: Some(seed) } => write!(w, "seed={seed}")?,
+                Op::Lstm(l) => {
+                    let dirs: Vec<&str> = l.reverse.iter().map(|&r| if r { "reverse" } else { "forward" }).collect();
+                    let acts: Vec<String> = l.activations.iter().map(|a| a.text()).collect();
+                    write!(w, "hidden={} directions={} activations={}", l.hidden, dirs.join(","), acts.join(","))?;
+                    if let Some(c) = l.clip {
+                        write!(w, " clip={c}")?;
+                    }
+                    if l.input_forget {
+                        write!(w, " input_forget")?;
+                    }
+                    if l.batch_major {
+                        write!(w, " layout=1")?;
+                    }
+                }
                 _ => {}
             }
         }

@@ -20,6 +20,10 @@
 //!    the node, never a graph of unbounded size. Constants an expansion makes are checked against the size limit
 //!    before they are allocated. A `sequence_lens` known only at run time masks
 //!    each step (`Where`) in forward layers; a reverse direction needs it constant and whole.
+//! 5. **Whole where a target runs it whole.** An op type the run's targets execute as one kernel
+//!    ([`super::ImportConfig::whole`]: the CPU's f32 `LSTM`) is imported as one IR node ([`Ex::whole`]) after the
+//!    same checks of its attributes and inputs; it is unrolled for every other target list, so a target without
+//!    the kernel never meets it.
 
 use std::collections::HashMap;
 
@@ -30,7 +34,7 @@ use super::import::{add_node, At};
 use super::proto::{attribute_proto::AttributeType, AttributeProto, NodeProto};
 use crate::consts;
 use crate::error::ImportErrorKind as E;
-use crate::ir::{Graph, ValueId, ValueType};
+use crate::ir::{Graph, Op, ValueId, ValueType};
 
 /// The op types imported as expansions.
 pub const EXPANDED_OPS: &[&str] =
@@ -152,6 +156,31 @@ impl Ex<'_, '_> {
         }
         self.at.unrolled.set(total);
         Ok(())
+    }
+
+    /// Whether the run's targets execute this node's op type whole ([`super::ImportConfig::whole`]).
+    pub fn keeps_whole(&self) -> bool {
+        self.at.whole.contains(self.node.op_type())
+    }
+
+    /// Imports the node as one IR node of `op` over the values named `inputs` (`None`: omitted), with `n` outputs
+    /// named inside the expansion (rule 3), the node keeping its own name.
+    pub fn whole(&mut self, op: Op, inputs: &[Option<String>], n: usize) -> Result<Vec<Option<String>>, E> {
+        let mut ids = Vec::with_capacity(inputs.len());
+        for i in inputs {
+            ids.push(match i {
+                None => None,
+                Some(v) => {
+                    Some(*self.names.get(v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))?)
+                }
+            });
+        }
+        let hint = self.node.op_type().to_ascii_lowercase();
+        let outputs: Vec<String> =
+            (0..n).map(|k| if self.optional_output(k) { self.fresh(&hint) } else { String::new() }).collect();
+        let (name, op_type, limit) = (self.name.to_string(), self.node.op_type().to_string(), self.at.limit);
+        super::import::add_op(self.graph, self.names, &name, &op_type, op, ids, &outputs, limit)?;
+        Ok(outputs.into_iter().map(|o| (!o.is_empty()).then_some(o)).collect())
     }
 
     /// The most bytes one value may have (the import's size limit).

@@ -13,7 +13,7 @@ use super::{ImportConfig, MAX_OPSET, MIN_OPSET};
 use crate::error::ImportErrorKind as E;
 use crate::eval;
 use crate::infer::{self, Fact};
-use crate::ir::{Graph, Metadata, ValueId, ValueType};
+use crate::ir::{Graph, Metadata, Op, ValueId, ValueType};
 
 /// Results with at most this many elements are folded during import (shape arithmetic); larger ones are left
 /// to the constant-folding pass.
@@ -98,7 +98,7 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     unsupported(&g.node)?;
     let unrolled = std::cell::Cell::new(0);
     for i in topological_order(&g.node, &names)? {
-        let at = At { opset, limit: config.value_limit(), dir, depth: 0, unrolled: &unrolled };
+        let at = At { opset, limit: config.value_limit(), dir, depth: 0, unrolled: &unrolled, whole: &config.whole };
         add_node(&mut graph, &mut names, &g.node[i], i, at)?;
     }
     for out in &g.output {
@@ -261,8 +261,8 @@ pub(super) fn topological_order(nodes: &[NodeProto], known: &HashMap<String, Val
 }
 
 /// Where a node is imported: the model's opset, the limit on one value, the model's folder (for external data),
-/// the subgraph nesting depth (0 in the model's graph), and the nodes unrolling has written so far in the whole
-/// model (bounded by [`super::expand::MAX_UNROLLED`], nesting included).
+/// the subgraph nesting depth (0 in the model's graph), the nodes unrolling has written so far in the whole
+/// model (bounded by [`super::expand::MAX_UNROLLED`], nesting included), and the op types kept whole.
 #[derive(Clone, Copy)]
 pub(super) struct At<'a> {
     pub opset: i64,
@@ -270,6 +270,8 @@ pub(super) struct At<'a> {
     pub dir: Option<&'a Path>,
     pub depth: usize,
     pub unrolled: &'a std::cell::Cell<usize>,
+    /// The op types kept whole ([`super::ImportConfig::whole`]).
+    pub whole: &'a std::collections::BTreeSet<String>,
 }
 
 /// Imports one node: an `If` as its branch ([`super::branch`]), any other op as itself.
@@ -302,7 +304,7 @@ pub(super) fn add_node(
         }
         ParseError::Other(message) => E::Node { node: name.clone(), op: op_type.into(), message },
     })?;
-    let (mut op, slots) = match parsed {
+    let (op, slots) = match parsed {
         Parsed::Constant(t) => {
             let out = node.output.first().filter(|o| !o.is_empty()).ok_or_else(|| E::Node {
                 node: name.clone(),
@@ -322,11 +324,27 @@ pub(super) fn add_node(
             Slot::Const(t) => Some(graph.add_const(format!("{name}.{i}"), t)),
         })
         .collect();
-    let mut inputs = inputs;
+    add_op(graph, names, &name, op_type, op, inputs, &node.output, limit)
+}
+
+/// Adds the node `name` (of ONNX type `op_type`) as `op` over `inputs`, its outputs named `output` (an empty name:
+/// not asked for): types inferred, sizes checked, folded when small and constant.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn add_op(
+    graph: &mut Graph,
+    names: &mut HashMap<String, ValueId>,
+    name: &str,
+    op_type: &str,
+    mut op: Op,
+    mut inputs: Vec<Option<ValueId>>,
+    output: &[String],
+    limit: usize,
+) -> Result<(), E> {
+    let name = name.to_string();
     while inputs.last() == Some(&None) {
         inputs.pop();
     }
-    let n_outputs = node.output.len();
+    let n_outputs = output.len();
     let types = {
         let facts: Vec<Option<Fact<'_>>> =
             inputs.iter().map(|v| v.map(|v| Fact { ty: graph.ty(v), value: graph.const_value(v) })).collect();
@@ -347,11 +365,11 @@ pub(super) fn add_node(
         });
     }
     // Before anything of these sizes is made: folded here, or later, or computed by a kernel.
-    for (o, t) in node.output.iter().zip(&types) {
+    for (o, t) in output.iter().zip(&types) {
         check_size(&format!("node '{name}' ({op_type}): output '{o}'"), t, limit)?;
     }
     let outputs: Vec<Option<(String, ValueType)>> =
-        node.output.iter().zip(&types).map(|(o, t)| (!o.is_empty()).then(|| (o.clone(), t.clone()))).collect();
+        output.iter().zip(&types).map(|(o, t)| (!o.is_empty()).then(|| (o.clone(), t.clone()))).collect();
     let small = types.iter().all(|t| t.element_count().is_some_and(|n| n <= FOLD_AT_IMPORT));
     let folded = small.then(|| eval::fold_node(graph, &op, &inputs, &types)).flatten();
     match folded {
@@ -364,7 +382,7 @@ pub(super) fn add_node(
         }
         None => {
             let n = graph.add_node(name, op, inputs, outputs);
-            for (o, v) in node.output.iter().zip(graph.node(n).outputs.clone()) {
+            for (o, v) in output.iter().zip(graph.node(n).outputs.clone()) {
                 if let Some(v) = v {
                     names.insert(o.clone(), v);
                 }

@@ -29,7 +29,7 @@ mod unroll;
 mod windows;
 pub mod wire;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use prost::Message;
@@ -206,6 +206,10 @@ pub struct ImportConfig {
     /// The most bytes one value (a node's output, a graph input) may have; `None`: [`DEFAULT_MAX_VALUE_BYTES`]
     /// (`--max-value-bytes`). Checked as each node is imported, before anything of that size is made.
     pub max_value_bytes: Option<usize>,
+    /// ONNX op types imported as one node where stowage would otherwise expand them into smaller ops, because a
+    /// target of the run executes them whole (the driver fills this from the targets' kinds: the CPU's `LSTM`).
+    /// Only forms the whole op covers are kept (f32 `LSTM`); the others are expanded as without it.
+    pub whole: BTreeSet<String>,
 }
 
 /// What a TensorProto file holds beside its data (name, dims, type), at most, as the size limit counts it: generous,
@@ -244,6 +248,17 @@ impl ImportConfig {
     /// Sets the limit on one value's bytes.
     pub fn max_value_bytes(mut self, bytes: usize) -> Self {
         self.max_value_bytes = Some(bytes);
+        self
+    }
+
+    /// Imports `op_type` as one node where its form allows ([`ImportConfig::whole`]).
+    ///
+    /// ```
+    /// let c = stowage_compiler::onnx::ImportConfig::new().keep_whole("LSTM");
+    /// assert!(c.whole.contains("LSTM"));
+    /// ```
+    pub fn keep_whole(mut self, op_type: impl Into<String>) -> Self {
+        self.whole.insert(op_type.into());
         self
     }
 

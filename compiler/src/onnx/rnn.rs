@@ -3,12 +3,15 @@
 //! gates (`Split`), their activations and the state update, in the equations of the ONNX operators (gate orders
 //! i, o, f, c for LSTM and z, r, h for GRU; peepholes, `clip`, `input_forget`, `linear_before_reset`, `layout`).
 //! The outputs are the steps' hidden states in time order (`Y`) and the last state of each direction (`Y_h`,
-//! `Y_c`).
+//! `Y_c`). An f32 `LSTM` for targets that run it whole is one node instead ([`crate::ir::Lstm`]), after the same
+//! checks.
 
+use stowage_kir::recurrent::Activation as Act;
 use stowage_runtime::DatumType;
 
 use super::expand::{float, int, ints, Ex, MAX_STEPS};
 use crate::error::ImportErrorKind as E;
+use crate::ir::{Lstm, Op};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -35,22 +38,6 @@ impl Kind {
             Kind::Rnn => &["Tanh"],
         }
     }
-}
-
-/// An activation of the recurrent ops' list, with its parameters.
-#[derive(Clone, Copy)]
-enum Act {
-    Sigmoid,
-    Tanh,
-    Relu,
-    Softsign,
-    Softplus,
-    HardSigmoid(f32, f32),
-    LeakyRelu(f32),
-    Affine(f32, f32),
-    ScaledTanh(f32, f32),
-    Elu(f32),
-    ThresholdedRelu(f32),
 }
 
 /// The activations named by the `activations` attribute (or the defaults), `per_dir` for each of `dirs`, with
@@ -236,6 +223,12 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             "W is {wt} and R is {rt}; with {dirs} direction(s), hidden_size {hidden} and {isize} inputs they must be \
              [{dirs}, {gh}, {isize}] and [{dirs}, {gh}, {hidden}]"
         )));
+    }
+    if kind == Kind::Lstm && dt == DatumType::F32 && ex.keeps_whole() {
+        // One node: the kernel reads every input as ONNX lays it out (rule 5 of `expand`).
+        let layer = Lstm { hidden, reverse, activations: acts, clip, input_forget, batch_major: layout == 1 };
+        let inputs: Vec<Option<String>> = (0..8).map(|i| ex.optional(i)).collect();
+        return ex.whole(Op::Lstm(layer), &inputs, 3);
     }
     if steps == 0 || steps * dirs > MAX_STEPS {
         return Err(ex.fail(format!(

@@ -40,6 +40,13 @@ pub fn flops(graph: &Graph, node: NodeId) -> f64 {
             2.0 * out_elems * k as f64
         }
         Op::Pool(p) => out_elems * p.window.kernel.iter().product::<usize>() as f64,
+        Op::Lstm(_) => {
+            // Every column of X (a step of one batch element) meets all of W and R.
+            let elems = |s: Vec<usize>| s.iter().map(|&d| d as f64).product::<f64>();
+            let x = in_shape(0);
+            let columns = elems(x.clone()) / x.last().copied().unwrap_or(1).max(1) as f64;
+            2.0 * columns * (elems(in_shape(1)) + elems(in_shape(2)))
+        }
         Op::Reduce { .. } | Op::GlobalPool(_) | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::ArgMax { .. } => {
             in_shape(0).iter().map(|&d| d as f64).product::<f64>().max(out_elems)
         }

@@ -14,6 +14,7 @@ pub mod movement;
 pub mod narrow;
 pub mod norm;
 pub mod pool;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod scatter;

@@ -15,6 +15,7 @@ use crate::kernels::{cast, cumulative, movement, scatter};
 use crate::program::{Binding, Kernel, Program, Step};
 
 mod nn;
+mod recurrent;
 
 pub use stowage_compiler::lowering::{binary_fn, conv_relu_pairs, fuse, resize_spec, unary_fn};
 
@@ -596,6 +597,7 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
                 one(if y.dt() == dt { y } else { cast::cast(&y, dt)? })
             })
         }
+        Op::Lstm(l) => recurrent::lstm(graph, l, inputs)?,
         Op::Expand => Box::new(move |a, _| one(movement::expand(arg(a, 0)?, &out)?)),
         Op::Tile => Box::new(move |a, _| one(movement::tile(arg(a, 0)?, &out)?)),
         Op::Pad { mode } => {
