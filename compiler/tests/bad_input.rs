@@ -403,18 +403,25 @@ fn bad_recurrent_and_transposed_convolution_nodes() {
         ))
     };
     let ok = (&[5, 1, 3][..], &[1, 8, 3][..], &[1, 8, 2][..]);
-    let err =
-        error_of(&lstm(vec![build::string("direction", "sideways")], ok.0, ok.1, ok.2), &[], &ImportConfig::new());
-    check(&err, &["node 'rnn' (LSTM)", "attribute 'direction'", "sideways"]);
-    let err = error_of(&lstm(vec![], ok.0, &[1, 6, 3], ok.2), &[], &ImportConfig::new());
-    check(&err, &["node 'rnn' (LSTM)", "W is f32[1,6,3]", "[1, 8, 3]"]);
-    let err = error_of(&lstm(vec![build::float("clip", -1.0)], ok.0, ok.1, ok.2), &[], &ImportConfig::new());
-    check(&err, &["attribute 'clip'", "positive"]);
-    let acts = vec![build::strings("activations", &["Sigmoid", "Gelu", "Tanh"])];
-    let err = error_of(&lstm(acts, ok.0, ok.1, ok.2), &[], &ImportConfig::new());
-    check(&err, &["attribute 'activations'", "'gelu' is not supported"]);
+    // Unrolled, and kept whole (the CPU's import): the same checks come first either way.
+    for config in [ImportConfig::new(), ImportConfig::new().keep_whole("LSTM")] {
+        let err = error_of(&lstm(vec![build::string("direction", "sideways")], ok.0, ok.1, ok.2), &[], &config);
+        check(&err, &["node 'rnn' (LSTM)", "attribute 'direction'", "sideways"]);
+        let err = error_of(&lstm(vec![], ok.0, &[1, 6, 3], ok.2), &[], &config);
+        check(&err, &["node 'rnn' (LSTM)", "W is f32[1,6,3]", "[1, 8, 3]"]);
+        let err = error_of(&lstm(vec![build::float("clip", -1.0)], ok.0, ok.1, ok.2), &[], &config);
+        check(&err, &["attribute 'clip'", "positive"]);
+        let acts = vec![build::strings("activations", &["Sigmoid", "Gelu", "Tanh"])];
+        let err = error_of(&lstm(acts, ok.0, ok.1, ok.2), &[], &config);
+        check(&err, &["attribute 'activations'", "'gelu' is not supported"]);
+    }
     let err = error_of(&lstm(vec![], &[5000, 1, 3], ok.1, ok.2), &[], &ImportConfig::new());
     check(&err, &["node 'rnn' (LSTM)", "5000 steps", "1 to 4096"]);
+    // Kept whole, a long sequence is no unrolling: it imports.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("model.onnx");
+    std::fs::write(&path, lstm(vec![], &[5000, 1, 3], ok.1, ok.2)).expect("write model");
+    Context::import(&path, &ImportConfig::new().keep_whole("LSTM")).expect("5000 steps kept whole");
 
     let deconv = |attrs| {
         build::bytes(&build::model(

@@ -204,3 +204,35 @@ fn attention_and_lp_pool_name_what_they_cannot_take() {
     let err = error_of(&pool(vec![build::ints("kernel_shape", &[2, 2]), int("ceil_mode", 1)]));
     check(&err, &["attribute 'ceil_mode'", "not supported"]);
 }
+
+/// A bidirectional f32 LSTM over 7 steps: one node where the import keeps it whole (the CPU's targets), its
+/// products and gates per step otherwise; the same output types either way.
+#[test]
+fn lstm_is_one_node_where_kept_whole() {
+    let m = build::model(
+        17,
+        vec![node(
+            "LSTM",
+            &["x", "w", "r", "b"],
+            &["y", "y_h", "y_c"],
+            vec![string("direction", "bidirectional"), int("hidden_size", 2)],
+        )],
+        vec![value("x", &[7, 3, 4])],
+        vec![value("y", &[]), value("y_h", &[]), value("y_c", &[])],
+        vec![
+            build::floats("w", &[2, 8, 4], &[0.1; 64]),
+            build::floats("r", &[2, 8, 2], &[0.2; 32]),
+            build::floats("b", &[2, 16], &[0.3; 32]),
+        ],
+    );
+    let bytes = build::bytes(&m);
+    let whole = onnx::load_bytes(&bytes, &ImportConfig::new().keep_whole("LSTM")).expect("imports whole");
+    let unrolled = onnx::load_bytes(&bytes, &ImportConfig::new()).expect("imports unrolled");
+    let ops = |g: &stowage_compiler::ir::Graph| g.order().iter().map(|&n| g.node(n).op.name()).collect::<Vec<_>>();
+    assert_eq!(ops(&whole), ["LSTM"]);
+    assert!(ops(&unrolled).len() > 7 * 2 * 5 && !ops(&unrolled).contains(&"LSTM"), "{:?}", ops(&unrolled));
+    let types =
+        |g: &stowage_compiler::ir::Graph| g.outputs().iter().map(|o| g.ty(o.value).to_string()).collect::<Vec<_>>();
+    assert_eq!(types(&whole), types(&unrolled));
+    assert_eq!(types(&whole), ["f32[7,2,3,2]", "f32[2,3,2]", "f32[2,3,2]"]);
+}

@@ -79,7 +79,8 @@ const LANES: usize = 16;
 
 /// One output plane, in blocks of `R` rows × `G` vectors of [`LANES`] columns whose `R·G` sums are independent,
 /// so that their adds overlap: wide rows take four vectors of one row, narrow ones one vector of four rows. For
-/// f32 on a CPU with AVX-512F the sums are `zmm` registers (`sum_avx512`); otherwise plain loops (`sum_plain`).
+/// f32 on a CPU with AVX-512F the sums are `zmm` registers (`sum_avx512`), with AVX2 and FMA pairs of `ymm`
+/// registers (`sum_avx2`); otherwise plain loops (`sum_plain`).
 fn one_plane<T: Float>(x: &[T], k: &[T], bias: T, p: &Plane, relu: bool, y: &mut [T], scratch: &mut Vec<T>) {
     match p.ow.div_ceil(LANES) {
         1 => blocks::<T, 4, 1>(x, k, bias, p, relu, y, scratch),
@@ -148,6 +149,10 @@ fn blocks<T: Float, const R: usize, const G: usize>(
     let mut sums = vec![T::ZERO; R * span];
     #[cfg(target_arch = "x86_64")]
     let wide = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available();
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma");
     for oy in (0..p.oh).step_by(R) {
         let here = R.min(p.oh - oy);
         for (ky, st) in starts.iter_mut().enumerate() {
@@ -168,6 +173,14 @@ fn blocks<T: Float, const R: usize, const G: usize>(
                     let k = &*(k as *const [T] as *const [f32]);
                     let sums = &mut *(sums.as_mut_slice() as *mut [T] as *mut [f32]);
                     sum_avx512::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), relu, sums);
+                }
+            } else if avx2 {
+                // SAFETY: as above, with AVX2 and FMA available (checked with the type).
+                unsafe {
+                    let block = &*(&block as *const Block<'_, T, R> as *const Block<'_, f32, R>);
+                    let k = &*(k as *const [T] as *const [f32]);
+                    let sums = &mut *(sums.as_mut_slice() as *mut [T] as *mut [f32]);
+                    sum_avx2::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), relu, sums);
                 }
             } else {
                 sum_plain::<T, R, G>(&block, k, p.kw, bias, relu, &mut sums);
@@ -240,6 +253,50 @@ fn sum_avx512<const R: usize, const G: usize>(
             let v = if relu { _mm512_max_ps(_mm512_setzero_ps(), a) } else { a };
             // SAFETY: `out` holds `R·G·LANES` elements (checked by the slice above), and this block is within it.
             unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * G + g) * LANES), v) };
+        }
+    }
+}
+
+/// [`sum_avx512`] in pairs of `ymm` registers (each vector of [`LANES`] columns as two halves of 8), for CPUs with
+/// AVX2 and FMA but not AVX-512F: MobileNet-style backbones' depthwise layers ran their plain loops there.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn sum_avx2<const R: usize, const G: usize>(
+    b: &Block<'_, f32, R>,
+    k: &[f32],
+    kw: usize,
+    bias: f32,
+    relu: bool,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    const HALF: usize = LANES / 2;
+    let span = G * LANES;
+    let mut acc = [[[_mm256_set1_ps(bias); 2]; G]; R];
+    for (ky, starts) in b.starts.iter().enumerate() {
+        for (&at, &wv) in b.taps.iter().zip(&k[ky * kw..][..kw]) {
+            let w = _mm256_set1_ps(wv);
+            for (acc, &st) in acc.iter_mut().zip(starts) {
+                let src = &b.rows[st + at + b.c0..][..span];
+                for (g, halves) in acc.iter_mut().enumerate() {
+                    for (h, a) in halves.iter_mut().enumerate() {
+                        // SAFETY: `src` holds `G·LANES` elements, and half h of lane block g is within it.
+                        let v = unsafe { _mm256_loadu_ps(src.as_ptr().add(g * LANES + h * HALF)) };
+                        *a = _mm256_fmadd_ps(w, v, *a);
+                    }
+                }
+            }
+        }
+    }
+    let out = &mut out[..R * span];
+    for (r, acc) in acc.iter().enumerate() {
+        for (g, halves) in acc.iter().enumerate() {
+            for (h, &a) in halves.iter().enumerate() {
+                // `max` gives its second operand when either is NaN: a NaN sum stays NaN, as in `sum_plain`.
+                let v = if relu { _mm256_max_ps(_mm256_setzero_ps(), a) } else { a };
+                // SAFETY: `out` holds `R·G·LANES` elements (checked by the slice above), and this half is within it.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add((r * G + g) * LANES + h * HALF), v) };
+            }
         }
     }
 }

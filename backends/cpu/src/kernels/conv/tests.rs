@@ -155,6 +155,9 @@ fn conv_matches_direct() {
             group: 3,
         },
         Case { xs: vec![1, 2, 11], ws: vec![2, 1, 3], strides: vec![1], dil: vec![1], pads: vec![1, 1], group: 2 },
+        // One input channel read by many outputs through a long window (an STFT's filters): a product, not the
+        // direct kernel.
+        Case { xs: vec![1, 1, 600], ws: vec![20, 1, 64], strides: vec![32], dil: vec![1], pads: vec![0, 0], group: 1 },
         Case {
             xs: vec![1, 16, 40, 40],
             ws: vec![16, 1, 3, 3],
