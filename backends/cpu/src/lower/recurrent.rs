@@ -109,3 +109,73 @@ pub(super) fn lstm(graph: &Graph, layer: &ir::Lstm, inputs: &[Option<ValueId>]) 
         Ok(vec![y, h, c])
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use stowage_compiler::ir::{Activation, Graph, Lstm, Op, ValueType};
+    use stowage_runtime::{DatumType, Tensor};
+
+    /// A reverse LSTM over X [4, 2, 3] with hidden 5, its weights constants or graph inputs, and sequence_lens
+    /// an input.
+    fn graph(constant: bool) -> Graph {
+        let f = |s: &[usize]| ValueType::new(DatumType::F32, s.to_vec());
+        let mut g = Graph::new("lstm");
+        let x = g.add_input("x", f(&[4, 2, 3]));
+        let vals =
+            |n: usize, seed: usize| (0..n).map(|i| ((i * 7 + seed) % 11) as f32 / 10.0 - 0.5).collect::<Vec<_>>();
+        let mut weights = Vec::new();
+        for (name, shape, seed) in [("w", vec![1, 20, 3], 1), ("r", vec![1, 20, 5], 2), ("b", vec![1, 40], 3)] {
+            let n = shape.iter().product();
+            weights.push(if constant {
+                g.add_const(name, Tensor::from_slice(&shape, &vals(n, seed)).unwrap())
+            } else {
+                g.add_input(name, f(&shape))
+            });
+        }
+        let lens = g.add_input("lens", ValueType::new(DatumType::I32, vec![2]));
+        let layer = Lstm {
+            hidden: 5,
+            reverse: vec![true],
+            activations: vec![Activation::Sigmoid, Activation::Tanh, Activation::Tanh],
+            clip: Some(3.0),
+            input_forget: false,
+            batch_major: false,
+        };
+        let inputs = vec![Some(x), Some(weights[0]), Some(weights[1]), Some(weights[2]), Some(lens)];
+        let outs = vec![Some(("y".into(), f(&[4, 1, 2, 5]))), Some(("h".into(), f(&[1, 2, 5]))), None];
+        let n = g.add_node("rnn", Op::Lstm(layer), inputs, outs);
+        let (y, h) = (g.node(n).outputs[0].unwrap(), g.node(n).outputs[1].unwrap());
+        g.add_output("y", y);
+        g.add_output("h", h);
+        g
+    }
+
+    #[test]
+    fn constant_and_input_weights_agree_and_bad_lengths_are_refused() {
+        let x: Vec<f32> = (0..24).map(|i| (i % 5) as f32 / 4.0 - 0.5).collect();
+        let x = || Tensor::from_slice(&[4, 2, 3], &x).unwrap();
+        let lens = |a: i32, b: i32| Tensor::from_slice(&[2], &[a, b]).unwrap();
+        let fixed = super::super::lower(&graph(true), 1).expect("lowers");
+        let got = fixed.run(vec![x(), lens(4, 2)]).expect("runs").outputs;
+        let vals =
+            |n: usize, seed: usize| (0..n).map(|i| ((i * 7 + seed) % 11) as f32 / 10.0 - 0.5).collect::<Vec<_>>();
+        let given = super::super::lower(&graph(false), 1).expect("lowers");
+        let (w, r, b) = (vals(60, 1), vals(100, 2), vals(40, 3));
+        let inputs = vec![
+            x(),
+            Tensor::from_slice(&[1, 20, 3], &w).unwrap(),
+            Tensor::from_slice(&[1, 20, 5], &r).unwrap(),
+            Tensor::from_slice(&[1, 40], &b).unwrap(),
+            lens(4, 2),
+        ];
+        let again = given.run(inputs).expect("runs").outputs;
+        for (a, b) in got.iter().zip(&again) {
+            assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        }
+        // The second batch element has 2 steps: its Y is zero from step 2 on.
+        let y = got[0].to_vec::<f32>().unwrap();
+        assert!(y[(2 * 2 + 1) * 5..][..5].iter().all(|&v| v == 0.0) && y[5..10].iter().any(|&v| v != 0.0));
+        let err = fixed.run(vec![x(), lens(4, 9)]).map(|_| ()).expect_err("a length past the sequence");
+        assert!(err.to_string().contains("sequence_lens holds 9"), "{err}");
+    }
+}
