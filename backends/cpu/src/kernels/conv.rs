@@ -168,11 +168,11 @@ impl PackedWeights {
     }
 
     /// True when weights of this shape are packed on this CPU: 12 or more output channels per group (fewer take
-    /// the product's dot and AXPY paths) and AVX-512F, or AVX2 with FMA.
+    /// the product's dot and AXPY paths) and AVX-512F.
     pub fn applies(w_shape: &[usize], group: usize) -> bool {
         let g = group.max(1);
         let (m, kdim) = (w_shape.first().copied().unwrap_or(0), w_shape.iter().skip(1).product::<usize>());
-        m % g == 0 && m / g >= super::sgemm512::PANEL_ROWS && kdim > 0 && super::sgemm512::packed_available()
+        m % g == 0 && m / g >= super::sgemm512::PANEL_ROWS && kdim > 0 && super::sgemm512::available()
     }
 
     /// Bytes [`PackedWeights::new`] holds for weights of this shape (rows padded to whole panels).

@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn matches_the_product_for_both_weight_layouts() {
-        if !super::super::sgemm512::packed_available() {
+        if !super::super::sgemm512::available() {
             return assert!(FewRows::new(&[1.0; 12 * 3], (12, 1), 3, 12, 1.0, None).is_none());
         }
         let (m, k, n) = (5usize, 37usize, 29usize);

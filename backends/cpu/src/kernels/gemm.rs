@@ -320,7 +320,7 @@ pub fn gemm_packed(
     if m == 0 || n == 0 {
         return;
     }
-    assert!(super::sgemm512::packed_available(), "gemm: a packed operand on a CPU without AVX-512F or AVX2");
+    assert!(super::sgemm512::available(), "gemm: a packed operand on a CPU without AVX-512F");
     let dst_extent = extent(m, dst_rs, n, 1).expect("gemm: destination extent overflows");
     assert!(dst_extent <= dst.len(), "gemm: destination too short ({} < {dst_extent})", dst.len());
     assert!(m == 1 || dst_rs >= n, "gemm: destination rows overlap");
@@ -354,7 +354,7 @@ pub fn gemm_packed(
 /// ahead does not pay or cannot run: fewer rows than one panel (those products take the dot and AXPY paths), or
 /// no AVX-512F on this CPU. `by_panels` stores each panel contiguous over K ([`PackedA::by_panels`]).
 pub fn pack_lhs(m: usize, k: usize, a: &[f32], (a_rs, a_cs): (usize, usize), by_panels: bool) -> Option<PackedA> {
-    if m < super::sgemm512::PANEL_ROWS || k == 0 || !super::sgemm512::packed_available() {
+    if m < super::sgemm512::PANEL_ROWS || k == 0 || !super::sgemm512::available() {
         return None;
     }
     let a_extent = extent(m, a_rs, k, a_cs).expect("gemm: lhs extent overflows");

@@ -56,12 +56,6 @@ fn panel_sums(a: &PackedA, q: usize, cols: &[[f32; MAX_COLUMNS]], n: usize) -> [
         // SAFETY: AVX-512F is available; the kernel reads the panel through bounds-checked slices.
         return unsafe { panel_sums_avx512(a, q, cols, n) };
     }
-    #[cfg(target_arch = "x86_64")]
-    if super::sgemm512::packed_available() {
-        // SAFETY: AVX2 and FMA are available (packed products run only where AVX-512F or both are); the kernel
-        // reads the panel through bounds-checked slices.
-        return unsafe { panel_sums_avx2(a, q, cols, n) };
-    }
     let mut sums = [[0f32; MAX_COLUMNS]; MR];
     let k = a.cols();
     for pc in (0..k).step_by(KC) {
@@ -103,43 +97,6 @@ fn panel_sums_avx512(a: &PackedA, q: usize, cols: &[[f32; MAX_COLUMNS]], n: usiz
         let mut lanes = [0f32; 16];
         // SAFETY: `lanes` holds 16 floats.
         unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), _mm512_add_ps(acc[0], acc[1])) };
-        for (row, &v) in sums.iter_mut().zip(&lanes) {
-            row[j] = v;
-        }
-    }
-    sums
-}
-
-/// [`panel_sums_avx512`] with AVX2 and FMA: a panel's 12 rows per step of K as a `ymm` of rows 0..8 and an
-/// `xmm` of rows 8..12.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn panel_sums_avx2(a: &PackedA, q: usize, cols: &[[f32; MAX_COLUMNS]], n: usize) -> [[f32; MAX_COLUMNS]; MR] {
-    use std::arch::x86_64::*;
-    let mut lo = [_mm256_setzero_ps(); MAX_COLUMNS];
-    let mut hi = [_mm_setzero_ps(); MAX_COLUMNS];
-    let k = a.cols();
-    for pc in (0..k).step_by(KC) {
-        let kc = KC.min(k - pc);
-        let panel = a.panel(pc, kc, q);
-        for (l, col) in cols[pc..pc + kc].iter().enumerate() {
-            let w = &panel[l * MR..][..MR];
-            // SAFETY: `w` holds 12 floats: rows 0..8 and 8..12.
-            let (w0, w1) = unsafe { (_mm256_loadu_ps(w.as_ptr()), _mm_loadu_ps(w.as_ptr().add(8))) };
-            for j in 0..n {
-                lo[j] = _mm256_fmadd_ps(w0, _mm256_set1_ps(col[j]), lo[j]);
-                hi[j] = _mm_fmadd_ps(w1, _mm_set1_ps(col[j]), hi[j]);
-            }
-        }
-    }
-    let mut sums = [[0f32; MAX_COLUMNS]; MR];
-    for j in 0..n {
-        let mut lanes = [0f32; MR];
-        // SAFETY: `lanes` holds 12 floats: 8 then 4.
-        unsafe {
-            _mm256_storeu_ps(lanes.as_mut_ptr(), lo[j]);
-            _mm_storeu_ps(lanes.as_mut_ptr().add(8), hi[j]);
-        }
         for (row, &v) in sums.iter_mut().zip(&lanes) {
             row[j] = v;
         }

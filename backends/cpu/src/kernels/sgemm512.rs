@@ -1,5 +1,4 @@
-//! An f32 matrix product with an AVX-512 micro-kernel, used on one thread when the CPU has AVX-512F; products of
-//! packed weights ([`sgemm_packed`]) also run where the CPU has AVX2 and FMA only, their tiles as `ymm` sub-tiles.
+//! An f32 matrix product with an AVX-512 micro-kernel, used on one thread when the CPU has AVX-512F.
 //!
 //! The `gemm` crate's AVX-512 kernels need nightly Rust, so on stable it runs its AVX2/FMA kernels (about 123
 //! GFLOP/s on one core here, against onnxruntime's 227). This is the classic blocked scheme: B is packed in
@@ -21,21 +20,7 @@ const NC: usize = 2048;
 /// Bytes of the right operand up to which packed weights stream in row blocks over all of K (`blocked`).
 const B_IN_L2: usize = 512 << 10;
 
-/// True when this CPU runs the packed product ([`PackedA`], [`sgemm_packed`]): AVX-512F, or AVX2 with FMA, whose
-/// tiles run as sub-tiles of 6 × 16 in `ymm` registers (`micro_avx2`). The other kernels here ([`sgemm`], its
-/// dot and AXPY paths) and the AVX-512 kernels elsewhere need [`available`].
-pub fn packed_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        available() || (std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// True when this CPU can run [`sgemm`] and the AVX-512 kernels (AVX-512F).
+/// True when this CPU can run [`sgemm`].
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -197,7 +182,7 @@ pub const PANEL_ROWS: usize = MR;
 /// `dst[i·dst_rs + j] = epilogue((read_dst ? dst : 0) + Σₗ a[row0 + i, l] · b[l·b_rs + j·b_cs])` for the `m` rows
 /// of `a` from `row0` (a multiple of [`PANEL_ROWS`]); the epilogue's bias is indexed from row `row0` (its first
 /// value is row `row0`'s). The caller has checked the extents of `dst` and `b` and that
-/// [`packed_available`] is true.
+/// [`available`] is true.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm_packed(
     a: &PackedA,
@@ -454,111 +439,7 @@ fn micro(
                 }
             };
         }
-        if available() {
-            dispatch!(1 2 3 4 5 6 7 8 9 10 11 12)
-        } else {
-            // Rows 0..6 and 6..12 as two sub-tiles: 12 sums of 16 columns each fit the 16 `ymm` registers.
-            // Both halves of a 16-column strip before the next, so that the strip of B is read from L1 the second
-            // time.
-            macro_rules! half {
-                ($rows:expr, $row0:expr, $c16:expr, $($r:literal)*) => {
-                    match $rows {
-                        $(
-                            // SAFETY: `packed_available()` found AVX2 and FMA (only packed products reach here
-                            // without AVX-512F), and the asserts above check every offset the kernel reads or
-                            // writes: rows `row0 .. row0 + r` of the tile (masked lanes are not accessed).
-                            $r => unsafe { micro_avx2::<$r>($row0, $c16, args) },
-                        )*
-                        _ => unreachable!("rows checked above"),
-                    }
-                };
-            }
-            for c16 in (0..cols).step_by(16) {
-                half!(rows.min(6), 0, c16, 1 2 3 4 5 6);
-                if rows > 6 {
-                    half!(rows - 6, 6, c16, 1 2 3 4 5 6);
-                }
-            }
-        }
-    }
-}
-
-/// [`micro_avx512`]'s tile for CPUs with AVX2 and FMA but not AVX-512F: rows `row0 .. row0 + R` (at most 6) of
-/// the 16 columns from `c16`, over all of `kc`, the sums in 12 `ymm` registers; edge columns through masked loads
-/// and stores (masked lanes are not accessed).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn micro_avx2<const R: usize>(
-    row0: usize,
-    c16: usize,
-    (kc, a, b, ldb, c, ldc, accumulate, mask, epi): MicroArgs,
-) {
-    use std::arch::x86_64::*;
-    let cols = mask.count_ones() as usize;
-    // The lanes of an 8-column half starting at column `at` that hold columns of the tile.
-    let lanes = |at: usize| {
-        let n = cols.saturating_sub(at).min(8) as i32;
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
-    };
-    {
-        let full = c16 + 16 <= cols;
-        let second = cols > c16 + 8;
-        let (m0, m1) = (lanes(c16), lanes(c16 + 8));
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        for l in 0..kc {
-            // SAFETY: the caller guarantees `a` holds kc·MR floats and `b` (kc-1)·ldb + the tile's columns; masked
-            // lanes are not read, and the second half is not touched when it holds no column.
-            unsafe {
-                let bp = b.add(l * ldb + c16);
-                let (b0, b1) = if full {
-                    (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(8)))
-                } else if second {
-                    (_mm256_maskload_ps(bp, m0), _mm256_maskload_ps(bp.add(8), m1))
-                } else {
-                    (_mm256_maskload_ps(bp, m0), _mm256_setzero_ps())
-                };
-                let ap = a.add(l * MR + row0);
-                for (i, row) in acc.iter_mut().enumerate() {
-                    let ai = _mm256_broadcast_ss(&*ap.add(i));
-                    row[0] = _mm256_fmadd_ps(ai, b0, row[0]);
-                    row[1] = _mm256_fmadd_ps(ai, b1, row[1]);
-                }
-            }
-        }
-        for (i, row) in acc.iter().enumerate() {
-            // SAFETY: row `row0 + i` of the tile spans the tile's columns of c[(row0+i)·ldc ..], masked as above,
-            // and a bias pointer has the tile's rows after it (`sgemm_packed` checked the bias).
-            unsafe {
-                let p = c.add((row0 + i) * ldc + c16);
-                let (mut v0, mut v1) = (row[0], row[1]);
-                if accumulate {
-                    v0 = _mm256_add_ps(if full { _mm256_loadu_ps(p) } else { _mm256_maskload_ps(p, m0) }, v0);
-                    if second {
-                        let old = if full { _mm256_loadu_ps(p.add(8)) } else { _mm256_maskload_ps(p.add(8), m1) };
-                        v1 = _mm256_add_ps(old, v1);
-                    }
-                }
-                if let Some(bias) = epi.bias {
-                    let bi = _mm256_set1_ps(*bias.add(row0 + i));
-                    v0 = _mm256_add_ps(v0, bi);
-                    v1 = _mm256_add_ps(v1, bi);
-                }
-                if epi.relu {
-                    // max(0, v) returns its second operand when either is NaN, so NaN passes through.
-                    v0 = _mm256_max_ps(_mm256_setzero_ps(), v0);
-                    v1 = _mm256_max_ps(_mm256_setzero_ps(), v1);
-                }
-                if full {
-                    _mm256_storeu_ps(p, v0);
-                    _mm256_storeu_ps(p.add(8), v1);
-                } else {
-                    _mm256_maskstore_ps(p, m0, v0);
-                    if second {
-                        _mm256_maskstore_ps(p.add(8), m1, v1);
-                    }
-                }
-            }
-        }
+        dispatch!(1 2 3 4 5 6 7 8 9 10 11 12)
     }
 }
 
@@ -667,38 +548,6 @@ mod tests {
         super::super::gemm::gemm_strided(m, n, k, &mut c, n, false, 0.0, &a, k, 1, &b, n, 1, 1.0, 2);
         for (i, (&got, &w)) in c.iter().zip(&naive(m, n, k, &a, &b, false)).enumerate() {
             assert!((got - w).abs() <= 1e-4 * w.abs().max(1.0), "two threads [{i}]: {got} vs {w}");
-        }
-    }
-
-    /// Packed weights through `gemm_packed`, on the tiles this CPU runs (AVX-512F, or AVX2 sub-tiles): partial
-    /// panels and tiles, B read in place and packed, K over two blocks, bias and ReLU, and the destination read.
-    #[test]
-    fn packed_products_match_a_naive_product() {
-        if !super::packed_available() {
-            return;
-        }
-        for &(m, n, k) in &[(12, 32, 16), (13, 5, 7), (30, 17, 300), (25, 70, 33), (7 * 12, 45, 257)] {
-            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
-            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
-            let bias: Vec<f32> = (0..m).map(|i| i as f32 / 10.0 - 1.0).collect();
-            let packed = super::super::gemm::pack_lhs(m, k, &a, (k, 1), false).expect("packs");
-            let want = naive(m, n, k, &a, &b, false);
-            for (ts, read, relu) in [(false, false, false), (true, false, true), (false, true, false)] {
-                let bt: Vec<f32> = (0..k * n).map(|e| b[(e % k) * n + e / k]).collect();
-                let (bv, bs) = if ts { (&bt, (1, k)) } else { (&b, (n, 1)) };
-                let mut c = vec![0.5f32; m * (n + 1)];
-                let epilogue = super::Epilogue { bias: (!read).then_some(&bias[..]), relu };
-                super::super::gemm::gemm_packed(&packed, n, &mut c, n + 1, read, bv, bs.0, bs.1, 1, epilogue);
-                for i in 0..m {
-                    for j in 0..n {
-                        let w = want[i * n + j] + if read { 0.5 } else { bias[i] };
-                        let w = if relu { w.max(0.0) } else { w };
-                        let got = c[i * (n + 1) + j];
-                        assert!((got - w).abs() <= 1e-4 * w.abs().max(1.0), "{m}x{n}x{k} [{i}, {j}]: {got} vs {w}");
-                    }
-                    assert_eq!(c[i * (n + 1) + n], 0.5, "{m}x{n}x{k}: the column past the product is not written");
-                }
-            }
         }
     }
 }

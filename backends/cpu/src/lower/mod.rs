@@ -83,7 +83,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         if let (true, Op::Conv(c), Some(w)) = (shape.packed_weights, &node.op, node.inputs.get(1).copied().flatten()) {
             packed_bytes += crate::kernels::conv::PackedWeights::bytes_for(&graph.ty(w).shape, c.group);
         }
-        if chain.is_none() && crate::kernels::sgemm512::packed_available() {
+        if chain.is_none() && crate::kernels::sgemm512::available() {
             let out = out_shape(graph, &node.outputs, 0);
             if let Some(plan) = nn::few_rows_plan(graph, &node.op, &node.inputs, &out) {
                 packed_bytes += nn::few_rows_bytes(&plan);

@@ -565,7 +565,7 @@ mod tests {
         for (g, w) in got.outputs[0].to_vec::<f32>().unwrap().iter().zip(&want) {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
         }
-        if crate::kernels::sgemm512::packed_available() {
+        if crate::kernels::sgemm512::available() {
             assert!(program.const_bytes() > k * n * 4, "the packed weights are counted with the constants");
         }
     }
