@@ -11,11 +11,11 @@
 //! 3. The row is activated a gate at a time and updates `c` and `h` in the ONNX equations (gate order
 //!    `i, o, f, c`; peepholes `i, o, f`; `clip` on every pre-activation; `input_forget`).
 //! 4. With `sequence_lens`, a batch element past its length keeps its state and writes zeros to `Y`; a reverse
-//!    direction starts each element at its own last step, as onnxruntime does.
+//!    direction runs each element's sequence backwards from its own last step.
 //!
 //! Steps 2 and 3 are one function compiled three times: for AVX-512F, for AVX2 with FMA, and portable; the
-//! first the CPU runs is taken once per call ([`step`]). Everything is f32 (the import keeps the layer whole for
-//! f32 only).
+//! widest the CPU runs is picked at each step ([`step`], a cached test). Everything is f32 (the import keeps the
+//! layer whole for f32 only).
 
 use stowage_kir::recurrent::Activation;
 
