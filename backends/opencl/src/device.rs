@@ -174,6 +174,35 @@ pub fn parse_target(spec: &str) -> Result<(usize, bool)> {
 
 static NEXT_TARGET: AtomicUsize = AtomicUsize::new(0);
 
+/// The context of device `index` that every target [`Target::open`] opens on it shares, made at the first open and
+/// kept for the life of the process; each target holds a reference of its own, released when it is dropped.
+///
+/// A context is where an OpenCL implementation keeps what it loaded to compile: PoCL loads and links its kernel
+/// library (built-in functions, about 0.4 s on this project's machines) once per context, so a context per target
+/// paid that at every session, which was most of a small model's compile time and most of the node suite's time
+/// on PoCL. Targets on one context still have their own queues, buffers, arenas and programs.
+fn process_context(index: usize, device: &Device) -> Result<Context> {
+    static CONTEXTS: Mutex<Vec<(usize, Context)>> = Mutex::new(Vec::new());
+    let mut contexts = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    let raw = match contexts.iter().find(|(i, _)| *i == index) {
+        Some((_, c)) => c.get(),
+        None => {
+            let made = Context::from_device(device).map_err(call_err(&format!("opencl:{index}"), "clCreateContext"))?;
+            let raw = made.get();
+            contexts.push((index, made));
+            raw
+        }
+    };
+    // SAFETY: `raw` is a context the process keeps alive in `CONTEXTS`; the reference taken here is the one the
+    // returned `Context` releases when its target is dropped.
+    unsafe { opencl3::context::context::retain_context(raw) }.map_err(|e| ClError::Call {
+        space: format!("opencl:{index}"),
+        call: "clRetainContext",
+        code: code_name(e),
+    })?;
+    Ok(Context::new(raw, &[device.id()]))
+}
+
 /// An opened OpenCL target: one device, its context and in-order queue. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Target {
@@ -238,7 +267,7 @@ impl Target {
             reason: format!("there are {count} OpenCL devices (opencl:0 to opencl:{})", count - 1),
         })?;
         let mode = if info.unified && !force_discrete { Mode::Unified } else { Mode::Discrete };
-        let context = Context::from_device(&device).map_err(call_err(&format!("opencl:{index}"), "clCreateContext"))?;
+        let context = process_context(index, &device)?;
         Target::assemble(device, info, mode, context)
     }
 
