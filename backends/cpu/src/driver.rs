@@ -17,6 +17,25 @@ use crate::jit::Precompiled;
 use crate::program::ArenaUse;
 use crate::{CpuTarget, LowerOptions, Program};
 
+/// Which of the kernels' paths this CPU takes, for `stowage targets`. They are chosen at run time from the
+/// instruction sets the CPU reports, so one binary runs different code on two machines and times measured on one do
+/// not carry over: this says which.
+fn kernel_paths() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::kernels::sgemm512::available() {
+            return "AVX-512F: packed products, convolutions read in place, depthwise, MaxPool rows, softmax, LSTM \
+                    and elementwise tiles";
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            return "AVX2+FMA: products on the gemm crate over im2col (no AVX-512F: packed products, convolutions \
+                    read in place, MaxPool rows and softmax take their portable paths); depthwise, LSTM and \
+                    elementwise tiles in AVX2";
+        }
+    }
+    "no AVX2: products on the gemm crate over im2col, the other kernels portable"
+}
+
 /// The `cpu` target kind: host memory, this process's threads.
 pub static KIND: CpuKind = CpuKind;
 
@@ -40,9 +59,10 @@ impl TargetKind for CpuKind {
     fn list(&self) -> Vec<String> {
         let d = crate::HostBuffer::DESCRIPTOR;
         vec![format!(
-            "cpu       host memory, {}-byte aligned, rows padded to {} bytes; Cranelift-generated fused kernels, \
-             AVX-512 products",
-            d.alignment, d.row_pitch_alignment
+            "cpu       host memory, {}-byte aligned, rows padded to {} bytes; Cranelift-generated fused kernels; {}",
+            d.alignment,
+            d.row_pitch_alignment,
+            kernel_paths()
         )]
     }
 
@@ -250,4 +270,25 @@ fn linked_items(kernels: &[(String, u64, String)]) -> String {
          /// compiled from.\n\
          static LINKED: &[::stowage_cpu::jit::Precompiled] = &[{table}];\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `stowage targets` names the paths of the instruction set this CPU reports, and only those.
+    #[test]
+    fn the_listing_names_the_paths_this_cpu_takes() {
+        let line = KIND.list().concat();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+            let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+            assert_eq!(line.contains("AVX-512F: packed products"), avx512, "{line}");
+            assert_eq!(line.contains("AVX2+FMA: products on the gemm crate"), avx2 && !avx512, "{line}");
+            assert_eq!(line.contains("no AVX2"), !avx2 && !avx512, "{line}");
+        }
+        let aligned = format!("{}-byte aligned", crate::HostBuffer::DESCRIPTOR.alignment);
+        assert!(line.starts_with("cpu ") && line.contains(&aligned), "{line}");
+    }
 }

@@ -16,6 +16,16 @@ fn the_text_plan_of_the_mlp_on_cpu_is_stable() {
     insta::assert_snapshot!(plan(&[&mlp(), "--target", "cpu"]));
 }
 
+/// A node OpenCL has no kernel for goes to the CPU, and the plan says why in words about the op: an LSTM the CPU
+/// runs whole (here one whose first output is unused) is not "a node without its first output" to OpenCL.
+#[test]
+fn a_node_placed_on_the_cpu_says_why_opencl_refused_it() {
+    let out = plan(&[&model(&case("test_lstm_defaults")), "--target", "opencl,cpu"]);
+    let line = out.lines().find(|l| l.trim_start().starts_with("LSTM_0 ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("cpu: the first target with a kernel for it"), "{line}");
+    assert!(line.contains("opencl: no kernel (LSTM runs whole on the CPU only"), "{line}");
+}
+
 #[test]
 fn json_lists_placements_copies_and_peaks() {
     let out = plan(&[&mlp(), "--target", "opencl:discrete", "--format", "json"]);

@@ -385,6 +385,11 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
     };
     let unsupported =
         |reason: &str| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason: reason.into() };
+    if matches!(node.op, Op::Lstm(_)) {
+        // Kept whole only where a target list holds a kind that runs it whole (the CPU); the OpenCL kernels take
+        // the unrolled form, which `--target opencl` alone imports.
+        return Err(unsupported("LSTM runs whole on the CPU only; without the CPU in the list it is unrolled"));
+    }
     let out_value = out_value.ok_or_else(|| unsupported("a node without its first output"))?;
     let cx = NodeCx {
         graph,
