@@ -13,6 +13,7 @@ pub use driver::KIND;
 pub mod layouts;
 #[cfg(feature = "compile")]
 pub use layouts::CpuTarget;
+mod inline;
 #[cfg(feature = "compile")]
 pub mod lower;
 pub mod program;

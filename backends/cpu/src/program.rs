@@ -101,6 +101,8 @@ pub struct Program {
     pub(crate) pool: std::sync::OnceLock<rayon::ThreadPool>,
     /// The spinners that keep the pool's workers awake during runs (`crate::warm`).
     pub(crate) warm: crate::warm::Warm,
+    /// Whether runs on several threads take the pool or stay on the caller's thread (`crate::inline`).
+    pub(crate) way: crate::inline::Choice,
 }
 
 impl Program {
@@ -142,9 +144,25 @@ impl Program {
 
     /// [`Program::run`], timing every step when `profile` is true.
     pub fn run_profiled(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
+        use crate::inline::Way;
+        // `crate::inline`, rule 1.
         if self.threads <= 1 {
-            return self.run_here(inputs, profile);
+            return self.run_here(inputs, profile, 1);
         }
+        let (way, trial) = self.way.next();
+        let start = Instant::now();
+        let ran = match way {
+            Way::Caller => self.run_here(inputs, profile, 1),
+            Way::Pool => self.run_in_pool(inputs, profile),
+        };
+        if trial && ran.is_ok() {
+            self.way.record(way, start.elapsed());
+        }
+        ran
+    }
+
+    /// A run in the program's pool (made on the first), its kernels on all the program's threads.
+    fn run_in_pool(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
         let pool = match self.pool.get() {
             Some(pool) => pool,
             None => {
@@ -156,10 +174,11 @@ impl Program {
             }
         };
         self.warm.keep(pool, self.threads);
-        pool.install(|| self.run_here(inputs, profile))
+        pool.install(|| self.run_here(inputs, profile, self.threads))
     }
 
-    fn run_here(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
+    /// A run on the current thread, its kernels on `threads`.
+    fn run_here(&self, inputs: Vec<Tensor<'static>>, profile: bool, threads: usize) -> Result<RunOutput> {
         let _running = crate::warm::Busy::mark();
         if inputs.len() != self.inputs.len() {
             let names: Vec<&str> = self.inputs.iter().map(|b| b.name.as_str()).collect();
@@ -184,7 +203,7 @@ impl Program {
             }
             values[b.slot] = Some(t);
         }
-        let ctx = Ctx { threads: self.threads.max(1) };
+        let ctx = Ctx { threads: threads.max(1) };
         let lease = self.memory.as_ref().and_then(|m| m.arena.lease());
         // Bytes of intermediates held outside the arena (alive now, at most), and the arena's high-water mark.
         let (mut live, mut peak, mut high) = (0usize, 0usize, 0usize);

@@ -189,6 +189,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         profile: false,
         pool: Default::default(),
         warm: Default::default(),
+        way: Default::default(),
     })
 }
 

@@ -1,0 +1,202 @@
+//! Runs kept on the caller's thread where the pool does not pay for itself.
+//!
+//! A program allowed several threads runs its steps inside its rayon pool, and its kernels split their work between
+//! the workers. On a small model that costs more than it gains: the run is handed to a worker and back, and each
+//! split step pays a join for halves of a few microseconds. Measured on this project's 2-core machines (bench of
+//! 2026-12-03, `docs/performance.md`), two threads were slower than one on every model under about a millisecond:
+//! openWakeWord's hey_jarvis 0.05 against 0.03 ms, its melspectrogram 0.27 against 0.24, PaddleOCR's direction
+//! classifier 1.29 against 0.82, the suite's transformer block 0.08 against 0.05. The thresholds inside kernels
+//! cannot see this (each step is small, but whether the run gains depends on all of them), so a program measures
+//! both ways on its own runs and keeps the faster. The rules:
+//!
+//! 1. **One thread never takes the pool.** A program on one thread runs every step on the caller's thread
+//!    (`Program::run_profiled`), as before.
+//! 2. **Trials first, the pool first among them.** A program on several threads takes its first [`TRIALS`] runs
+//!    alternately in the pool and on the caller's thread with one thread, starting with the pool, so that a
+//!    program run once behaves as it did before this module. Each trial's whole run is timed ([`Choice::next`],
+//!    [`Choice::record`]); a run that fails is not recorded.
+//! 3. **Then the faster, for good.** After the trials every run takes the way whose fastest trial was faster (the
+//!    pool unless the caller's thread was strictly faster, and the pool when a way has no recorded trial), decided
+//!    once and kept for the program's life. Fastest, not median: a trial is only ever slowed by the machine.
+//! 4. **The same bytes either way.** Kernels split their work by bands of the output, never one sum across
+//!    threads, so a run computes the same outputs on one thread as on several: the choice changes only the time.
+//! 5. **Concurrent runs.** Runs of one program at once each take their own trial number (an atomic count), so no
+//!    trial is taken twice; the record and the decision are behind a lock and decided once.
+//!
+//! Tests: `the_first_runs_alternate_then_the_faster_is_kept` (rules 2 and 3) and
+//! `concurrent_runs_take_each_trial_once` (rule 5) here, and
+//! `runs_give_the_same_bytes_in_the_pool_and_on_the_callers_thread` in `lower/tests.rs` (rule 4, with rule 1's
+//! one-thread program as the reference).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Trial runs before a program on several threads settles (rule 2): three each way.
+pub(crate) const TRIALS: usize = 6;
+
+/// Where a run's steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Way {
+    /// In the program's pool, its kernels on all its threads.
+    Pool,
+    /// On the caller's thread, its kernels on one thread.
+    Caller,
+}
+
+/// One program's trials and, once made, its choice.
+#[derive(Debug, Default)]
+pub(crate) struct Choice {
+    /// Runs that asked for a way before the choice was made.
+    asked: AtomicUsize,
+    /// The fastest recorded trial of the pool and of the caller's thread.
+    fastest: Mutex<[Option<Duration>; 2]>,
+    decided: OnceLock<Way>,
+}
+
+impl Choice {
+    /// The way the next run takes, and whether it is a trial whose time is to be recorded (rules 2, 3 and 5).
+    pub(crate) fn next(&self) -> (Way, bool) {
+        if let Some(way) = self.decided.get() {
+            return (*way, false);
+        }
+        let n = self.asked.fetch_add(1, Ordering::Relaxed);
+        if n >= TRIALS {
+            return (self.decide(), false);
+        }
+        (if n.is_multiple_of(2) { Way::Pool } else { Way::Caller }, true)
+    }
+
+    /// Records a trial of `way` that took `took` (rule 2).
+    pub(crate) fn record(&self, way: Way, took: Duration) {
+        let mut fastest = self.fastest.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = &mut fastest[way as usize];
+        *slot = Some(slot.map_or(took, |f| f.min(took)));
+    }
+
+    /// Rule 3: the way kept from now on.
+    fn decide(&self) -> Way {
+        *self.decided.get_or_init(|| {
+            let fastest = self.fastest.lock().unwrap_or_else(|p| p.into_inner());
+            match (fastest[Way::Pool as usize], fastest[Way::Caller as usize]) {
+                (Some(pool), Some(caller)) if caller < pool => Way::Caller,
+                _ => Way::Pool,
+            }
+        })
+    }
+
+    /// The way kept, once decided.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> Option<Way> {
+        self.decided.get().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Choice, Way, TRIALS};
+    use std::time::Duration;
+
+    fn settle(pool_ms: u64, caller_ms: u64) -> Choice {
+        let choice = Choice::default();
+        for n in 0..TRIALS {
+            let (way, trial) = choice.next();
+            assert!(trial, "run {n} is a trial");
+            assert_eq!(way, if n.is_multiple_of(2) { Way::Pool } else { Way::Caller }, "run {n}");
+            // The first trial of each way is slowed (a cold cache): the fastest counts, not the first.
+            let ms = if way == Way::Pool { pool_ms } else { caller_ms } + if n < 2 { 50 } else { 0 };
+            choice.record(way, Duration::from_millis(ms));
+        }
+        choice
+    }
+
+    #[test]
+    fn the_first_runs_alternate_then_the_faster_is_kept() {
+        let caller_faster = settle(9, 4);
+        assert_eq!(caller_faster.next(), (Way::Caller, false));
+        assert_eq!(caller_faster.kept(), Some(Way::Caller));
+        // Later times change nothing.
+        caller_faster.record(Way::Caller, Duration::from_secs(1));
+        assert_eq!(caller_faster.next(), (Way::Caller, false));
+        let pool_faster = settle(4, 9);
+        assert_eq!(pool_faster.next(), (Way::Pool, false));
+        // A tie keeps the pool.
+        assert_eq!(settle(5, 5).next(), (Way::Pool, false));
+        // Trials that all failed (none recorded) keep the pool.
+        let failed = Choice::default();
+        for _ in 0..TRIALS {
+            failed.next();
+        }
+        assert_eq!(failed.next(), (Way::Pool, false));
+    }
+
+    #[test]
+    fn concurrent_runs_take_each_trial_once() {
+        let choice = Choice::default();
+        let trials: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4).map(|_| s.spawn(|| (0..TRIALS).filter(|_| choice.next().1).count())).collect();
+            handles.into_iter().map(|h| h.join().expect("joins")).sum()
+        });
+        assert_eq!(trials, TRIALS);
+        assert_eq!(choice.kept(), Some(Way::Pool), "no trial recorded: the pool");
+    }
+}
+
+/// Rule 4 on a lowered program: a product against packed weights, a fused chain and a softmax, each large enough to
+/// split over two threads.
+#[cfg(all(test, feature = "compile"))]
+mod same_bytes {
+    use stowage_compiler::ir::{Binary, Graph, Op, SoftmaxKind, Unary, ValueType};
+    use stowage_runtime::{DatumType, Tensor};
+
+    fn model() -> Graph {
+        let (m, k, n) = (192, 160, 256);
+        let ty = |s: Vec<usize>| ValueType::new(DatumType::F32, s);
+        let mut g = Graph::new("same_bytes");
+        let x = g.add_input("x", ty(vec![m, k]));
+        let wv: Vec<f32> = (0..k * n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 97.0).collect();
+        let w = g.add_const("w", Tensor::from_slice(&[k, n], &wv).expect("weights"));
+        let bv: Vec<f32> = (0..n).map(|i| (i % 13) as f32 / 7.0).collect();
+        let b = g.add_const("b", Tensor::from_slice(&[n], &bv).expect("bias"));
+        let mut last = x;
+        let node = |g: &mut Graph, name: &str, op: Op, ins: Vec<_>| {
+            let n =
+                g.add_node(name, op, ins.into_iter().map(Some).collect(), vec![Some((name.into(), ty(vec![m, n])))]);
+            g.node(n).outputs[0].expect("an output")
+        };
+        last = node(&mut g, "mm", Op::MatMul, vec![last, w]);
+        last = node(&mut g, "add", Op::Binary(Binary::Add), vec![last, b]);
+        last = node(&mut g, "relu", Op::Unary(Unary::Relu), vec![last]);
+        last = node(&mut g, "softmax", Op::Softmax { kind: SoftmaxKind::Softmax, axis: 1, flatten: false }, vec![last]);
+        g.add_output("y", last);
+        g
+    }
+
+    #[test]
+    fn runs_give_the_same_bytes_in_the_pool_and_on_the_callers_thread() {
+        let g = model();
+        let input = || {
+            let xv: Vec<f32> = (0..192 * 160).map(|i| ((i * 53 % 89) as f32 - 44.0) / 31.0).collect();
+            vec![Tensor::from_slice(&[192, 160], &xv).expect("input")]
+        };
+        let one = crate::lower(&g, 1).expect("lowers");
+        let want: Vec<u32> = one.run(input()).expect("runs").outputs[0]
+            .to_vec::<f32>()
+            .expect("f32")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let two = crate::lower(&g, 2).expect("lowers");
+        // Every trial of both ways, then runs the choice.
+        for run in 0..super::TRIALS + 2 {
+            let got: Vec<u32> = two.run(input()).expect("runs").outputs[0]
+                .to_vec::<f32>()
+                .expect("f32")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            assert!(got == want, "run {run} on two threads differs from one thread's");
+        }
+        assert!(two.way.kept().is_some(), "decided after the trials");
+    }
+}
