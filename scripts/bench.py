@@ -9,7 +9,9 @@ runs) and then onnxruntime (K runs in-process), so both see the same machine sta
 median over rounds. Needs the release binary (cargo build --release) and the model suite (scripts/test writes it).
 
     PY=$(scripts/onnx/env -q)
-    "$PY" scripts/bench.py [--rounds N] [--repeat K] [--threads 1,2] [--markdown FILE] [MODEL ...]
+    "$PY" scripts/bench.py [--rounds N] [--repeat K] [--threads 1,2] [--markdown FILE] [--stowage BIN] [MODEL ...]
+
+`--stowage BIN` times another build of stowage (an earlier commit's, to compare) instead of target/release/stowage.
 """
 
 import argparse
@@ -91,8 +93,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
     ap.add_argument("--markdown")
+    ap.add_argument("--stowage", type=Path, help="the stowage binary to time (default: target/release/stowage)")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
+    global STOWAGE
+    STOWAGE = a.stowage.resolve() if a.stowage else STOWAGE
     if not STOWAGE.exists():
         sys.exit(f"{STOWAGE} is missing: cargo build --release")
     models = a.models or DEFAULT + real_models()

@@ -15,9 +15,10 @@
 //!    alternately in the pool and on the caller's thread with one thread, starting with the pool, so that a
 //!    program run once behaves as it did before this module. Each trial's whole run is timed ([`Choice::next`],
 //!    [`Choice::record`]); a run that fails is not recorded.
-//! 3. **Then the faster, for good.** After the trials every run takes the way whose fastest trial was faster (the
-//!    pool unless the caller's thread was strictly faster, and the pool when a way has no recorded trial), decided
-//!    once and kept for the program's life. Fastest, not median: a trial is only ever slowed by the machine.
+//! 3. **Then the faster, for good.** After the trials every run takes the way whose fastest trial was faster,
+//!    decided once and kept for the program's life: the caller's thread only when its fastest trial beat the
+//!    pool's by [`MARGIN`], else the pool (also when a way has no recorded trial). Fastest, not median: a trial is
+//!    only ever slowed by the machine.
 //! 4. **The same bytes either way.** Kernels split their work by bands of the output, never one sum across
 //!    threads, so a run computes the same outputs on one thread as on several: the choice changes only the time.
 //! 5. **Concurrent runs.** Runs of one program at once each take their own trial number (an atomic count), so no
@@ -34,6 +35,11 @@ use std::time::Duration;
 
 /// Trial runs before a program on several threads settles (rule 2): three each way.
 pub(crate) const TRIALS: usize = 6;
+
+/// How much faster the caller's thread's fastest trial must be than the pool's to be kept (rule 3): a wrong
+/// choice of the caller's thread costs a large model the second core (magika 5.2 → 7.0 ms), a wrong choice of the
+/// pool a small one a few microseconds, so noise between trials must not tip it.
+pub(crate) const MARGIN: f64 = 0.10;
 
 /// Where a run's steps run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +85,7 @@ impl Choice {
         *self.decided.get_or_init(|| {
             let fastest = self.fastest.lock().unwrap_or_else(|p| p.into_inner());
             match (fastest[Way::Pool as usize], fastest[Way::Caller as usize]) {
-                (Some(pool), Some(caller)) if caller < pool => Way::Caller,
+                (Some(pool), Some(caller)) if caller.mul_f64(1.0 + MARGIN) < pool => Way::Caller,
                 _ => Way::Pool,
             }
         })
@@ -120,8 +126,9 @@ mod tests {
         assert_eq!(caller_faster.next(), (Way::Caller, false));
         let pool_faster = settle(4, 9);
         assert_eq!(pool_faster.next(), (Way::Pool, false));
-        // A tie keeps the pool.
+        // A tie, or the caller's thread faster by less than the margin, keeps the pool.
         assert_eq!(settle(5, 5).next(), (Way::Pool, false));
+        assert_eq!(settle(105, 100).next(), (Way::Pool, false));
         // Trials that all failed (none recorded) keep the pool.
         let failed = Choice::default();
         for _ in 0..TRIALS {
