@@ -186,22 +186,16 @@ mod same_bytes {
             let xv: Vec<f32> = (0..192 * 160).map(|i| ((i * 53 % 89) as f32 - 44.0) / 31.0).collect();
             vec![Tensor::from_slice(&[192, 160], &xv).expect("input")]
         };
-        let one = crate::lower(&g, 1).expect("lowers");
-        let want: Vec<u32> = one.run(input()).expect("runs").outputs[0]
-            .to_vec::<f32>()
-            .expect("f32")
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
+        // The output's bits, from a run of `program`.
+        let bits = |program: &crate::Program| -> Vec<u32> {
+            let out = program.run(input()).expect("runs");
+            out.outputs[0].to_vec::<f32>().expect("f32").iter().map(|v| v.to_bits()).collect()
+        };
+        let want = bits(&crate::lower(&g, 1).expect("lowers"));
         let two = crate::lower(&g, 2).expect("lowers");
         // Every trial of both ways, then runs the choice.
         for run in 0..super::TRIALS + 2 {
-            let got: Vec<u32> = two.run(input()).expect("runs").outputs[0]
-                .to_vec::<f32>()
-                .expect("f32")
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
+            let got = bits(&two);
             assert!(got == want, "run {run} on two threads differs from one thread's");
         }
         assert!(two.way.kept().is_some(), "decided after the trials");
