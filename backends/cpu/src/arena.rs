@@ -9,8 +9,14 @@
 //! 2. **A kernel's output lands at its offset.** Before each step the executor offers the step's planned regions,
 //!    one per output in order ([`offer`]); the k-th packed buffer the kernel allocates through
 //!    [`crate::HostBuffer::zeroed`] (what [`crate::storage::output`] and the `tensor_from_*` helpers call) is the
-//!    k-th region, zeroed, when its size is the value's. Tests: `outputs_land_at_their_planned_offsets`,
-//!    `a_region_is_zeroed_when_it_is_taken_again`.
+//!    k-th region, zeroed, when its size is the value's. A kernel that writes every element of its output asks
+//!    for it through [`crate::HostBuffer::for_overwrite`] ([`crate::storage::output_for_overwrite`]) and gets the
+//!    region as it is: zeroing it was a pass over the output on the running thread before the kernel's own, and,
+//!    on two threads, it left the output in that thread's cache for the other to take back. Its bytes are then
+//!    those of earlier values (initialised: the arena is allocated zeroed and only ever written), or in debug
+//!    builds (the tests) all 0xFF, a NaN in every float type, so that a kernel which misses an element fails
+//!    its test. Tests: `outputs_land_at_their_planned_offsets`, `a_region_is_zeroed_when_it_is_taken_again`,
+//!    `a_region_for_overwrite_is_not_zeroed`.
 //! 3. **Nothing lands where the plan did not put it.** After the step, each output's memory is checked against its
 //!    planned place ([`ArenaSlice::offset`] through [`crate::HostBuffer::arena_offset`]); a value that ended
 //!    elsewhere in the arena (a kernel that allocated a temporary first) is moved to memory of its own, and one
@@ -82,14 +88,22 @@ impl HostArena {
             .then(|| Lease(Arc::clone(self)))
     }
 
-    /// The region `[offset, offset + len)`, zeroed, as bytes a buffer can own; `None` if it is not inside.
-    fn slice(self: &Arc<Self>, offset: usize, len: usize) -> Option<ArenaSlice> {
+    /// The region `[offset, offset + len)` as bytes a buffer can own, zeroed unless `overwrite` (rule 2); `None`
+    /// if it is not inside.
+    fn slice(self: &Arc<Self>, offset: usize, len: usize, overwrite: bool) -> Option<ArenaSlice> {
         if offset.checked_add(len)? > self.len {
             return None;
         }
-        // SAFETY: the region is inside the allocation (checked above) and, by rule 2, owned by the one value
-        // being made now, so nothing reads it while it is zeroed.
-        unsafe { self.base.as_ptr().add(offset).write_bytes(0, len) };
+        let fill = match overwrite {
+            false => Some(0),
+            true if cfg!(debug_assertions) => Some(0xFF),
+            true => None,
+        };
+        if let Some(byte) = fill {
+            // SAFETY: the region is inside the allocation (checked above) and, by rule 2, owned by the one value
+            // being made now, so nothing reads it while it is filled.
+            unsafe { self.base.as_ptr().add(offset).write_bytes(byte, len) };
+        }
         Some(ArenaSlice { arena: Arc::clone(self), offset, len })
     }
 }
@@ -187,15 +201,15 @@ impl Drop for OfferGuard {
     }
 }
 
-/// The next offered region, when it is of `len` bytes.
-pub(crate) fn take(len: usize) -> Option<ArenaSlice> {
+/// The next offered region, when it is of `len` bytes; zeroed unless `overwrite` (rule 2).
+pub(crate) fn take(len: usize, overwrite: bool) -> Option<ArenaSlice> {
     OFFER.with(|o| {
         let mut o = o.borrow_mut();
         let offer = o.as_mut()?;
         let region = offer.regions.get(offer.next).copied().flatten();
         offer.next += 1;
         match region {
-            Some((offset, bytes)) if bytes == len => offer.arena.slice(offset, len),
+            Some((offset, bytes)) if bytes == len => offer.arena.slice(offset, len, overwrite),
             _ => None,
         }
     })
@@ -240,6 +254,27 @@ mod tests {
         let _offer = offer(&arena, &[Some((0, 16))]);
         let again = output(DatumType::F32, &[4]).expect("again");
         assert_eq!(again.to_vec::<f32>().expect("read"), [0.0; 4]);
+    }
+
+    #[test]
+    fn a_region_for_overwrite_is_not_zeroed() {
+        let arena = HostArena::new(256).expect("arena");
+        let mut t = {
+            let _offer = offer(&arena, &[Some((0, 16))]);
+            output(DatumType::F32, &[4]).expect("t")
+        };
+        t.as_slice_mut::<f32>().expect("write").copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+        drop(t);
+        let _offer = offer(&arena, &[Some((0, 16))]);
+        let again = crate::storage::output_for_overwrite(DatumType::F32, &[4]).expect("again");
+        assert_eq!(offset_of(&again, &arena), Some(0), "in place");
+        let got = again.to_vec::<f32>().expect("read");
+        // Poisoned (NaN) with debug assertions, as the tests build; else the earlier value's bytes. Never zeroed.
+        if cfg!(debug_assertions) {
+            assert!(got.iter().all(|v| v.is_nan()), "{got:?}");
+        } else {
+            assert_eq!(got, [1.0, 2.0, 3.0, 4.0]);
+        }
     }
 
     #[test]

@@ -79,8 +79,19 @@ impl HostBuffer {
     /// Zeroed packed row-major storage for a `dt` tensor of `shape`: the region the running step was offered for
     /// it in the arena, or bytes of its own.
     pub fn zeroed(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
+        HostBuffer::made(dt, shape, false)
+    }
+
+    /// As [`HostBuffer::zeroed`], for a caller that writes every element before anything reads one: an offered
+    /// region of the arena is not zeroed first (`arena.rs`, rule 2), so its bytes are an earlier value's until
+    /// then (0xFF in debug builds).
+    pub fn for_overwrite(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
+        HostBuffer::made(dt, shape, true)
+    }
+
+    fn made(dt: DatumType, shape: &[usize], overwrite: bool) -> Result<HostBuffer> {
         let bytes = Layout::row_major(dt, shape)?.span_bytes(dt, shape)?;
-        let bytes = match crate::arena::take(bytes) {
+        let bytes = match crate::arena::take(bytes, overwrite) {
             Some(region) => Bytes::Arena(region),
             None => Bytes::Own(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
         };
@@ -117,6 +128,11 @@ impl HostBuffer {
 /// A zeroed packed row-major `dt` tensor of `shape` in CPU storage: what kernels write their results into.
 pub fn output(dt: DatumType, shape: &[usize]) -> Result<Tensor<'static>> {
     HostBuffer::zeroed(dt, shape)?.into_tensor()
+}
+
+/// [`output`] for a kernel that writes every element of it ([`HostBuffer::for_overwrite`]).
+pub fn output_for_overwrite(dt: DatumType, shape: &[usize]) -> Result<Tensor<'static>> {
+    HostBuffer::for_overwrite(dt, shape)?.into_tensor()
 }
 
 /// A packed row-major tensor in CPU storage holding `data`.

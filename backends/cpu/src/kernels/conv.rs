@@ -20,7 +20,8 @@ use super::depthwise::{depthwise, Plane};
 const DIRECT_OUTPUTS: usize = 8;
 /// See [`DIRECT_OUTPUTS`].
 const DIRECT_TAPS: usize = 9;
-use super::gemm::{gemm_packed, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
+use super::cols::Cols;
+use super::gemm::{gemm_packed, gemm_packed_cols, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
 use super::shifted;
 
 /// `max(0, v)` over `y`, NaN kept (a select, so that the loop vectorises).
@@ -437,8 +438,44 @@ pub fn conv_packed<T: Float>(
             shifted::conv2d(x_g, cg, g2, &pw.groups[gi], bias, relu, y_blk, threads);
             return;
         }
-        if threads <= 1 || p_out < SPLIT_MIN_COLUMNS * threads {
+        // A pointwise product with packed weights splits itself (rows or columns, `gemm::column_bands`).
+        if threads <= 1 || p_out < SPLIT_MIN_COLUMNS * threads || (packed.is_some() && pointwise) {
             columns(gi, x_g, (0, p_out), y_blk, p_out, threads);
+            return;
+        }
+        if let Some(pw) = packed {
+            // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are the
+            // same slices retyped.
+            let (x_g, y_blk, bias) = unsafe {
+                (
+                    &*(x_g as *const [T] as *const [f32]),
+                    &mut *(y_blk as *mut [T] as *mut [f32]),
+                    bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
+                )
+            };
+            // Each thread unfolds its own output positions and writes their product in place (`cols.rs`).
+            let per = p_out.div_ceil(threads).next_multiple_of(32);
+            let bands = Cols::whole(y_blk, mg, p_out, p_out).split(per);
+            bands.into_par_iter().for_each(|mut band| {
+                let (c0, width) = (band.first_column(), band.width());
+                let tile = (COL_TILE_ELEMS / kdim).clamp(1, width);
+                let mut cols = vec![0f32; kdim * tile];
+                let mut kidx = vec![0usize; s];
+                for p0 in (0..width).step_by(tile) {
+                    let w = tile.min(width - p0);
+                    let cols = &mut cols[..kdim * w];
+                    for (r, row) in cols.chunks_mut(w).enumerate() {
+                        let (ci, mut kr) = (r / kk, r % kk);
+                        for d in (0..s).rev() {
+                            kidx[d] = kr % geo.kernel[d];
+                            kr /= geo.kernel[d];
+                        }
+                        geo.im2col_row(&x_g[ci * p_in..][..p_in], &kidx, c0 + p0, c0 + p0 + w, row);
+                    }
+                    let epilogue = Epilogue { bias, relu };
+                    gemm_packed_cols(&pw.groups[gi], band.narrow(p0, w), false, cols, w, 1, epilogue);
+                }
+            });
             return;
         }
         let per = p_out.div_ceil(threads).next_multiple_of(16);

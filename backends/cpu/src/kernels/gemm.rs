@@ -12,6 +12,7 @@
 use core::fmt::Debug;
 use core::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
 
+use super::cols::Cols;
 use rayon::prelude::*;
 
 pub use super::sgemm512::{Epilogue, PackedA};
@@ -328,7 +329,14 @@ pub fn gemm_packed(
     assert!(b_extent <= b.len(), "gemm: rhs too short ({} < {b_extent})", b.len());
     let panel = super::sgemm512::PANEL_ROWS;
     let band = if threads > 1 && m >= 4 * panel * threads { m.div_ceil(threads).next_multiple_of(panel) } else { m };
-    if band >= m {
+    if let Some(per) = column_bands(m, n, threads) {
+        // Bands of whole tiles of columns, each written in place by its thread (`cols.rs`).
+        let bands = Cols::whole(dst, m, dst_rs, n).split(per);
+        bands.into_par_iter().for_each(|band| {
+            let b = &b[band.first_column() * b_cs..];
+            super::sgemm512::sgemm_packed_cols(a, 0, m, band, read_dst, b, (b_rs, b_cs), epilogue);
+        });
+    } else if band >= m {
         super::sgemm512::sgemm_packed(a, 0, m, n, dst, dst_rs, read_dst, b, (b_rs, b_cs), epilogue);
     } else {
         dst.par_chunks_mut(band * dst_rs).enumerate().for_each(|(i, rows)| {
@@ -348,6 +356,45 @@ pub fn gemm_packed(
             );
         });
     }
+}
+
+/// The columns per thread when a product of `m` packed rows and `n` columns splits its columns over `threads`:
+/// when there are at least [`SPLIT_COLUMNS`] per thread, and the rows are too few for bands of rows (four panels
+/// per thread) or the columns outnumber them. Each thread then reads its own part of the right operand (a
+/// convolution's output positions, where the thread that wrote them last left them in its cache) and all of the
+/// weights; rows split the other way round.
+pub fn column_bands(m: usize, n: usize, threads: usize) -> Option<usize> {
+    let panel = super::sgemm512::PANEL_ROWS;
+    let rows_split = m >= 4 * panel * threads;
+    (threads > 1 && n >= SPLIT_COLUMNS * threads && (!rows_split || n >= m))
+        .then(|| n.div_ceil(threads).next_multiple_of(NR_COLUMNS))
+}
+
+/// The fewest columns per thread for [`column_bands`].
+pub const SPLIT_COLUMNS: usize = 64;
+/// Columns of the packed kernel's tile: bands of columns are whole tiles.
+const NR_COLUMNS: usize = 32;
+
+/// [`gemm_packed`] on one thread into a band of columns (`cols.rs`): `dst`'s width is the product's `n`, and `b`
+/// starts at the band's first column.
+pub fn gemm_packed_cols(
+    a: &PackedA,
+    dst: Cols<'_, f32>,
+    read_dst: bool,
+    b: &[f32],
+    b_rs: usize,
+    b_cs: usize,
+    epilogue: Epilogue<'_>,
+) {
+    let (m, k, n) = (a.rows(), a.cols(), dst.width());
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(super::sgemm512::available(), "gemm: a packed operand on a CPU without AVX-512F");
+    assert!(dst.rows() == m, "gemm: {} destination rows for {m}", dst.rows());
+    let b_extent = extent(k, b_rs, n, b_cs).expect("gemm: rhs extent overflows");
+    assert!(b_extent <= b.len(), "gemm: rhs too short ({} < {b_extent})", b.len());
+    super::sgemm512::sgemm_packed_cols(a, 0, m, dst, read_dst, b, (b_rs, b_cs), epilogue);
 }
 
 /// Packs a constant f32 left operand `a[i·a_rs + l·a_cs]` (`m × k`) for [`gemm_packed`], or `None` when packing

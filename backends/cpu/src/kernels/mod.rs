@@ -3,6 +3,7 @@
 
 pub mod broadcast;
 pub mod cast;
+pub mod cols;
 pub mod conv;
 pub mod cumulative;
 pub mod depthwise;

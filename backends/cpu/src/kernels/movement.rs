@@ -3,7 +3,7 @@
 //! and write their output straight into its storage (most are one `strided::copy`). Inputs are packed row-major
 //! tensors or, where the copy walks a lattice, any view read in place.
 
-use stowage_runtime::{DatumType, Tensor};
+use stowage_runtime::{DatumType, Tensor, TensorStorage};
 
 use super::strided::{self, Side};
 use crate::error::{CpuError, Result};
@@ -72,15 +72,20 @@ pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'
     let packed: Vec<std::borrow::Cow<'_, [u8]>> = xs.iter().map(|x| packed_bytes(x)).collect::<Result<_>>()?;
     let chunks: Vec<(&[u8], usize)> =
         packed.iter().zip(xs).map(|(p, x)| (p.as_ref(), x.shape()[axis..].iter().product::<usize>() * size)).collect();
-    Ok(crate::storage::tensor_filled(first.dt(), out, |dst| {
-        let mut at = 0;
-        for o in 0..outer {
-            for (bytes, chunk) in &chunks {
-                dst[at..at + chunk].copy_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
-                at += chunk;
-            }
+    // Every byte of the output is one input's (the shapes agree along the other axes).
+    let mut buf = crate::HostBuffer::for_overwrite(first.dt(), out)?;
+    let dst = buf.host_bytes_mut()?;
+    let mut at = 0;
+    for o in 0..outer {
+        for (bytes, chunk) in &chunks {
+            dst[at..at + chunk].copy_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
+            at += chunk;
         }
-    })?)
+    }
+    if at != dst.len() {
+        return Err(CpuError::NotImplemented(format!("Concat: inputs of {at} bytes for an output of {}", dst.len())));
+    }
+    Ok(buf.into_tensor()?)
 }
 
 /// Cuts `x` along `axis` into parts of the given sizes.

@@ -11,6 +11,8 @@ use std::arch::x86_64::{
     __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
 };
 
+use super::cols::Cols;
+
 const MR: usize = 12;
 const NR: usize = 32;
 /// Columns of A (rows of B) per block: a [`PackedA`] is stored in blocks of this many columns.
@@ -83,8 +85,7 @@ pub fn sgemm(
         m,
         n,
         k,
-        dst,
-        dst_rs,
+        Cols::whole(dst, m, dst_rs, n),
         read_dst,
         dst_coef,
         Lhs::Strided { a, strides: (a_rs, a_cs), alpha },
@@ -218,7 +219,35 @@ pub fn sgemm_packed(
         // A few columns: each panel of `a` streamed once, not a 32-column tile per column.
         return super::narrow::narrow(a, row0, m, n, dst, dst_rs, read_dst, b, (b_rs, b_cs), epilogue);
     }
-    blocked(m, n, a.k, dst, dst_rs, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs), epilogue);
+    let dst = Cols::whole(dst, m, dst_rs, n);
+    blocked(m, n, a.k, dst, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs), epilogue);
+}
+
+/// [`sgemm_packed`] into a band of columns (its width is the product's `n`), written in place by the thread that
+/// owns the band (`cols.rs`). The caller has checked that [`available`] is true and the extent of `b`.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_packed_cols(
+    a: &PackedA,
+    row0: usize,
+    m: usize,
+    dst: Cols<'_, f32>,
+    read_dst: bool,
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+    epilogue: Epilogue<'_>,
+) {
+    assert!(epilogue.bias.is_none_or(|bias| bias.len() >= m), "sgemm: a bias shorter than the {m} rows");
+    assert!(
+        row0.is_multiple_of(MR) && row0 + m <= a.m,
+        "sgemm: rows {row0}..{} of a packed {}-row operand",
+        row0 + m,
+        a.m
+    );
+    let n = dst.width();
+    if m == 0 || n == 0 {
+        return;
+    }
+    blocked(m, n, a.k, dst, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs), epilogue);
 }
 
 /// What the tiles do besides the sum: a per-row bias added once (the first block of K, when the destination is
@@ -246,8 +275,7 @@ fn blocked(
     m: usize,
     n: usize,
     k: usize,
-    dst: &mut [f32],
-    dst_rs: usize,
+    mut dst: Cols<'_, f32>,
     read_dst: bool,
     dst_coef: f32,
     lhs: Lhs<'_>,
@@ -255,16 +283,17 @@ fn blocked(
     (b_rs, b_cs): (usize, usize),
     epilogue: Epilogue<'_>,
 ) {
+    assert!(dst.rows() >= m && dst.width() >= n, "sgemm: a {m}x{n} product into {}x{}", dst.rows(), dst.width());
     // The first block of K overwrites the destination unless it is read; later blocks accumulate.
     if read_dst && dst_coef != 1.0 {
         for i in 0..m {
-            dst[i * dst_rs..i * dst_rs + n].iter_mut().for_each(|v| *v *= dst_coef);
+            dst.row(i)[..n].iter_mut().for_each(|v| *v *= dst_coef);
         }
     }
     if k == 0 {
         if !read_dst {
             for i in 0..m {
-                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
+                dst.row(i)[..n].fill(0.0);
             }
         }
         return;
@@ -339,9 +368,8 @@ fn blocked(
                     };
                     let rows = MR.min(mc - q * MR);
                     let (r0, c0) = (ic + q * MR, jc + p * NR);
-                    let end = (r0 + rows - 1) * dst_rs + c0 + cols;
                     let epi = tile_epilogue(r0);
-                    micro(rows, cols, kc, ap, bp, ldb, &mut dst[r0 * dst_rs + c0..end], dst_rs, accumulate, epi);
+                    micro(rows, cols, kc, ap, bp, ldb, &mut dst, (r0, c0), accumulate, epi);
                 }
             }
         }
@@ -414,25 +442,27 @@ fn micro(
     a: &[f32],
     b: &[f32],
     ldb: usize,
-    c: &mut [f32],
-    ldc: usize,
+    dst: &mut Cols<'_, f32>,
+    at: (usize, usize),
     accumulate: bool,
     epilogue: TileEpilogue,
 ) {
     assert!((1..=MR).contains(&rows) && (1..=NR).contains(&cols), "sgemm: tile {rows}x{cols}");
     let b_needed = if kc == 0 { 0 } else { (kc - 1) * ldb + cols };
-    let c_needed = (rows - 1) * ldc + cols;
-    assert!(a.len() >= kc * MR && b.len() >= b_needed && c.len() >= c_needed, "sgemm: tile out of bounds");
+    assert!(a.len() >= kc * MR && b.len() >= b_needed, "sgemm: tile out of bounds");
+    // Checked against the band: `rows` rows of `cols` columns from `c` at stride `ldc` are the band's.
+    let (c, ldc) = (dst.tile(at, rows, cols), dst.stride());
     #[cfg(target_arch = "x86_64")]
     {
         let mask = if cols == NR { u32::MAX } else { (1u32 << cols) - 1 };
-        let args = (kc, a.as_ptr(), b.as_ptr(), ldb, c.as_mut_ptr(), ldc, accumulate, mask, epilogue);
+        let args = (kc, a.as_ptr(), b.as_ptr(), ldb, c, ldc, accumulate, mask, epilogue);
         macro_rules! dispatch {
             ($($r:literal)*) => {
                 match rows {
                     $(
-                        // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU, and the asserts
-                        // above check every offset the kernel reads or writes (masked lanes are not accessed).
+                        // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU; the asserts above
+                        // check every offset the kernel reads, and `Cols::tile` the rows and columns it writes
+                        // (masked lanes are not accessed), which only this band reaches (`cols.rs`, rule 2).
                         $r => unsafe { micro_avx512::<$r>(args) },
                     )*
                     _ => unreachable!("rows checked above"),

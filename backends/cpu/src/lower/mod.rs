@@ -368,7 +368,8 @@ fn generated_kernel(
             })
             .collect::<Result<_>>()?;
         let views: smallvec::SmallVec<[&[u8]; 8]> = inputs.iter().map(|c| c.as_ref()).collect();
-        let mut y = crate::storage::output(dt, &shape)?;
+        // A generated kernel writes every element of its output.
+        let mut y = crate::storage::output_for_overwrite(dt, &shape)?;
         code.call(index, &views, y.as_bytes_mut()?, cx.threads)?;
         Ok(vec![y])
     })

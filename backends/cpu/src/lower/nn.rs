@@ -208,7 +208,8 @@ pub(super) fn conv_kernel(
             // Packed weights are all the step keeps (the program drops the constant, see `packs_weights`).
             let wt = if packed.is_some() { Cow::Borrowed(&[][..]) } else { floats::<T>(arg(a, 1)?)? };
             let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
-            let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+            // Every path of `conv_packed` writes every output element.
+            let mut yt = crate::storage::output_for_overwrite(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
             let y = yt.as_slice_mut::<T>()?;
             let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
             let post = conv::Post { packed: packed.as_ref(), relu };
@@ -248,7 +249,7 @@ pub(super) fn kernel(
                     // MaxPool only compares, so it runs on every numeric type as is.
                     PoolKind::Max if wide == DatumType::F32 && !want_indices => {
                         let x = floats::<f32>(arg(a, 0)?)?;
-                        let mut y = crate::storage::output(DatumType::F32, &out)?;
+                        let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out)?;
                         pool::max_pool_f32(&x, &xs, &pp, y.as_slice_mut::<f32>()?, &out, cx.threads);
                         one(y)
                     }

@@ -341,3 +341,44 @@ fn conv_tiles_columns() {
         close(&y, &want);
     }
 }
+
+/// Bands of output columns written in place by each thread (`cols.rs`): a packed unfolded product (fewer than 32
+/// weights per channel, so not read in place), a pointwise one with few rows (the product splits its columns), and
+/// a 3-D one; two threads give the one-thread bytes, and both the reference within rounding.
+#[test]
+fn packed_products_split_by_columns_write_in_place() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    // (input shape, weight shape, strides, pads)
+    type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize]);
+    let cases: [Case<'_>; 3] = [
+        (&[1, 3, 47, 45], &[16, 3, 3, 3], &[2, 2], &[0, 1, 1, 0]),
+        (&[1, 20, 15, 17], &[16, 20, 1, 1], &[1, 1], &[0, 0, 0, 0]),
+        (&[1, 2, 6, 9, 11], &[13, 2, 1, 2, 2], &[1, 1, 1], &[0, 0, 1, 0, 1, 0]),
+    ];
+    for (ci, (xs, ws, strides, pads)) in cases.into_iter().enumerate() {
+        let s = xs.len() - 2;
+        let dil = vec![1; s];
+        let mut ys = vec![xs[0], ws[0]];
+        for d in 0..s {
+            ys.push((xs[2 + d] + pads[d] + pads[s + d] - ws[2 + d]) / strides[d] + 1);
+        }
+        assert!(ys[2..].iter().product::<usize>() >= 2 * 64, "case {ci}: enough columns for two bands");
+        let x = values(xs.iter().product(), 40 + ci as u64);
+        let w = values(ws.iter().product(), 50 + ci as u64);
+        let b = values(ws[0], 60 + ci as u64);
+        let want: Vec<f32> =
+            naive(&x, xs, &w, ws, Some(&b), strides, &dil, pads, 1, &ys).into_iter().map(|v| v.max(0.0)).collect();
+        let Some(packed) = PackedWeights::new(&w, ws, 1) else { continue };
+        let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group: 1 };
+        let post = Post { packed: Some(&packed), relu: true };
+        let mut runs = Vec::new();
+        for threads in [1, 2] {
+            let mut y = vec![f32::NAN; want.len()];
+            pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
+            close(&y, &want);
+            runs.push(y);
+        }
+        let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&runs[0]), bits(&runs[1]), "case {ci}: two threads, other bytes");
+    }
+}
