@@ -19,11 +19,11 @@ fn tolerance(name: &str) -> (f64, f64) {
     }
 }
 
-fn run_model(dir: &Path, name: &str, target: &str) -> Result<(), String> {
-    run_at(dir, name, target, Precision::Fp32)
+fn run_model(dir: &Path, name: &str, target: &str, threads: usize) -> Result<(), String> {
+    run_at(dir, name, target, Precision::Fp32, threads)
 }
 
-fn run_at(dir: &Path, name: &str, target: &str, precision: Precision) -> Result<(), String> {
+fn run_at(dir: &Path, name: &str, target: &str, precision: Precision, threads: usize) -> Result<(), String> {
     let data = dir.join("test_data_set_0");
     let model = dir.join("model.onnx");
     let proto = onnx::decode(&std::fs::read(&model).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
@@ -34,7 +34,7 @@ fn run_at(dir: &Path, name: &str, target: &str, precision: Precision) -> Result<
         inputs.push((vi.name().to_string(), onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
     }
     let planning = Planning { precision: Some(precision), ..Planning::default() };
-    let options = RunOptions { target: target.into(), planning, ..stowage_cli::run_options() };
+    let options = RunOptions { target: target.into(), planning, threads, ..stowage_cli::run_options() };
     let outcome = session::run(&model, inputs, &options)?;
     let computed = outcome.plan.precisions.first().map(|p| p.computed);
     let (rtol, atol) = tolerance(name);
@@ -72,7 +72,7 @@ fn run_at(dir: &Path, name: &str, target: &str, precision: Precision) -> Result<
         }
     }
     println!(
-        "{name:<28} {target:<16} {} ok  compile {:>7.1} ms  run {:>8.2} ms{memory}",
+        "{name:<28} {target:<16} {threads}t {} ok  compile {:>7.1} ms  run {:>8.2} ms{memory}",
         precision, outcome.compile_ms, outcome.run_median_ms
     );
     Ok(())
@@ -80,20 +80,27 @@ fn run_at(dir: &Path, name: &str, target: &str, precision: Precision) -> Result<
 
 #[test]
 fn every_model_matches_its_reference() {
-    check("every_model_matches_its_reference", "cpu");
+    check("every_model_matches_its_reference", "cpu", 1);
+}
+
+/// On two threads (a program's first run takes its pool, `inline.rs`): the kernels' parallel paths, each thread
+/// writing its band of an output in place.
+#[test]
+fn every_model_matches_on_two_threads() {
+    check("every_model_matches_on_two_threads", "cpu", 2);
 }
 
 /// The whole suite on the OpenCL device (PoCL in CI), unified path: inputs imported or uploaded once, outputs read
 /// back once.
 #[test]
 fn every_model_matches_on_opencl() {
-    check("every_model_matches_on_opencl", "opencl");
+    check("every_model_matches_on_opencl", "opencl", 1);
 }
 
 /// And through the discrete path.
 #[test]
 fn every_model_matches_on_opencl_discrete() {
-    check("every_model_matches_on_opencl_discrete", "opencl:discrete");
+    check("every_model_matches_on_opencl_discrete", "opencl:discrete", 1);
 }
 
 /// Models of the suite at `--precision tf32` on the first OpenCL device: on a device with tensor cores (the H200,
@@ -109,14 +116,14 @@ fn models_match_at_tf32_on_opencl() {
     let mut failed = Vec::new();
     for name in ["random/squeezenet", "mlp", "transformer_block"] {
         let dir = root.join(name);
-        if let Err(e) = run_at(&dir, name, "opencl", Precision::Tf32) {
+        if let Err(e) = run_at(&dir, name, "opencl", Precision::Tf32, 1) {
             failed.push(format!("{name}: {e}"));
         }
     }
     assert!(failed.is_empty(), "at tf32 (tensor cores: {cores}):\n{}", failed.join("\n"));
 }
 
-fn check(test: &str, target: &str) {
+fn check(test: &str, target: &str, threads: usize) {
     let root = stowage_tests::generated("onnx-models", "model_suite.py");
     let mut names = Vec::new();
     for group in ["light", "random"] {
@@ -153,7 +160,7 @@ fn check(test: &str, target: &str) {
     let results = stowage_tests::across_processes(test, &groups, |group| {
         let failed: Vec<String> = group
             .iter()
-            .filter_map(|name| run_model(&root.join(name), name, target).err().map(|e| format!("{name}: {e}")))
+            .filter_map(|name| run_model(&root.join(name), name, target, threads).err().map(|e| format!("{name}: {e}")))
             .collect();
         if failed.is_empty() {
             Ok(())

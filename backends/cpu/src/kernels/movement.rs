@@ -3,6 +3,7 @@
 //! and write their output straight into its storage (most are one `strided::copy`). Inputs are packed row-major
 //! tensors or, where the copy walks a lattice, any view read in place.
 
+use rayon::prelude::*;
 use stowage_runtime::{DatumType, Tensor, TensorStorage};
 
 use super::strided::{self, Side};
@@ -64,8 +65,9 @@ pub fn transpose(x: &Tensor<'_>, perm: &[usize]) -> Result<Tensor<'static>> {
     lattice(x, &shape, |s| Side { base: s.base, steps: perm.iter().map(|&a| s.steps[a]).collect() })
 }
 
-/// Joins tensors along `axis`.
-pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'static>> {
+/// Joins tensors along `axis`. On several threads, a large output is copied in bands of its inner positions,
+/// each thread the same band of every row (`cols.rs`), as the convolutions around it split their output positions.
+pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize], threads: usize) -> Result<Tensor<'static>> {
     let first = xs.first().ok_or_else(|| CpuError::NotImplemented("Concat of nothing".into()))?;
     let size = first.dt().size_of();
     let outer: usize = out[..axis].iter().product();
@@ -75,6 +77,31 @@ pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'
     // Every byte of the output is one input's (the shapes agree along the other axes).
     let mut buf = crate::HostBuffer::for_overwrite(first.dt(), out)?;
     let dst = buf.host_bytes_mut()?;
+    let total: usize = chunks.iter().map(|(_, chunk)| outer * chunk).sum();
+    if total != dst.len() {
+        return Err(CpuError::NotImplemented(format!(
+            "Concat: inputs of {total} bytes for an output of {}",
+            dst.len()
+        )));
+    }
+    let inner = out[axis + 1..].iter().product::<usize>() * size;
+    if threads > 1 && dst.len() >= PARALLEL_BYTES && inner >= 2 * BAND_BYTES {
+        // The output's rows (an input's row of `inner` bytes each), in order, and where each comes from.
+        let rows: Vec<&[u8]> = (0..outer)
+            .flat_map(|o| {
+                chunks.iter().flat_map(move |&(bytes, chunk)| bytes[o * chunk..(o + 1) * chunk].chunks(inner))
+            })
+            .collect();
+        let per = inner.div_ceil(threads).next_multiple_of(BAND_BYTES);
+        let bands = super::cols::Cols::whole(dst, rows.len(), inner, inner).split(per);
+        bands.into_par_iter().for_each(|mut band| {
+            let (c0, w) = (band.first_column(), band.width());
+            for (r, src) in rows.iter().enumerate() {
+                band.row(r).copy_from_slice(&src[c0..c0 + w]);
+            }
+        });
+        return Ok(buf.into_tensor()?);
+    }
     let mut at = 0;
     for o in 0..outer {
         for (bytes, chunk) in &chunks {
@@ -82,11 +109,13 @@ pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize]) -> Result<Tensor<'
             at += chunk;
         }
     }
-    if at != dst.len() {
-        return Err(CpuError::NotImplemented(format!("Concat: inputs of {at} bytes for an output of {}", dst.len())));
-    }
     Ok(buf.into_tensor()?)
 }
+
+/// Output bytes from which [`concat`] copies on several threads.
+const PARALLEL_BYTES: usize = 1 << 16;
+/// Bytes of a row per band of [`concat`] on several threads, at least: a cache line.
+const BAND_BYTES: usize = 64;
 
 /// Cuts `x` along `axis` into parts of the given sizes.
 pub fn split(x: &Tensor<'_>, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor<'static>>> {
@@ -314,4 +343,43 @@ pub fn expand(x: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'static>> {
         base: s.base,
         steps: (0..out.len()).map(|a| if a < pad || x.shape()[a - pad] == 1 { 0 } else { s.steps[a - pad] }).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::concat;
+    use crate::storage::tensor_from;
+
+    /// Two threads copy bands of every row in place of one thread copying in order: the same bytes, for a join
+    /// along the channels of one image, along rows with several outer blocks, and along the last axis.
+    #[test]
+    fn concat_on_two_threads_gives_the_same_bytes() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // (first shape, second shape, axis)
+        type Case<'a> = (&'a [usize], &'a [usize], usize);
+        let cases: [Case<'_>; 3] = [
+            (&[1, 3, 40, 70], &[1, 5, 40, 70], 1),
+            (&[2, 4, 30, 81], &[2, 4, 17, 81], 2),
+            (&[3, 90, 67], &[3, 90, 70], 2),
+        ];
+        for (a_shape, b_shape, axis) in cases {
+            let a: Vec<f32> = (0..a_shape.iter().product::<usize>()).map(|i| i as f32).collect();
+            let b: Vec<f32> = (0..b_shape.iter().product::<usize>()).map(|i| -(i as f32)).collect();
+            let (a, b) = (tensor_from(a_shape, &a).expect("a"), tensor_from(b_shape, &b).expect("b"));
+            let mut out = a_shape.to_vec();
+            out[axis] += b_shape[axis];
+            let one = concat(&[&a, &b], axis, &out, 1).expect("one thread");
+            let two = pool.install(|| concat(&[&a, &b], axis, &out, 2)).expect("two threads");
+            assert!(one.len() * 4 >= super::PARALLEL_BYTES, "{out:?}: large enough to split");
+            assert_eq!(one.to_vec::<f32>().expect("one"), two.to_vec::<f32>().expect("two"), "{out:?} along {axis}");
+            // And against the definition, at a few places.
+            let (outer, a_rows) = (out[..axis].iter().product::<usize>(), a_shape[axis..].iter().product::<usize>());
+            let got = two.to_vec::<f32>().expect("two");
+            let row = out[axis..].iter().product::<usize>();
+            for o in 0..outer {
+                assert_eq!(got[o * row], (o * a_rows) as f32, "{out:?}: block {o} starts with a");
+                assert_eq!(got[o * row + a_rows], -((o * (row - a_rows)) as f32), "{out:?}: then b");
+            }
+        }
+    }
 }

@@ -448,14 +448,14 @@ pub fn max_pool_f32(
         .collect();
     // Separable: the max over the window's rows into one row (a vectorisable pass), then over each window's
     // columns of that row.
-    let plane = |c: usize, yc: &mut [f32]| {
+    // Output rows i0.. of channel c into `yc` (whole rows).
+    let plane = |c: usize, i0: usize, yc: &mut [f32]| {
         let xc = &x[c * h * w..(c + 1) * h * w];
         // Room past the row for the vector pass's whole-register loads (their extra lanes are not stored).
         let mut col_max = vec![f32::NAN; w + 2 * ROW_PASS_LANES];
-        for i in 0..oh {
+        for (i, out) in (i0..).zip(yc.chunks_exact_mut(ow)) {
             let top = (i * sh) as isize - pt as isize;
             let (h0, h1) = (top.max(0) as usize, ((top + kh as isize).max(0) as usize).min(h));
-            let out = &mut yc[i * ow..(i + 1) * ow];
             if h0 >= h1 {
                 out.fill(0.0);
                 continue;
@@ -504,11 +504,18 @@ pub fn max_pool_f32(
             }
         }
     };
-    if threads > 1 {
+    if threads > 1 && oh >= threads {
+        // Each thread takes the same band of output rows of every channel, as the convolutions around split their
+        // output positions (`cols.rs`): what a thread reads is mostly what it wrote, in its own core's cache.
         use rayon::prelude::*;
-        y.par_chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
+        let per = oh.div_ceil(threads) * ow;
+        let bands = super::cols::Cols::whole(y, planes, oh * ow, oh * ow).split(per);
+        bands.into_par_iter().for_each(|mut band| {
+            let i0 = band.first_column() / ow;
+            (0..planes).for_each(|c| plane(c, i0, band.row(c)));
+        });
     } else {
-        y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, yc));
+        y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, 0, yc));
     }
 }
 

@@ -478,9 +478,9 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
         }
         Op::Concat { axis } => {
             let axis = *axis as usize;
-            Box::new(move |a, _| {
+            Box::new(move |a, cx| {
                 let xs: Vec<&Tensor<'static>> = a.iter().flatten().copied().collect();
-                one(movement::concat(&xs, axis, &out)?)
+                one(movement::concat(&xs, axis, &out, cx.threads)?)
             })
         }
         Op::Split { axis, .. } => {
