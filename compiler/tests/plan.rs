@@ -59,11 +59,13 @@ impl Backend for Fake {
     fn accepts(&self, _: &Graph, _: NodeId, _: usize) -> Accepts {
         self.reads
     }
-    /// Its Relu and Exp kernels write over their input.
+    /// Its Relu and Exp kernels write over their input; its Concat joins its inputs (the tests' are along an
+    /// axis with none of extent over 1 before it).
     fn kernel_steps(&self, segment: &Graph, _: &[plan::PlanInput]) -> Vec<plan::KernelStep> {
         let mut steps = plan::one_step_per_node(segment);
         for (s, &n) in steps.iter_mut().zip(segment.order()) {
             s.in_place = matches!(segment.node(n).op, Op::Unary(Unary::Relu | Unary::Exp));
+            s.joins = matches!(segment.node(n).op, Op::Concat { .. });
         }
         steps
     }
@@ -196,6 +198,7 @@ fn arenas_follow_the_steps_a_backend_runs() {
                 writes: vec![segment.value(segment.outputs()[0].value).name.clone()],
                 view: false,
                 in_place: false,
+                joins: false,
             }]
         }
     }
@@ -441,4 +444,50 @@ fn a_view_in_another_space_keeps_the_value_it_views_alive_to_its_own_readers() {
     assert!(v0.live.1 >= e.live.0, "v0 {:?} dies before the Exp that reads its view runs {:?}", v0.live, e.live);
     let overlap = v0.offset < e.offset + e.bytes && e.offset < v0.offset + v0.bytes;
     assert!(!overlap, "the Exp writes over the memory it reads: v0 {v0:?}, e {e:?}");
+}
+
+/// x[1,64] → Neg a[1,64], Neg b[1,192] → Concat(inputs) c[1,…] → Neg out, with `extra` values among the
+/// Concat's inputs and `a` also an output when `a_out`.
+fn join(inputs: &[&str], a_out: bool) -> Graph {
+    let mut g = Graph::new("join");
+    let x = g.add_input("x", f32s(&[1, 64]));
+    let mut named = vec![("x", x)];
+    for (name, width) in [("a", 64), ("b", 192)] {
+        let n = g.add_node(name, Op::Unary(Unary::Neg), vec![Some(x)], vec![Some((name.into(), f32s(&[1, width])))]);
+        named.push((name, g.node(n).outputs[0].expect("output")));
+    }
+    let value = |name: &str| named.iter().find(|(n, _)| *n == name).expect("named").1;
+    let width: usize = inputs.iter().map(|&i| g.ty(value(i)).shape[1]).sum();
+    let reads = inputs.iter().map(|&i| Some(value(i))).collect();
+    let c = g.add_node("c", Op::Concat { axis: 1 }, reads, vec![Some(("c".into(), f32s(&[1, width])))]);
+    let c = g.node(c).outputs[0].expect("c");
+    let out = g.add_node("out", Op::Unary(Unary::Neg), vec![Some(c)], vec![Some(("out".into(), f32s(&[1, width])))]);
+    g.add_output("out", g.node(out).outputs[0].expect("out"));
+    if a_out {
+        g.add_output("a", value("a"));
+    }
+    g
+}
+
+#[test]
+fn a_join_holds_its_inputs_where_its_output_has_them() {
+    let cpu = cpu();
+    let p = plan::plan(&join(&["a", "b"], false), &[&cpu], &PlanOptions::default()).expect("plans");
+    let arena = &p.arenas[0];
+    // a and b are written where c has them: one buffer of c's 1024 bytes from a's step on, where three buffers
+    // (a, b, then c copied from them) held 2048 bytes at the Concat.
+    assert_eq!(arena.buffers.len(), 1, "{arena:?}");
+    let c = &arena.buffers[0];
+    assert_eq!((c.values.as_slice(), c.bytes, c.live.0), (&["c".to_string()][..], 1024, 0));
+    assert_eq!(c.inside, [("a".to_string(), 0), ("b".to_string(), 256)]);
+    assert_eq!((arena.peak_bytes, arena.lower_bound_bytes), (1024, 1024));
+    assert!(plan::show::text(&p)
+        .contains("joined in place, no copy: 1 output written by its inputs' producers: c = a ++ b"));
+    // None inside when an input is read twice by the join, is a graph input (not made in the arena), or is an
+    // output of the graph: all or none, so a and b keep buffers of their own.
+    for (inputs, a_out) in [(&["a", "a", "b"][..], false), (&["a", "x", "b"][..], false), (&["a", "b"][..], true)] {
+        let p = plan::plan(&join(inputs, a_out), &[&cpu], &PlanOptions::default()).expect("plans");
+        let arena = &p.arenas[0];
+        assert!(arena.buffers.iter().all(|b| b.inside.is_empty()), "{inputs:?}, a an output: {a_out}: {arena:?}");
+    }
 }

@@ -15,8 +15,11 @@
 //!    on two threads, it left the output in that thread's cache for the other to take back. Its bytes are then
 //!    those of earlier values (initialised: the arena is allocated zeroed and only ever written), or in debug
 //!    builds (the tests) all 0xFF, a NaN in every float type, so that a kernel which misses an element fails
-//!    its test. Tests: `outputs_land_at_their_planned_offsets`, `a_region_is_zeroed_when_it_is_taken_again`,
-//!    `a_region_for_overwrite_is_not_zeroed`.
+//!    its test. A join (Concat) whose inputs the plan placed inside its output's buffer (`Buffer::inside`) takes
+//!    its region as it is, poison or not ([`crate::HostBuffer::joined`]): those inputs' bytes are already there,
+//!    and it writes the others. Tests: `outputs_land_at_their_planned_offsets`,
+//!    `a_region_is_zeroed_when_it_is_taken_again`, `a_region_for_overwrite_is_not_zeroed`, and
+//!    `a_concat_copies_only_what_is_not_in_place` (`lower/tests.rs`).
 //! 3. **Nothing lands where the plan did not put it.** After the step, each output's memory is checked against its
 //!    planned place ([`ArenaSlice::offset`] through [`crate::HostBuffer::arena_offset`]); a value that ended
 //!    elsewhere in the arena (a kernel that allocated a temporary first) is moved to memory of its own, and one
@@ -88,16 +91,16 @@ impl HostArena {
             .then(|| Lease(Arc::clone(self)))
     }
 
-    /// The region `[offset, offset + len)` as bytes a buffer can own, zeroed unless `overwrite` (rule 2); `None`
-    /// if it is not inside.
-    fn slice(self: &Arc<Self>, offset: usize, len: usize, overwrite: bool) -> Option<ArenaSlice> {
+    /// The region `[offset, offset + len)` as bytes a buffer can own, filled as `fill` says (rule 2); `None` if it
+    /// is not inside.
+    fn slice(self: &Arc<Self>, offset: usize, len: usize, fill: Fill) -> Option<ArenaSlice> {
         if offset.checked_add(len)? > self.len {
             return None;
         }
-        let fill = match overwrite {
-            false => Some(0),
-            true if cfg!(debug_assertions) => Some(0xFF),
-            true => None,
+        let fill = match fill {
+            Fill::Zero => Some(0),
+            Fill::Overwrite if cfg!(debug_assertions) => Some(0xFF),
+            Fill::Overwrite | Fill::Keep => None,
         };
         if let Some(byte) = fill {
             // SAFETY: the region is inside the allocation (checked above) and, by rule 2, owned by the one value
@@ -155,6 +158,11 @@ impl ArenaSlice {
     pub fn is_in(&self, arena: &Arc<HostArena>) -> bool {
         Arc::ptr_eq(&self.arena, arena)
     }
+
+    /// The arena it is a region of.
+    pub fn arena(&self) -> &Arc<HostArena> {
+        &self.arena
+    }
 }
 
 impl AsRef<[u8]> for ArenaSlice {
@@ -201,15 +209,26 @@ impl Drop for OfferGuard {
     }
 }
 
-/// The next offered region, when it is of `len` bytes; zeroed unless `overwrite` (rule 2).
-pub(crate) fn take(len: usize, overwrite: bool) -> Option<ArenaSlice> {
+/// What a region holds when a buffer takes it (rule 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Zeros.
+    Zero,
+    /// Whatever it held (0xFF in debug builds): the kernel writes every element.
+    Overwrite,
+    /// Whatever it held: a join's inputs placed inside it are there.
+    Keep,
+}
+
+/// The next offered region, when it is of `len` bytes, filled as `fill` says (rule 2).
+pub(crate) fn take(len: usize, fill: Fill) -> Option<ArenaSlice> {
     OFFER.with(|o| {
         let mut o = o.borrow_mut();
         let offer = o.as_mut()?;
         let region = offer.regions.get(offer.next).copied().flatten();
         offer.next += 1;
         match region {
-            Some((offset, bytes)) if bytes == len => offer.arena.slice(offset, len, overwrite),
+            Some((offset, bytes)) if bytes == len => offer.arena.slice(offset, len, fill),
             _ => None,
         }
     })

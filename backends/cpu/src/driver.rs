@@ -166,28 +166,34 @@ fn arena_use(
     arena: Arc<HostArena>,
 ) -> (ArenaUse, Vec<bool>) {
     let planned = plan.arenas.iter().find(|a| a.space == space);
-    let mut buffer_of: HashMap<&str, &plan::Buffer> = HashMap::new();
+    let bytes: HashMap<&str, usize> =
+        graph.values().map(|(v, d)| (d.name.as_str(), graph.ty(v).byte_len().unwrap_or(0))).collect();
+    // Per value: its region (start, end) and whether its step allocates it (the buffer's first value, or a
+    // value placed inside a join's buffer), else it shares its buffer's memory (a view, an in-place output).
+    let mut region_of: HashMap<&str, ((usize, usize), bool)> = HashMap::new();
     let mut outside: HashSet<&str> = HashSet::new();
     if let Some(a) = planned {
         for b in &a.buffers {
-            for v in &b.values {
-                buffer_of.insert(v.as_str(), b);
+            for (k, v) in b.values.iter().enumerate() {
+                region_of.insert(v.as_str(), ((b.offset, b.offset + b.bytes), k == 0));
+            }
+            for (v, at) in &b.inside {
+                let start = b.offset + at;
+                region_of.insert(v.as_str(), ((start, start + bytes.get(v.as_str()).copied().unwrap_or(0)), true));
             }
         }
         outside.extend(a.outside.iter().chain(&a.persistent).map(|(v, _)| v.as_str()));
     }
-    let bytes: HashMap<&str, usize> =
-        graph.values().map(|(v, d)| (d.name.as_str(), graph.ty(v).byte_len().unwrap_or(0))).collect();
     let names = program.slot_names();
     let (mut offers, mut places) = (Vec::new(), Vec::new());
     for step in program.steps() {
         let (mut offer, mut place) = (Vec::new(), Vec::new());
         for slot in &step.outputs {
             let name = slot.map(|s| names[s].as_str());
-            let b = name.and_then(|n| buffer_of.get(n));
-            let first = |b: &&&plan::Buffer| b.values.first().map(String::as_str) == name;
-            offer.push(b.filter(first).map(|b| (b.offset, name.and_then(|n| bytes.get(n)).copied().unwrap_or(0))));
-            place.push(b.map(|b| (b.offset, b.offset + b.bytes)));
+            let r = name.and_then(|n| region_of.get(n));
+            let len = name.and_then(|n| bytes.get(n)).copied().unwrap_or(0);
+            offer.push(r.filter(|r| r.1).map(|r| (r.0 .0, len)));
+            place.push(r.map(|r| r.0));
         }
         offers.push(offer);
         places.push(place);

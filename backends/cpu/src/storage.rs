@@ -4,7 +4,7 @@
 
 use stowage_runtime::{DatumType, Layout, PlainStorage, Result, Tensor, TensorStorage};
 
-use crate::arena::{ArenaSlice, HostArena};
+use crate::arena::{ArenaSlice, Fill, HostArena};
 
 /// Aligned host bytes, as the byte buffer the derive reads and writes: the runtime's `PlainStorage`, or a region
 /// of the session's arena where the plan put the value (`crate::arena`).
@@ -79,23 +79,38 @@ impl HostBuffer {
     /// Zeroed packed row-major storage for a `dt` tensor of `shape`: the region the running step was offered for
     /// it in the arena, or bytes of its own.
     pub fn zeroed(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
-        HostBuffer::made(dt, shape, false)
+        HostBuffer::made(dt, shape, Fill::Zero)
     }
 
     /// As [`HostBuffer::zeroed`], for a caller that writes every element before anything reads one: an offered
     /// region of the arena is not zeroed first (`arena.rs`, rule 2), so its bytes are an earlier value's until
     /// then (0xFF in debug builds).
     pub fn for_overwrite(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
-        HostBuffer::made(dt, shape, true)
+        HostBuffer::made(dt, shape, Fill::Overwrite)
     }
 
-    fn made(dt: DatumType, shape: &[usize], overwrite: bool) -> Result<HostBuffer> {
+    /// As [`HostBuffer::for_overwrite`], for a join (Concat) whose inputs may already be in an offered region:
+    /// its bytes are kept as they are, poison or not (`arena.rs`, rule 2). The caller writes every element that
+    /// is not an input found in place ([`HostBuffer::region`]).
+    pub fn joined(dt: DatumType, shape: &[usize]) -> Result<HostBuffer> {
+        HostBuffer::made(dt, shape, Fill::Keep)
+    }
+
+    fn made(dt: DatumType, shape: &[usize], fill: Fill) -> Result<HostBuffer> {
         let bytes = Layout::row_major(dt, shape)?.span_bytes(dt, shape)?;
-        let bytes = match crate::arena::take(bytes, overwrite) {
+        let bytes = match crate::arena::take(bytes, fill) {
             Some(region) => Bytes::Arena(region),
             None => Bytes::Own(PlainStorage::zeroed_aligned(bytes, HostBuffer::DESCRIPTOR.alignment)?),
         };
         Ok(HostBuffer { bytes, dt, shape: shape.to_vec() })
+    }
+
+    /// The arena it is a region of and its offset there, when it is one.
+    pub fn region(&self) -> Option<(&std::sync::Arc<HostArena>, usize)> {
+        match &self.bytes {
+            Bytes::Arena(a) => Some((a.arena(), a.offset())),
+            _ => None,
+        }
     }
 
     /// Its offset in `arena`, when it is a region of it.

@@ -6,6 +6,15 @@
 //! that one. The plan reports the arena's size (the peak) against the lower bound: the most bytes alive at any one
 //! step.
 //!
+//! A step that joins its inputs end to end ([`KernelStep::joins`]: a Concat whose output is its inputs one after
+//! another) gets one buffer for its output and those inputs it can hold, each at the offset where the output has
+//! its bytes ([`Buffer::inside`]): their producers write them there and the join copies nothing. Its inputs are
+//! placed inside when each is the one value of its own buffer so far (no view or in-place output shares it), read
+//! once by the join, neither a graph output nor handed to another space, and at an offset in the output that is a
+//! multiple of the alignment: all of them, or none (one left to copy, and the join makes its whole output anyway).
+//! The buffer lives from the first input's step to the last read of any of them or of the output. Not when the
+//! output is a graph output or handed across (it is then outside the arena).
+//!
 //! Outside the arena, listed with it: graph outputs and every buffer that shares memory with one (handed to the
 //! caller, who keeps them after the run), values another space reads in place with no copy (handed to its backend
 //! as tensors: unified memory), copies arriving in the space (each made by its transfer) and fed-back state
@@ -36,6 +45,10 @@ pub struct Buffer {
     pub bytes: usize,
     /// First and last step (in the order the backends run their steps) it is alive.
     pub live: (usize, usize),
+    /// Values made inside it before its first value, each at an offset from its start (bytes): a join's inputs,
+    /// where the join's output has them.
+    #[serde(default)]
+    pub inside: Vec<(String, usize)>,
 }
 
 /// The arena of one memory space.
@@ -71,6 +84,8 @@ struct Interval {
     bytes: usize,
     start: usize,
     end: usize,
+    /// Values placed inside at an offset (a join's inputs).
+    inside: Vec<(ValueId, usize)>,
 }
 
 /// Plans the arenas of every space that `steps` (each segment's target and its kernel steps, in run order) use.
@@ -126,6 +141,7 @@ pub fn plan(
             }
             let source = step.reads.first().and_then(|r| by_name.get(r)).copied();
             let in_place = step.in_place && !step.view && step.writes.len() == 1;
+            let joins = step.joins && !step.view && step.writes.len() == 1;
             for v in step.writes.iter().filter_map(|w| by_name.get(w)).copied() {
                 let name = graph.value(v).name.as_str();
                 let bytes = graph.ty(v).byte_len().unwrap_or(0);
@@ -158,7 +174,14 @@ pub fn plan(
                     // A view of memory outside the arena (a graph input, a constant, a copy that arrived): none.
                     None if step.view && source.is_some() => {}
                     None => {
-                        intervals.insert(v, Interval { values: vec![v], bytes, start: i, end });
+                        let mut iv = Interval { values: vec![v], bytes, start: i, end, inside: Vec::new() };
+                        if joins && !outputs.contains(&v) && !handed.contains(&v) {
+                            let reads: Vec<ValueId> =
+                                step.reads.iter().filter_map(|r| by_name.get(r)).copied().collect();
+                            let ends = Join { graph, alignment, outputs: &outputs, handed: &handed };
+                            ends.place(&mut iv, &reads, step.reads.len(), &mut intervals, &mut root);
+                        }
+                        intervals.insert(v, iv);
                     }
                 }
             }
@@ -175,6 +198,52 @@ pub fn plan(
         arenas.push(arena);
     }
     arenas
+}
+
+/// What decides which of a join's inputs are placed inside its output's buffer (module docs).
+struct Join<'a> {
+    graph: &'a Graph,
+    alignment: usize,
+    outputs: &'a HashSet<ValueId>,
+    handed: &'a HashSet<ValueId>,
+}
+
+impl Join<'_> {
+    /// Moves the inputs `reads` (of `named` names in the step) of the join whose output's interval is `iv` into it,
+    /// where that holds (module docs); none when an input's name is unknown or the inputs' bytes are not the
+    /// output's.
+    fn place(
+        &self,
+        iv: &mut Interval,
+        reads: &[ValueId],
+        named: usize,
+        intervals: &mut BTreeMap<ValueId, Interval>,
+        root: &mut SecondaryMap<ValueId, Option<ValueId>>,
+    ) {
+        let bytes = |v: ValueId| self.graph.ty(v).byte_len().unwrap_or(0);
+        if reads.len() != named || reads.iter().map(|&r| bytes(r)).sum::<usize>() != iv.bytes {
+            return;
+        }
+        let starts: Vec<usize> = reads.iter().scan(0, |at, &r| Some(std::mem::replace(at, *at + bytes(r)))).collect();
+        let fits = |(&r, &at): (&ValueId, &usize)| {
+            let alone = intervals.get(&r).is_some_and(|ri| ri.values == [r] && ri.inside.is_empty());
+            let once = reads.iter().filter(|&&x| x == r).count() == 1;
+            let free = !self.outputs.contains(&r) && !self.handed.contains(&r) && root[r].is_none();
+            alone && once && free && at % self.alignment == 0 && bytes(r) > 0
+        };
+        // All or none: with one input left to copy the join still makes its whole output, and the inputs placed
+        // inside would only hold the output's memory from their own steps on.
+        if !reads.iter().zip(&starts).all(fits) {
+            return;
+        }
+        for (&r, &at) in reads.iter().zip(&starts) {
+            let ri = intervals.remove(&r).expect("checked above");
+            iv.start = iv.start.min(ri.start);
+            iv.end = iv.end.max(ri.end);
+            iv.inside.push((r, at));
+            root[r] = Some(iv.values[0]);
+        }
+    }
 }
 
 /// Views (and views of views) of values made in another space, each with that value: (view, value).
@@ -297,6 +366,7 @@ fn pack(
             offset,
             bytes: size(iv),
             live: (iv.start, iv.end),
+            inside: iv.inside.iter().map(|&(v, at)| (graph.value(v).name.clone(), at)).collect(),
         })
         .collect();
     buffers.sort_by_key(|b| (b.offset, b.live.0));

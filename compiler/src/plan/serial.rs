@@ -84,7 +84,7 @@ struct Stored {
     states: Vec<(String, String)>,
 }
 
-const FORMAT: &str = "stowage plan 2";
+const FORMAT: &str = "stowage plan 3";
 
 /// Writes `plan` out.
 pub fn encode(plan: &Plan) -> Vec<u8> {

@@ -102,6 +102,25 @@ pub fn text(plan: &Plan) -> String {
         for (name, bytes) in &a.persistent {
             let _ = writeln!(s, "    {name}: {bytes} bytes kept across runs, outside the arena");
         }
+        let joined: Vec<String> = a
+            .buffers
+            .iter()
+            .filter(|b| !b.inside.is_empty())
+            .map(|b| {
+                let parts: Vec<&str> = b.inside.iter().map(|(v, _)| v.as_str()).collect();
+                format!("{} = {}", b.values.first().map_or("?", String::as_str), parts.join(" ++ "))
+            })
+            .collect();
+        if !joined.is_empty() {
+            let _ = writeln!(
+                s,
+                "    joined in place, no copy: {} output{} written by {} inputs' producers: {}",
+                joined.len(),
+                if joined.len() == 1 { "" } else { "s" },
+                if joined.len() == 1 { "its" } else { "their" },
+                joined.join(", ")
+            );
+        }
     }
     s
 }

@@ -91,6 +91,10 @@ pub struct KernelStep {
     /// True when its kernel writes its one output over its first input where that input is of the output's size
     /// and read by nothing after it (the memory pass may then give both one buffer).
     pub in_place: bool,
+    /// True when its one output is its inputs end to end, in order (a Concat along an axis with only axes of
+    /// extent 1 before it), and its kernel copies only the inputs not already where the output has them: the
+    /// memory pass may then place inputs inside the output's buffer ([`super::memory::Buffer::inside`]).
+    pub joins: bool,
 }
 
 /// One [`KernelStep`] per node of `graph`, in order, reading and writing what the node does.
@@ -107,6 +111,7 @@ pub fn one_step_per_node(graph: &Graph) -> Vec<KernelStep> {
                 writes: node.outputs.iter().flatten().map(|&v| name(v)).collect(),
                 view: super::cost::is_view(graph, n),
                 in_place: false,
+                joins: false,
             }
         })
         .collect()

@@ -65,51 +65,90 @@ pub fn transpose(x: &Tensor<'_>, perm: &[usize]) -> Result<Tensor<'static>> {
     lattice(x, &shape, |s| Side { base: s.base, steps: perm.iter().map(|&a| s.steps[a]).collect() })
 }
 
-/// Joins tensors along `axis`. On several threads, a large output is copied in bands of its inner positions,
-/// each thread the same band of every row (`cols.rs`), as the convolutions around it split their output positions.
+/// Joins tensors along `axis`. An input the plan placed where the output has its bytes (`Buffer::inside`: its
+/// producer wrote it into the output's region) is not copied; the others are. On several threads, a large output
+/// is copied in bands of its inner positions, each thread the same band of every row (`cols.rs`), as the
+/// convolutions around it split their output positions.
 pub fn concat(xs: &[&Tensor<'_>], axis: usize, out: &[usize], threads: usize) -> Result<Tensor<'static>> {
+    Ok(join(xs, axis, out, threads)?.0)
+}
+
+/// [`concat`], and the bytes it copied.
+fn join(xs: &[&Tensor<'_>], axis: usize, out: &[usize], threads: usize) -> Result<(Tensor<'static>, usize)> {
     let first = xs.first().ok_or_else(|| CpuError::NotImplemented("Concat of nothing".into()))?;
     let size = first.dt().size_of();
     let outer: usize = out[..axis].iter().product();
-    let packed: Vec<std::borrow::Cow<'_, [u8]>> = xs.iter().map(|x| packed_bytes(x)).collect::<Result<_>>()?;
-    let chunks: Vec<(&[u8], usize)> =
-        packed.iter().zip(xs).map(|(p, x)| (p.as_ref(), x.shape()[axis..].iter().product::<usize>() * size)).collect();
-    // Every byte of the output is one input's (the shapes agree along the other axes).
-    let mut buf = crate::HostBuffer::for_overwrite(first.dt(), out)?;
+    let inner = out[axis + 1..].iter().product::<usize>() * size;
+    // Bytes of each input per block of the outer axes, and where each starts in the output's block.
+    let spans: Vec<usize> = xs.iter().map(|x| x.shape()[axis..].iter().product::<usize>() * size).collect();
+    let starts: Vec<usize> = spans.iter().scan(0, |at, &s| Some(std::mem::replace(at, *at + s))).collect();
+    let block: usize = spans.iter().sum();
+    // Every byte of the output is an input's: in place already, or copied below.
+    let mut buf = crate::HostBuffer::joined(first.dt(), out)?;
+    let here = buf.region().map(|(arena, offset)| (std::sync::Arc::clone(arena), offset));
+    let in_place: Vec<bool> = xs
+        .iter()
+        .zip(&starts)
+        .map(|(x, &at)| {
+            let found =
+                x.storage().as_any().and_then(|s| s.downcast_ref::<crate::HostBuffer>()).and_then(|h| h.region());
+            match (&here, found) {
+                (Some((arena, offset)), Some((a, o))) => {
+                    outer == 1
+                        && std::sync::Arc::ptr_eq(arena, a)
+                        && o == offset + at
+                        && x.is_row_major()
+                        && x.layout().offset() == 0
+                }
+                _ => false,
+            }
+        })
+        .collect();
+    let packed: Vec<Option<std::borrow::Cow<'_, [u8]>>> = xs
+        .iter()
+        .zip(&in_place)
+        .map(|(x, &skip)| (!skip).then(|| packed_bytes(x)).transpose())
+        .collect::<Result<_>>()?;
     let dst = buf.host_bytes_mut()?;
-    let total: usize = chunks.iter().map(|(_, chunk)| outer * chunk).sum();
-    if total != dst.len() {
+    if outer * block != dst.len() || (inner > 0 && spans.iter().any(|s| s % inner != 0)) {
         return Err(CpuError::NotImplemented(format!(
-            "Concat: inputs of {total} bytes for an output of {}",
+            "Concat: inputs of {} bytes for an output of {}",
+            outer * block,
             dst.len()
         )));
     }
-    let inner = out[axis + 1..].iter().product::<usize>() * size;
+    let copied = outer * packed.iter().zip(&spans).filter(|(p, _)| p.is_some()).map(|(_, s)| s).sum::<usize>();
+    if dst.is_empty() {
+        return Ok((buf.into_tensor()?, 0));
+    }
     if threads > 1 && dst.len() >= PARALLEL_BYTES && inner >= 2 * BAND_BYTES {
-        // The output's rows (an input's row of `inner` bytes each), in order, and where each comes from.
-        let rows: Vec<&[u8]> = (0..outer)
+        // The output's rows to copy (each an input's row of `inner` bytes): the output row and its source.
+        let rows: Vec<(usize, &[u8])> = (0..outer)
             .flat_map(|o| {
-                chunks.iter().flat_map(move |&(bytes, chunk)| bytes[o * chunk..(o + 1) * chunk].chunks(inner))
+                let (spans, starts) = (&spans, &starts);
+                packed.iter().enumerate().filter_map(|(k, p)| Some((k, p.as_deref()?))).flat_map(move |(k, bytes)| {
+                    let first = (o * block + starts[k]) / inner;
+                    bytes[o * spans[k]..(o + 1) * spans[k]].chunks(inner).enumerate().map(move |(j, r)| (first + j, r))
+                })
             })
             .collect();
         let per = inner.div_ceil(threads).next_multiple_of(BAND_BYTES);
-        let bands = super::cols::Cols::whole(dst, rows.len(), inner, inner).split(per);
+        let bands = super::cols::Cols::whole(dst, outer * block / inner, inner, inner).split(per);
         bands.into_par_iter().for_each(|mut band| {
             let (c0, w) = (band.first_column(), band.width());
-            for (r, src) in rows.iter().enumerate() {
+            for &(r, src) in &rows {
                 band.row(r).copy_from_slice(&src[c0..c0 + w]);
             }
         });
-        return Ok(buf.into_tensor()?);
+        return Ok((buf.into_tensor()?, copied));
     }
-    let mut at = 0;
     for o in 0..outer {
-        for (bytes, chunk) in &chunks {
-            dst[at..at + chunk].copy_from_slice(&bytes[o * chunk..(o + 1) * chunk]);
-            at += chunk;
+        for (k, bytes) in packed.iter().enumerate().filter_map(|(k, p)| Some((k, p.as_deref()?))) {
+            let at = o * block + starts[k];
+            dst[at..at + spans[k]].copy_from_slice(&bytes[o * spans[k]..(o + 1) * spans[k]]);
         }
     }
-    Ok(buf.into_tensor()?)
+    Ok((buf.into_tensor()?, copied))
 }
 
 /// Output bytes from which [`concat`] copies on several threads.
@@ -380,6 +419,40 @@ mod tests {
                 assert_eq!(got[o * row], (o * a_rows) as f32, "{out:?}: block {o} starts with a");
                 assert_eq!(got[o * row + a_rows], -((o * (row - a_rows)) as f32), "{out:?}: then b");
             }
+        }
+    }
+
+    /// Inputs written where the output has them (the plan's `Buffer::inside`) are not copied; an input elsewhere
+    /// is, on one thread and on two.
+    #[test]
+    fn a_concat_copies_only_what_is_not_in_place() {
+        use crate::arena::{offer, HostArena};
+        use stowage_runtime::DatumType;
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (a_shape, b_shape, out) = ([1, 16, 40, 40], [1, 8, 40, 40], [1, 24, 40, 40]);
+        let (a_bytes, b_bytes) = (16 * 1600 * 4, 8 * 1600 * 4);
+        let arena = HostArena::new(a_bytes + b_bytes).expect("arena");
+        let make = |shape: &[usize], at: Option<(usize, usize)>, sign: f32| {
+            let _offer = offer(&arena, &[at]);
+            let mut t = crate::storage::output(DatumType::F32, shape).expect("made");
+            t.as_slice_mut::<f32>().expect("write").iter_mut().enumerate().for_each(|(i, v)| *v = sign * i as f32);
+            t
+        };
+        let a = make(&a_shape, Some((0, a_bytes)), 1.0);
+        for (b_at, threads, copied) in [(Some((a_bytes, b_bytes)), 1, 0), (None, 1, b_bytes), (None, 2, b_bytes)] {
+            let b = make(&b_shape, b_at, -1.0);
+            // The offer is the running thread's, as in a program's run (`Program::run_here`).
+            let region = Some((0, a_bytes + b_bytes));
+            let (got, n) = pool
+                .install(|| {
+                    let _offer = offer(&arena, &[region]);
+                    super::join(&[&a, &b], 1, &out, threads)
+                })
+                .expect("joins");
+            assert_eq!(n, copied, "b at {b_at:?}, {threads} threads: bytes copied");
+            let got = got.to_vec::<f32>().expect("read");
+            let want: Vec<f32> = (0..16 * 1600).map(|i| i as f32).chain((0..8 * 1600).map(|i| -(i as f32))).collect();
+            assert_eq!(got, want, "b at {b_at:?}, {threads} threads");
         }
     }
 }

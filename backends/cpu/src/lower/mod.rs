@@ -251,12 +251,21 @@ pub fn memory_steps(graph: &Graph, options: &LowerOptions) -> Vec<stowage_compil
             let view = !gen.planned.contains_key(&s.node)
                 && stowage_compiler::plan::cost::is_view(graph, s.node)
                 && first.is_none_or(|v| !gen.strided.contains_key(&v));
+            // A Concat with only axes of extent 1 before its axis is its inputs end to end (`movement::concat`
+            // copies those not already there).
+            let joins = match &node.op {
+                Op::Concat { axis } if !gen.planned.contains_key(&s.node) => {
+                    node.outputs[0].is_some_and(|v| graph.ty(v).shape.iter().take(*axis as usize).all(|&d| d == 1))
+                }
+                _ => false,
+            };
             stowage_compiler::plan::KernelStep {
                 node: node.name.clone(),
                 reads: s.reads.iter().flatten().map(|&v| name(v)).collect(),
                 writes: s.writes.iter().flatten().map(|&v| name(v)).collect(),
                 view,
                 in_place: false,
+                joins,
             }
         })
         .collect()

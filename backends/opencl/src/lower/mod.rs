@@ -245,6 +245,7 @@ pub fn memory_steps(graph: &Graph, info: &DeviceInfo) -> Result<Vec<stowage_comp
             writes: writes.iter().map(|&s| names[s].clone()).collect(),
             view,
             in_place: false,
+            joins: false,
         }
     });
     Ok(steps.collect())
