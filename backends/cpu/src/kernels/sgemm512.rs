@@ -197,13 +197,7 @@ pub fn sgemm_packed(
     (b_rs, b_cs): (usize, usize),
     epilogue: Epilogue<'_>,
 ) {
-    assert!(epilogue.bias.is_none_or(|bias| bias.len() >= m), "sgemm: a bias shorter than the {m} rows");
-    assert!(
-        row0.is_multiple_of(MR) && row0 + m <= a.m,
-        "sgemm: rows {row0}..{} of a packed {}-row operand",
-        row0 + m,
-        a.m
-    );
+    check_rows(a, row0, m, &epilogue);
     if m == 0 || n == 0 {
         return;
     }
@@ -223,6 +217,17 @@ pub fn sgemm_packed(
     blocked(m, n, a.k, dst, read_dst, 1.0, Lhs::Packed { a, panel0: row0 / MR }, b, (b_rs, b_cs), epilogue);
 }
 
+/// The rows `row0 .. row0 + m` of `a` a packed product takes: whole panels from `row0`, inside `a`, a bias for each.
+fn check_rows(a: &PackedA, row0: usize, m: usize, epilogue: &Epilogue<'_>) {
+    assert!(epilogue.bias.is_none_or(|bias| bias.len() >= m), "sgemm: a bias shorter than the {m} rows");
+    assert!(
+        row0.is_multiple_of(MR) && row0 + m <= a.m,
+        "sgemm: rows {row0}..{} of a packed {}-row operand",
+        row0 + m,
+        a.m
+    );
+}
+
 /// [`sgemm_packed`] into a band of columns (its width is the product's `n`), written in place by the thread that
 /// owns the band (`cols.rs`). The caller has checked that [`available`] is true and the extent of `b`.
 #[allow(clippy::too_many_arguments)]
@@ -236,13 +241,7 @@ pub fn sgemm_packed_cols(
     (b_rs, b_cs): (usize, usize),
     epilogue: Epilogue<'_>,
 ) {
-    assert!(epilogue.bias.is_none_or(|bias| bias.len() >= m), "sgemm: a bias shorter than the {m} rows");
-    assert!(
-        row0.is_multiple_of(MR) && row0 + m <= a.m,
-        "sgemm: rows {row0}..{} of a packed {}-row operand",
-        row0 + m,
-        a.m
-    );
+    check_rows(a, row0, m, &epilogue);
     let n = dst.width();
     if m == 0 || n == 0 {
         return;
