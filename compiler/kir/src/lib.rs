@@ -18,6 +18,7 @@
 
 pub mod chain;
 pub mod func;
+pub mod grid;
 pub mod loops;
 pub mod recurrent;
 pub mod resize;

@@ -108,6 +108,8 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         | Op::Softmax { .. }
         | Op::Reduce { .. }
         | Op::ArgMax { .. }
+        | Op::TopK { .. }
+        | Op::GridSample { .. }
         | Op::Resize(_) => nn::infer(op, ins, outputs)?,
         Op::Lstm(l) => {
             let types: Vec<Option<&ValueType>> = inputs.iter().map(|f| f.map(|f| f.ty)).collect();

@@ -182,6 +182,37 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
             }
             vec![ValueType::new(DatumType::I64, shape)]
         }
+        Op::TopK { axis, .. } => {
+            let a = normalize_axis(*axis, x.rank())?;
+            *axis = a as i64;
+            let k = match ins.ints(1)?.as_deref() {
+                Some(&[k]) => k,
+                Some(k) => return invalid(format!("K must have one element, found {}", k.len())),
+                None => return invalid("K must be a constant (give it with --input-value)"),
+            };
+            if k < 0 || k as usize > x.shape[a] {
+                return invalid(format!("K is {k}: it must be in [0, {}], the length of axis {a}", x.shape[a]));
+            }
+            let mut shape = x.shape.clone();
+            shape[a] = k as usize;
+            vec![ValueType::new(x.dt, shape.clone()), ValueType::new(DatumType::I64, shape)]
+        }
+        Op::GridSample { .. } => {
+            ins.expect_dt(0, DatumType::is_float, "a float type")?;
+            ins.same_dt(1)?;
+            let g = ins.shape(1)?;
+            let r = x.rank().saturating_sub(2);
+            if r == 0 || g.len() != r + 2 || g[0] != x.shape[0] || g[r + 1] != r {
+                return invalid(format!(
+                    "grid {g:?} must be [N, H1…Hr, r] for X {:?} [N, C, D1…Dr]: r = {r}, N = {}",
+                    x.shape,
+                    x.shape.first().copied().unwrap_or(0)
+                ));
+            }
+            let mut shape = x.shape[..2].to_vec();
+            shape.extend(&g[1..=r]);
+            vec![ValueType::new(x.dt, shape)]
+        }
         Op::Resize(r) => {
             let rank = x.rank();
             let axes: Vec<usize> = match &r.axes {

@@ -19,8 +19,9 @@ pub use edit::Edit;
 pub use entities::{NodeId, ValueId};
 pub use graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
 pub use op::{
-    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, OpAttrs, PadMode, Pool,
-    PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, Variadic, Window,
+    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, GridMode, GridPadding, NearestMode, Op,
+    OpAttrs, PadMode, Pool, PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, Variadic,
+    Window,
 };
 pub use recurrent::{Activation, Lstm};
 pub use types::{ShapeDisplay, ValueType};

@@ -267,6 +267,8 @@ pub enum SoftmaxKind {
     LogSoftmax,
 }
 
+pub use stowage_kir::grid::{GridMode, GridPadding};
+
 /// Pad modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PadMode {
@@ -450,6 +452,25 @@ pub enum Op {
         select_last_index: bool,
         /// The minimum (ONNX `ArgMin`) instead of the maximum.
         min: bool,
+    },
+    /// The `k` largest (or smallest) elements along an axis, and their i64 indices: X, K (a one-element i64
+    /// tensor, static). Outputs are always sorted (ONNX leaves the order free when `sorted` is 0); equal elements
+    /// come in index order, and NaN counts as larger than every number, as in onnxruntime.
+    TopK {
+        /// Axis (non-negative once inferred).
+        axis: i64,
+        /// The largest elements (else the smallest).
+        largest: bool,
+    },
+    /// Samples X `[N, C, D1…Dr]` at the points of grid `[N, H1…Hr, r]` (normalised coordinates in [−1, 1], the
+    /// innermost axis first): X, grid. Output `[N, C, H1…Hr]`.
+    GridSample {
+        /// Interpolation.
+        mode: GridMode,
+        /// Reads outside the input.
+        padding: GridPadding,
+        /// −1 and 1 are the centres of the corner pixels (else their outer edges).
+        align_corners: bool,
     },
     /// The shape of the input as i64: data.
     Shape {
@@ -644,6 +665,8 @@ impl Op {
             },
             Op::ArgMax { min: false, .. } => "ArgMax",
             Op::ArgMax { min: true, .. } => "ArgMin",
+            Op::TopK { .. } => "TopK",
+            Op::GridSample { .. } => "GridSample",
             Op::Shape { .. } => "Shape",
             Op::ConstantOfShape { .. } => "ConstantOfShape",
             Op::Reshape { .. } => "Reshape",
@@ -696,6 +719,8 @@ impl Op {
             | Op::GatherElements { .. }
             | Op::Cumulative { .. }
             | Op::GatherNd { .. }
+            | Op::TopK { .. }
+            | Op::GridSample { .. }
             | Op::Expand
             | Op::Tile => (2, 2),
             Op::Variadic(_) | Op::Concat { .. } => (1, usize::MAX),
@@ -717,7 +742,7 @@ impl Op {
     pub fn static_inputs(&self) -> &'static [usize] {
         match self {
             Op::Reshape { .. } | Op::Expand | Op::Tile | Op::Unsqueeze | Op::Squeeze | Op::Split { .. } => &[1],
-            Op::Reduce { .. } => &[1],
+            Op::Reduce { .. } | Op::TopK { .. } => &[1],
             Op::ConstantOfShape { .. } => &[0],
             Op::Range => &[0, 1, 2],
             Op::Slice => &[1, 2, 3, 4],
@@ -828,6 +853,13 @@ impl fmt::Display for OpAttrs<'_> {
                     write!(w, "axis={axis} keepdims={}", u8::from(*keepdims))?;
                     if *select_last_index {
                         write!(w, " select_last_index")?;
+                    }
+                }
+                Op::TopK { axis, largest } => write!(w, "axis={axis} largest={}", u8::from(*largest))?,
+                Op::GridSample { mode, padding, align_corners } => {
+                    write!(w, "mode={mode:?} padding={padding:?}")?;
+                    if *align_corners {
+                        write!(w, " align_corners")?;
                     }
                 }
                 Op::Shape { start, end } => {

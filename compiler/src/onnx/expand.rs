@@ -50,6 +50,14 @@ pub fn is_expanded(op: &str) -> bool {
         || super::attention::ATTENTION_OPS.contains(&op)
         || super::lp_pool::LP_POOL_OPS.contains(&op)
         || super::windows::WINDOW_OPS.contains(&op)
+        || super::quant::QUANT_OPS.contains(&op)
+        || super::einsum::EINSUM_OPS.contains(&op)
+        || super::spectral::SPECTRAL_OPS.contains(&op)
+        || super::images::IMAGE_OPS.contains(&op)
+        || super::rotary::ROTARY_OPS.contains(&op)
+        || super::movement::MOVEMENT_OPS.contains(&op)
+        || super::state::STATE_OPS.contains(&op)
+        || super::linear_attention::LINEAR_ATTENTION_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -94,6 +102,14 @@ pub(super) fn expand(
         op if super::attention::ATTENTION_OPS.contains(&op) => super::attention::expand(&mut ex)?,
         op if super::lp_pool::LP_POOL_OPS.contains(&op) => super::lp_pool::expand(&mut ex)?,
         op if super::windows::WINDOW_OPS.contains(&op) => super::windows::expand(&mut ex)?,
+        op if super::quant::QUANT_OPS.contains(&op) => super::quant::expand(&mut ex)?,
+        op if super::einsum::EINSUM_OPS.contains(&op) => super::einsum::expand(&mut ex)?,
+        op if super::spectral::SPECTRAL_OPS.contains(&op) => super::spectral::expand(&mut ex)?,
+        op if super::images::IMAGE_OPS.contains(&op) => super::images::expand(&mut ex)?,
+        op if super::rotary::ROTARY_OPS.contains(&op) => super::rotary::expand(&mut ex)?,
+        op if super::movement::MOVEMENT_OPS.contains(&op) => super::movement::expand(&mut ex)?,
+        op if super::state::STATE_OPS.contains(&op) => super::state::expand(&mut ex)?,
+        op if super::linear_attention::LINEAR_ATTENTION_OPS.contains(&op) => super::linear_attention::expand(&mut ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),
     };
     ex.finish(outputs)

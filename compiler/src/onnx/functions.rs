@@ -1,5 +1,5 @@
 //! Ops that ONNX defines as functions of other ops, imported as those ops ([`super::expand`]): the activations
-//! (`Elu`, `Celu`, `Selu`, `ThresholdedRelu`, `Softsign`, `Mish`, `Shrink`, `Swish`), tests on floats (`IsNaN`, `IsInf`),
+//! (`Elu`, `Celu`, `Selu`, `ThresholdedRelu`, `Softsign`, `Mish`, `Shrink`, `Swish`, `SwiGLU`), tests on floats (`IsNaN`, `IsInf`),
 //! `Xor`, `Tan`, the reductions made of a sum (`ReduceL1`, `ReduceL2`, `ReduceSumSquare`, `ReduceLogSum`,
 //! `ReduceLogSumExp`), the normalisations (`InstanceNormalization`, `MeanVarianceNormalization`,
 //! `LpNormalization`), and data movement (`DepthToSpace`, `SpaceToDepth`). Each is written as the function body of
@@ -31,6 +31,7 @@ pub const FUNCTION_OPS: &[&str] = &[
     "Shrink",
     "Softsign",
     "SpaceToDepth",
+    "SwiGLU",
     "Swish",
     "Tan",
     "ThresholdedRelu",
@@ -118,6 +119,17 @@ pub(super) fn static_inputs(op: &str, opset: i64) -> &'static [usize] {
         // The window's length and the one-hot depth set the output's shape (`windows.rs`, `masks.rs`).
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => &[0],
         "OneHot" => &[1],
+        // Lengths, axes and shapes of the spectral and image expansions (`spectral.rs`, `images.rs`).
+        "DFT" if opset >= 20 => &[1, 2],
+        "DFT" => &[1],
+        "STFT" => &[1, 3],
+        "CenterCropPad" => &[1],
+        "Col2Im" => &[1, 2],
+        "AffineGrid" => &[1],
+        "MaxUnpool" => &[2],
+        // Values that set the shape of `Compress` and `NonZero` (`movement.rs`).
+        "Compress" => &[1],
+        "NonZero" => &[0],
         _ => &[],
     }
 }
@@ -131,7 +143,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let narrow = matches!(xt.dt, DatumType::F16 | DatumType::BF16)
         && matches!(
             ex.node.op_type(),
-            "Elu" | "Celu" | "Selu" | "ThresholdedRelu" | "Softsign" | "Mish" | "Shrink" | "Tan" | "Swish"
+            "Elu" | "Celu" | "Selu" | "ThresholdedRelu" | "Softsign" | "Mish" | "Shrink" | "Tan" | "Swish" | "SwiGLU"
         );
     let (x, dt) = if narrow { (ex.op("Cast", &[&x], vec![int("to", 1)])?, DatumType::F32) } else { (x, xt.dt) };
     let y = match ex.node.op_type() {
@@ -161,6 +173,20 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             let ax = ex.op("Mul", &[&a, &x], vec![])?;
             let s = ex.op("Sigmoid", &[&ax], vec![])?;
             ex.op("Mul", &[&x, &s], vec![])?
+        }
+        // `Swish(a) · b` of two inputs of one shape (no broadcasting).
+        "SwiGLU" => {
+            let b = ex.input(1)?;
+            let bt = ex.ty(&b)?;
+            if bt != xt {
+                return Err(ex.fail(format!("B is {bt}: it must have A's type and shape, {xt}")));
+            }
+            let b = if narrow { ex.op("Cast", &[&b], vec![int("to", 1)])? } else { b };
+            let a = ex.scalar(dt, f64::from(f(ex, "alpha", 1.0)?))?;
+            let ax = ex.op("Mul", &[&a, &x], vec![])?;
+            let s = ex.op("Sigmoid", &[&ax], vec![])?;
+            let sw = ex.op("Mul", &[&x, &s], vec![])?;
+            ex.op("Mul", &[&sw, &b], vec![])?
         }
         "Softsign" => {
             let abs = ex.op("Abs", &[&x], vec![])?;

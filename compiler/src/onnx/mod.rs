@@ -13,17 +13,25 @@ mod attention;
 mod attrs;
 mod branch;
 mod conv_transpose;
+mod einsum;
 mod expand;
 pub mod external;
 mod functions;
+mod images;
 mod import;
+mod linear_attention;
 mod losses;
 mod lp_pool;
 mod masks;
+mod movement;
 mod norms;
 mod ops;
 pub mod proto;
+mod quant;
 mod rnn;
+mod rotary;
+mod spectral;
+mod state;
 pub mod tensor;
 mod unroll;
 mod windows;
@@ -41,12 +49,13 @@ use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
 /// The ONNX op types of the default domain that stowage imports (this round's op set); those of
-/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] [`lp_pool::LP_POOL_OPS`] and [`windows::WINDOW_OPS`] are imported as small graphs of the others.
+/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] [`lp_pool::LP_POOL_OPS`], [`windows::WINDOW_OPS`], [`quant::QUANT_OPS`], [`einsum::EINSUM_OPS`], [`spectral::SPECTRAL_OPS`], [`images::IMAGE_OPS`], [`rotary::ROTARY_OPS`], [`movement::MOVEMENT_OPS`], [`state::STATE_OPS`] and [`linear_attention::LINEAR_ATTENTION_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Acos",
     "Acosh",
     "Add",
+    "AffineGrid",
     "And",
     "ArgMax",
     "ArgMin",
@@ -66,21 +75,30 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "BlackmanWindow",
     "Cast",
     "CastLike",
+    "CausalConvWithState",
     "Ceil",
     "Celu",
+    "CenterCropPad",
     "Clip",
+    "Col2Im",
+    "Compress",
     "Concat",
     "Constant",
     "ConstantOfShape",
     "Conv",
+    "ConvInteger",
     "ConvTranspose",
     "Cos",
     "Cosh",
     "CumProd",
     "CumSum",
     "DepthToSpace",
+    "DequantizeLinear",
+    "DFT",
     "Div",
     "Dropout",
+    "DynamicQuantizeLinear",
+    "Einsum",
     "Elu",
     "Equal",
     "Erf",
@@ -98,6 +116,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "GridSample",
     "GroupNormalization",
     "GRU",
     "HammingWindow",
@@ -114,6 +133,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "LeakyRelu",
     "Less",
     "LessOrEqual",
+    "LinearAttention",
     "Log",
     "LogSoftmax",
     "Loop",
@@ -122,8 +142,10 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "LRN",
     "LSTM",
     "MatMul",
+    "MatMulInteger",
     "Max",
     "MaxPool",
+    "MaxUnpool",
     "Mean",
     "MeanVarianceNormalization",
     "Min",
@@ -132,12 +154,16 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Mul",
     "Neg",
     "NegativeLogLikelihoodLoss",
+    "NonZero",
     "Not",
     "OneHot",
     "Or",
     "Pad",
     "Pow",
     "PRelu",
+    "QLinearConv",
+    "QLinearMatMul",
+    "QuantizeLinear",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -153,8 +179,10 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Relu",
     "Reshape",
     "Resize",
+    "ReverseSequence",
     "RMSNormalization",
     "RNN",
+    "RotaryEmbedding",
     "Round",
     "Scan",
     "Scatter",
@@ -177,13 +205,17 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Split",
     "Sqrt",
     "Squeeze",
+    "STFT",
     "Sub",
     "Sum",
+    "SwiGLU",
     "Swish",
     "Tan",
     "Tanh",
+    "TensorScatter",
     "ThresholdedRelu",
     "Tile",
+    "TopK",
     "Transpose",
     "Trilu",
     "Unsqueeze",

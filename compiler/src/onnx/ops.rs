@@ -7,8 +7,9 @@ use stowage_runtime::{DatumType, Tensor};
 use super::attrs::{AttrError, Attrs};
 use crate::consts;
 use crate::ir::{
-    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, NearestMode, Op, PadMode, Pool, PoolKind,
-    Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, ValueType, Variadic, Window,
+    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, GridMode, GridPadding, NearestMode, Op,
+    PadMode, Pool, PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, ValueType, Variadic,
+    Window,
 };
 
 /// Where one IR input of a node comes from.
@@ -258,6 +259,43 @@ pub(crate) fn parse(
             select_last_index: a.bool_or("select_last_index", false)?,
             min: op_type == "ArgMin",
         }),
+        "GridSample" => {
+            let mode = match (a.string("mode")?.as_deref(), opset) {
+                (None, _) | (Some("bilinear"), ..20) | (Some("linear"), 20..) => GridMode::Linear,
+                (Some("nearest"), _) => GridMode::Nearest,
+                (Some("bicubic"), ..20) | (Some("cubic"), 20..) => GridMode::Cubic,
+                (Some(other), _) => {
+                    let names = if opset < 20 {
+                        "'bilinear', 'nearest' or 'bicubic'"
+                    } else {
+                        "'linear', 'nearest' or 'cubic'"
+                    };
+                    return Err(attr_err("mode", format!("must be {names} at opset {opset}, found '{other}'")));
+                }
+            };
+            let padding = match a.string("padding_mode")?.as_deref() {
+                None | Some("zeros") => GridPadding::Zeros,
+                Some("border") => GridPadding::Border,
+                Some("reflection") => GridPadding::Reflection,
+                Some(other) => {
+                    return Err(attr_err(
+                        "padding_mode",
+                        format!("must be 'zeros', 'border' or 'reflection', found '{other}'"),
+                    ))
+                }
+            };
+            op(Op::GridSample { mode, padding, align_corners: a.bool_or("align_corners", false)? })
+        }
+        "TopK" => {
+            let topk = Op::TopK { axis: a.int_or("axis", -1)?, largest: a.bool_or("largest", true)? };
+            if opset < 10 {
+                let k =
+                    a.int("k")?.ok_or_else(|| ParseError::Other("attribute 'k' is required before opset 10".into()))?;
+                Ok(Parsed::Op(topk, moved(vec![Slot::Onnx(0)], 1, Some(ints_const(vec![k])?))))
+            } else {
+                op(topk)
+            }
+        }
         "Shape" => op(Op::Shape { start: a.int_or("start", 0)?, end: a.int("end")? }),
         // Every shape is static, so a Size is its input's element count.
         "Size" => {

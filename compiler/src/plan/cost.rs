@@ -47,9 +47,12 @@ pub fn flops(graph: &Graph, node: NodeId) -> f64 {
             let columns = elems(x.clone()) / x.last().copied().unwrap_or(1).max(1) as f64;
             2.0 * columns * (elems(in_shape(1)) + elems(in_shape(2)))
         }
-        Op::Reduce { .. } | Op::GlobalPool(_) | Op::Softmax { .. } | Op::LayerNorm { .. } | Op::ArgMax { .. } => {
-            in_shape(0).iter().map(|&d| d as f64).product::<f64>().max(out_elems)
-        }
+        Op::Reduce { .. }
+        | Op::GlobalPool(_)
+        | Op::Softmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::ArgMax { .. }
+        | Op::TopK { .. } => in_shape(0).iter().map(|&d| d as f64).product::<f64>().max(out_elems),
         _ => out_elems,
     }
 }

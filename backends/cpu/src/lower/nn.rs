@@ -11,7 +11,7 @@ use super::{arg, const_ints, one, out_shape};
 use crate::error::{CpuError, Result};
 use crate::kernels::cast::cast;
 use crate::kernels::gemm::Float;
-use crate::kernels::{conv, gemm, norm, pool, reduce, resize};
+use crate::kernels::{conv, gemm, grid_sample, norm, pool, reduce, resize, topk};
 use crate::numeric;
 use crate::program::Kernel;
 
@@ -482,6 +482,45 @@ pub(super) fn kernel(
                     }
                     one(crate::storage::tensor_from_vec(&out, y)?)
                 }, else Err(CpuError::Unsupported { op: "ArgMax", dt: xdt }))
+            })
+        }
+        Op::TopK { axis, largest } => {
+            let (xs, axis, largest) = (in_shape(0), *axis as usize, *largest);
+            let k = out.get(axis).copied().unwrap_or(0);
+            // Half floats are compared as f32 (exact), and their values written back in their own type.
+            let xdt = if matches!(in_dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { in_dt };
+            Box::new(move |a, _| {
+                let x = arg(a, 0)?;
+                let widened;
+                let x = if x.dt() == xdt {
+                    x
+                } else {
+                    widened = cast(x, xdt)?;
+                    &widened
+                };
+                numeric!(xdt, T => {
+                    let v = x.to_vec::<T>()?;
+                    let n = out.iter().product();
+                    let (mut y, mut idx) = (vec![T::default(); n], vec![0i64; n]);
+                    topk::top_k(&v, &xs, axis, k, largest, &mut y, &mut idx);
+                    let mut y = crate::storage::tensor_from_vec(&out, y)?;
+                    if xdt != in_dt {
+                        y = cast(&y, in_dt)?;
+                    }
+                    Ok(vec![y, crate::storage::tensor_from_vec(&out, idx)?])
+                }, else Err(CpuError::Unsupported { op: "TopK", dt: xdt }))
+            })
+        }
+        Op::GridSample { mode, padding, align_corners } => {
+            let (xs, gs) = (in_shape(0), in_shape(1));
+            let how = grid_sample::Sampling { mode: *mode, padding: *padding, align: *align_corners };
+            Box::new(move |a, _| {
+                float!(wide, T => {
+                    let (x, g) = (floats::<T>(arg(a, 0)?)?, floats::<T>(arg(a, 1)?)?);
+                    let mut y = vec![T::zero(); out.iter().product()];
+                    grid_sample::grid_sample(&x, &xs, &g, &gs, how, &mut y);
+                    one(crate::storage::tensor_from_vec(&out, y)?)
+                })
             })
         }
         Op::Resize(r) => {
