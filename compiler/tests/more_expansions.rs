@@ -303,3 +303,28 @@ fn shapes_set_by_run_time_values_name_the_node_and_the_input_to_give() {
     );
     check(&error_of(&compress), &["node 'Compress_y'", "values of condition ('c')", "--input-value"]);
 }
+
+#[test]
+fn training_ops_import_in_their_domain_and_name_bad_groups_and_modes() {
+    let training = |op: &str, inputs: &[&str], attrs, version: i64| {
+        let ins: Vec<(&str, DataType, &[i64])> = inputs
+            .iter()
+            .map(|&n| if n == "T" { (n, DataType::Int64, &[][..]) } else { (n, DataType::Float, &[2][..]) })
+            .collect();
+        let mut m = one(node(op, inputs, &["x_new", "v_new"], attrs), &ins, vec![]);
+        m.graph.as_mut().expect("a graph").node[0].domain = Some("ai.onnx.preview.training".into());
+        m.opset_import = vec![stowage_compiler::onnx::proto::OperatorSetIdProto {
+            domain: Some("ai.onnx.preview.training".into()),
+            version: Some(version),
+        }];
+        m
+    };
+    let ok = training("Momentum", &["R", "T", "X", "G", "V"], vec![string("mode", "standard")], 1);
+    import(&ok).expect("a model of training ops alone imports");
+    let err = error_of(&training("Momentum", &["R", "T", "X", "G", "V"], vec![string("mode", "fast")], 1));
+    check(&err, &["node 'Momentum_x_new'", "attribute 'mode'", "'standard' or 'nesterov'"]);
+    let err = error_of(&training("Adam", &["R", "T", "X", "G", "V"], vec![], 1));
+    check(&err, &["node 'Adam_x_new'", "has 5 inputs", "V and H"]);
+    let err = error_of(&training("Momentum", &["R", "T", "X", "G", "V"], vec![string("mode", "standard")], 2));
+    check(&err, &["ai.onnx.preview.training", "opset 2"]);
+}

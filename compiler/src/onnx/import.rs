@@ -24,12 +24,21 @@ fn is_default_domain(domain: &str) -> bool {
 }
 
 fn default_opset(model: &ModelProto) -> Result<i64, E> {
-    let version = model
-        .opset_import
-        .iter()
-        .find(|o| is_default_domain(o.domain()))
-        .map(|o| o.version())
-        .ok_or_else(|| E::NotAModel("it imports no opset of the default domain (ai.onnx)".into()))?;
+    use super::training::TRAINING_DOMAIN;
+    for o in model.opset_import.iter().filter(|o| o.domain() == TRAINING_DOMAIN) {
+        if o.version() != 1 {
+            return Err(E::Opset { domain: TRAINING_DOMAIN.into(), version: o.version(), min: 1, max: 1 });
+        }
+    }
+    let version = model.opset_import.iter().find(|o| is_default_domain(o.domain())).map(|o| o.version());
+    // A model of training ops alone imports no default opset: its expansions are written at their own (rule 2 of
+    // `expand.rs`), so any will do.
+    let only_training = model.opset_import.iter().any(|o| o.domain() == TRAINING_DOMAIN);
+    let version = match version {
+        Some(v) => v,
+        None if only_training => MAX_OPSET,
+        None => return Err(E::NotAModel("it imports no opset of the default domain (ai.onnx)".into())),
+    };
     if !(MIN_OPSET..=MAX_OPSET).contains(&version) {
         return Err(E::Opset { domain: "ai.onnx".into(), version, min: MIN_OPSET, max: MAX_OPSET });
     }
@@ -285,6 +294,9 @@ pub(super) fn add_node(
     let At { opset, limit, .. } = at;
     let name = node_name(node, index);
     let op_type = node.op_type();
+    if node.domain() == super::training::TRAINING_DOMAIN && super::training::TRAINING_OPS.contains(&op_type) {
+        return super::expand::expand(graph, names, node, &name, at);
+    }
     if !is_default_domain(node.domain()) {
         return Err(E::UnknownOp { node: name, op: op_type.into(), domain: node.domain().into() });
     }
@@ -408,7 +420,8 @@ pub(super) fn unsupported(nodes: &[NodeProto]) -> Result<(), E> {
 pub fn unsupported_ops(nodes: &[NodeProto]) -> Vec<crate::error::UnsupportedOp> {
     let mut ops: Vec<crate::error::UnsupportedOp> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        let known = is_default_domain(n.domain()) && super::SUPPORTED_OPS.contains(&n.op_type());
+        let known = (is_default_domain(n.domain()) && super::SUPPORTED_OPS.contains(&n.op_type()))
+            || (n.domain() == super::training::TRAINING_DOMAIN && super::training::TRAINING_OPS.contains(&n.op_type()));
         if known {
             continue;
         }

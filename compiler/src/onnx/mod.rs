@@ -33,6 +33,7 @@ mod rotary;
 mod spectral;
 mod state;
 pub mod tensor;
+pub mod training;
 mod unroll;
 mod windows;
 pub mod wire;
