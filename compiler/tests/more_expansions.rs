@@ -328,3 +328,30 @@ fn training_ops_import_in_their_domain_and_name_bad_groups_and_modes() {
     let err = error_of(&training("Momentum", &["R", "T", "X", "G", "V"], vec![string("mode", "standard")], 2));
     check(&err, &["ai.onnx.preview.training", "opset 2"]);
 }
+
+#[test]
+fn selections_of_run_time_values_name_the_input_and_known_ones_fold() {
+    let nms = one(
+        node("NonMaxSuppression", &["b", "s"], &["y"], vec![]),
+        &[("b", DataType::Float, &[1, 2, 4]), ("s", DataType::Float, &[1, 1, 2])],
+        vec![],
+    );
+    check(&error_of(&nms), &["node 'NonMaxSuppression_y'", "values of boxes ('b')", "--input-value"]);
+    let unique = one(
+        node("Unique", &["x"], &["y", "i", "inv", "c"], vec![]),
+        &[],
+        vec![build::floats("x", &[5], &[3.0, 1.0, 3.0, 2.0, 1.0])],
+    );
+    let g = import(&ModelProto {
+        graph: unique.graph.map(|mut g| {
+            g.output = vec![value("y", &[3]), typed_value("inv", DataType::Int64, &[5])];
+            g
+        }),
+        ..unique
+    })
+    .expect("imports");
+    let y = g.const_value(g.outputs()[0].value).expect("a constant");
+    assert_eq!(y.as_slice::<f32>().expect("f32"), &[1.0, 2.0, 3.0]);
+    let inv = g.const_value(g.outputs()[1].value).expect("a constant");
+    assert_eq!(inv.as_slice::<i64>().expect("i64"), &[2, 0, 2, 1, 0]);
+}

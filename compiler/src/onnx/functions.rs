@@ -130,6 +130,8 @@ pub(super) fn static_inputs(op: &str, opset: i64) -> &'static [usize] {
         // Values that set the shape of `Compress` and `NonZero` (`movement.rs`).
         "Compress" => &[1],
         "NonZero" => &[0],
+        "NonMaxSuppression" => &[0, 1, 2, 3, 4],
+        "Unique" => &[0],
         _ => &[],
     }
 }

@@ -30,6 +30,7 @@ pub mod proto;
 mod quant;
 mod rnn;
 mod rotary;
+mod selection;
 mod spectral;
 mod state;
 pub mod tensor;
@@ -50,7 +51,7 @@ use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;
 
 /// The ONNX op types of the default domain that stowage imports (this round's op set); those of
-/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] [`lp_pool::LP_POOL_OPS`], [`windows::WINDOW_OPS`], [`quant::QUANT_OPS`], [`einsum::EINSUM_OPS`], [`spectral::SPECTRAL_OPS`], [`images::IMAGE_OPS`], [`rotary::ROTARY_OPS`], [`movement::MOVEMENT_OPS`], [`state::STATE_OPS`] and [`linear_attention::LINEAR_ATTENTION_OPS`] are imported as small graphs of the others.
+/// [`expand::EXPANDED_OPS`], [`functions::FUNCTION_OPS`], [`masks::MASK_OPS`], [`norms::NORM_OPS`], [`losses::LOSS_OPS`], [`attention::ATTENTION_OPS`] [`lp_pool::LP_POOL_OPS`], [`windows::WINDOW_OPS`], [`quant::QUANT_OPS`], [`einsum::EINSUM_OPS`], [`spectral::SPECTRAL_OPS`], [`images::IMAGE_OPS`], [`rotary::ROTARY_OPS`], [`movement::MOVEMENT_OPS`], [`state::STATE_OPS`], [`linear_attention::LINEAR_ATTENTION_OPS`] and [`selection::SELECTION_OPS`] are imported as small graphs of the others.
 pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Acos",
@@ -155,6 +156,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Mul",
     "Neg",
     "NegativeLogLikelihoodLoss",
+    "NonMaxSuppression",
     "NonZero",
     "Not",
     "OneHot",
@@ -219,6 +221,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "TopK",
     "Transpose",
     "Trilu",
+    "Unique",
     "Unsqueeze",
     "Where",
     "Xor",
