@@ -132,6 +132,7 @@ pub(super) fn static_inputs(op: &str, opset: i64) -> &'static [usize] {
         "NonZero" => &[0],
         "NonMaxSuppression" => &[0, 1, 2, 3, 4],
         "Unique" => &[0],
+        "Upsample" => &[1],
         _ => &[],
     }
 }

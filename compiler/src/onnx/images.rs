@@ -16,13 +16,15 @@
 //! 5. **MaxUnpool** writes each value at its index (a flat index into the unpooled tensor, as `MaxPool` gives it)
 //!    in zeros of the size the pooling undoes (`ScatterElements` over the flattened tensor), then pads at the end of
 //!    each spatial axis up to `output_shape` when that is given.
+//! 6. **Upsample** (opsets 7 to 9) is the `Resize` it was replaced by: its scales (an attribute before opset 9, an
+//!    input from 9), `nearest` or `linear`, with the `asymmetric` coordinates and `floor` rounding it always had.
 
 use super::expand::{int, ints, Ex};
 use crate::consts;
 use crate::error::ImportErrorKind as E;
 
 /// The op types this file expands.
-pub const IMAGE_OPS: &[&str] = &["AffineGrid", "CenterCropPad", "Col2Im", "MaxUnpool"];
+pub const IMAGE_OPS: &[&str] = &["AffineGrid", "CenterCropPad", "Col2Im", "MaxUnpool", "Upsample"];
 
 /// Expands the op of `ex`; its outputs.
 pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
@@ -31,6 +33,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         "Col2Im" => col2im(ex)?,
         "AffineGrid" => affine_grid(ex)?,
         "MaxUnpool" => max_unpool(ex)?,
+        "Upsample" => upsample(ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),
     })])
 }
@@ -275,4 +278,30 @@ fn max_unpool(ex: &mut Ex<'_, '_>) -> Result<String, E> {
     }
     let p = ex.ints(&p)?;
     ex.op("Pad", &[&y, &p], vec![])
+}
+
+/// `Upsample(X, scales)` as `Resize` (rule 6).
+fn upsample(ex: &mut Ex<'_, '_>) -> Result<String, E> {
+    let x = ex.input(0)?;
+    let a = ex.attrs();
+    let err = |e| ex.attr_err(e);
+    let mode = a.string("mode").map_err(err)?.unwrap_or_else(|| "nearest".into());
+    if mode != "nearest" && mode != "linear" && mode != "bilinear" {
+        return Err(ex.attr_fail("mode", format!("must be 'nearest' or 'linear', found '{mode}'")));
+    }
+    let scales = match ex.optional(1) {
+        Some(s) => s,
+        None => {
+            let v = a.floats("scales").map_err(err)?.ok_or_else(|| ex.attr_fail("scales", "is required"))?;
+            let t = stowage_runtime::Tensor::from_vec(&[v.len()], v).map_err(|e| ex.fail(e.to_string()))?;
+            ex.constant("scales", t)
+        }
+    };
+    let mode = if mode == "nearest" { "nearest" } else { "linear" };
+    let attrs = vec![
+        super::expand::string("mode", mode),
+        super::expand::string("coordinate_transformation_mode", "asymmetric"),
+        super::expand::string("nearest_mode", "floor"),
+    ];
+    ex.op("Resize", &[&x, "", &scales], attrs)
 }

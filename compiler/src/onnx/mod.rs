@@ -223,6 +223,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Trilu",
     "Unique",
     "Unsqueeze",
+    "Upsample",
     "Where",
     "Xor",
 ];
