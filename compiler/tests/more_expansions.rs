@@ -157,13 +157,7 @@ fn equations_that_do_not_fit_their_inputs_are_named() {
 
 #[test]
 fn top_k_needs_a_constant_k_that_fits_its_axis() {
-    let k = |v: i64| TensorProto {
-        name: Some("k".into()),
-        dims: vec![1],
-        data_type: Some(DataType::Int64 as i32),
-        int64_data: vec![v],
-        ..Default::default()
-    };
+    let k = |v: i64| build::int64s("k", &[1], &[v]);
     let topk = |inits: Vec<TensorProto>, inputs: &[(&str, DataType, &[i64])]| {
         let mut m = one(node("TopK", &["x", "k"], &["v", "i"], vec![int("axis", 1)]), inputs, inits);
         let g = m.graph.as_mut().expect("a graph");
@@ -176,16 +170,6 @@ fn top_k_needs_a_constant_k_that_fits_its_axis() {
     check(&error_of(&topk(vec![k(6)], &[x])), &["node 'TopK_v'", "K is 6", "[0, 5]"]);
     let err = error_of(&topk(vec![], &[x, ("k", DataType::Int64, &[1])]));
     check(&err, &["node 'TopK_v'", "input 1 sets the output shape", "--input-value"]);
-}
-
-fn ints_init(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(DataType::Int64 as i32),
-        int64_data: data.to_vec(),
-        ..Default::default()
-    }
 }
 
 #[test]
@@ -201,13 +185,13 @@ fn transforms_name_the_input_or_length_that_does_not_fit() {
     check(&err, &["node 'DFT_y'", "input is f32[1,8,3]", "last axis is 1 (real) or 2 (complex)"]);
     let err = error_of(&dft(&[1, 8, 1], &["x", "", "axis"], &[("axis", DataType::Int64, &[])], vec![]));
     check(&err, &["node 'DFT_y'", "axis sets the output's shape", "--input-value"]);
-    let err = error_of(&dft(&[1, 8, 1], &["x", "n"], &[], vec![ints_init("n", &[], &[0])]));
+    let err = error_of(&dft(&[1, 8, 1], &["x", "n"], &[], vec![build::int64s("n", &[], &[0])]));
     check(&err, &["dft_length is 0"]);
 
     let stft = one(
         node("STFT", &["s", "step", "", "len"], &["y"], vec![]),
         &[("s", DataType::Float, &[1, 16, 1])],
-        vec![ints_init("step", &[], &[4]), ints_init("len", &[], &[32])],
+        vec![build::int64s("step", &[], &[4]), build::int64s("len", &[], &[32])],
     );
     check(&error_of(&stft), &["node 'STFT_y'", "frame_length 32", "at most the signal's 16"]);
 }
@@ -217,13 +201,13 @@ fn image_ops_name_the_shapes_that_disagree() {
     let col2im = one(
         node("Col2Im", &["x", "image", "block"], &["y"], vec![]),
         &[("x", DataType::Float, &[1, 4, 7])],
-        vec![ints_init("image", &[2], &[3, 3]), ints_init("block", &[2], &[2, 2])],
+        vec![build::int64s("image", &[2], &[3, 3]), build::int64s("block", &[2], &[2, 2])],
     );
     check(&error_of(&col2im), &["node 'Col2Im_y'", "input has 7 columns", "make 4"]);
     let crop = one(
         node("CenterCropPad", &["x", "shape"], &["y"], vec![]),
         &[("x", DataType::Float, &[4, 4])],
-        vec![ints_init("shape", &[1], &[2])],
+        vec![build::int64s("shape", &[1], &[2])],
     );
     check(&error_of(&crop), &["node 'CenterCropPad_y'", "shape has 1 elements for 2 axes"]);
 }
@@ -274,7 +258,7 @@ fn state_ops_name_the_state_or_cache_that_does_not_fit() {
     let affine = one(
         node("AffineGrid", &["t", "size"], &["y"], vec![]),
         &[("t", DataType::Float, &[2, 2, 3])],
-        vec![ints_init("size", &[4], &[3, 1, 4, 4])],
+        vec![build::int64s("size", &[4], &[3, 1, 4, 4])],
     );
     check(&error_of(&affine), &["node 'AffineGrid_y'", "theta is f32[2,2,3]", "[3, 2, 3]"]);
 }

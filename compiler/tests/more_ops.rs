@@ -7,15 +7,7 @@ use common::build::{self, float, int, node, string, typed_value, value};
 use stowage_compiler::onnx::proto::{tensor_proto::DataType, TensorProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 
-fn int64s(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(DataType::Int64 as i32),
-        int64_data: data.to_vec(),
-        ..Default::default()
-    }
-}
+use build::int64s;
 
 fn error_of(m: &onnx::proto::ModelProto) -> String {
     let err = match onnx::load_bytes(&build::bytes(m), &ImportConfig::new()) {

@@ -107,6 +107,17 @@ pub fn floats(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
     }
 }
 
+/// An i64 initializer.
+pub fn int64s(name: &str, dims: &[i64], data: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: data.to_vec(),
+        ..Default::default()
+    }
+}
+
 /// A model of one graph at `opset`.
 pub fn model(
     opset: i64,

@@ -172,6 +172,20 @@ macro_rules! float {
     };
 }
 
+/// The type ordering ops (ArgMax, TopK) compare `dt` in: f32 for the half floats (exact), else `dt` itself.
+fn compared_type(dt: DatumType) -> DatumType {
+    if matches!(dt, DatumType::F16 | DatumType::BF16) {
+        DatumType::F32
+    } else {
+        dt
+    }
+}
+
+/// `x` in `dt`: itself, or cast to it.
+fn compared<'t>(x: &'t Tensor<'static>, dt: DatumType) -> Result<Cow<'t, Tensor<'static>>> {
+    Ok(if x.dt() == dt { Cow::Borrowed(x) } else { Cow::Owned(cast(x, dt)?) })
+}
+
 /// True when a Conv node's weights are packed into its kernel when lowered (constant f32 weights of a shape
 /// `PackedWeights` takes): then the step does not read its weight input and the program need not keep it.
 pub(super) fn packs_weights(graph: &Graph, c: &ir::Conv, inputs: &[Option<ValueId>], dt: DatumType) -> bool {
@@ -462,16 +476,9 @@ pub(super) fn kernel(
         }
         Op::ArgMax { axis, select_last_index, min, .. } => {
             let (xs, axis, last, min) = (in_shape(0), *axis as usize, *select_last_index, *min);
-            let xdt = if matches!(in_dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { in_dt };
+            let xdt = compared_type(in_dt);
             Box::new(move |a, _| {
-                let x = arg(a, 0)?;
-                let widened;
-                let x = if x.dt() == xdt {
-                    x
-                } else {
-                    widened = cast(x, xdt)?;
-                    &widened
-                };
+                let x = compared(arg(a, 0)?, xdt)?;
                 numeric!(xdt, T => {
                     let v = x.to_vec::<T>()?;
                     let mut y = vec![0i64; out.iter().product()];
@@ -487,17 +494,10 @@ pub(super) fn kernel(
         Op::TopK { axis, largest } => {
             let (xs, axis, largest) = (in_shape(0), *axis as usize, *largest);
             let k = out.get(axis).copied().unwrap_or(0);
-            // Half floats are compared as f32 (exact), and their values written back in their own type.
-            let xdt = if matches!(in_dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { in_dt };
+            // Half floats are compared as f32 and their values written back in their own type.
+            let xdt = compared_type(in_dt);
             Box::new(move |a, _| {
-                let x = arg(a, 0)?;
-                let widened;
-                let x = if x.dt() == xdt {
-                    x
-                } else {
-                    widened = cast(x, xdt)?;
-                    &widened
-                };
+                let x = compared(arg(a, 0)?, xdt)?;
                 numeric!(xdt, T => {
                     let v = x.to_vec::<T>()?;
                     let n = out.iter().product();
