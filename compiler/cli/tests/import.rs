@@ -93,10 +93,10 @@ fn check_lists_every_unsupported_op_type_one_a_line() {
         opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
         graph: Some(GraphProto {
             node: vec![
-                node("Unique", "u_1", ""),
+                node("RoiAlign", "u_1", ""),
                 node("Relu", "r", ""),
-                node("NonZero", "n7", ""),
-                node("Unique", "u_2", ""),
+                node("Det", "n7", ""),
+                node("RoiAlign", "u_2", ""),
                 node("TreeEnsembleClassifier", "trees", "ai.onnx.ml"),
             ],
             ..Default::default()
@@ -110,7 +110,7 @@ fn check_lists_every_unsupported_op_type_one_a_line() {
     assert_eq!(code, 1, "{err}");
     assert_eq!(
         out,
-        "Unique\tai.onnx\t2 nodes\tfirst 'u_1'\nNonZero\tai.onnx\t1 nodes\tfirst 'n7'\n\
+        "RoiAlign\tai.onnx\t2 nodes\tfirst 'u_1'\nDet\tai.onnx\t1 nodes\tfirst 'n7'\n\
          TreeEnsembleClassifier\tai.onnx.ml\t1 nodes\tfirst 'trees'\n"
     );
     assert!(err.starts_with("error: ") && err.contains("3 op types are not supported"), "{err}");

@@ -133,6 +133,7 @@ pub(super) fn static_inputs(op: &str, opset: i64) -> &'static [usize] {
         "NonMaxSuppression" => &[0, 1, 2, 3, 4],
         "Unique" => &[0],
         "Upsample" => &[1],
+        "MelWeightMatrix" => &[0, 1, 2, 3, 4],
         _ => &[],
     }
 }

@@ -149,6 +149,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "MaxPool",
     "MaxUnpool",
     "Mean",
+    "MelWeightMatrix",
     "MeanVarianceNormalization",
     "Min",
     "Mish",
