@@ -4,7 +4,7 @@
 //! and integers in wrapping `i64` (two's complement, so truncating back gives each type's own wrapping result).
 
 use half::{bf16, f16};
-use stowage_runtime::{DatumType, Result, Tensor};
+use stowage_runtime::{small_types, DatumType, Result, Tensor};
 
 /// The elements as `f64`, in row-major order.
 pub fn to_f64s(t: &Tensor<'_>) -> Result<Vec<f64>> {
@@ -22,6 +22,10 @@ pub fn to_f64s(t: &Tensor<'_>) -> Result<Vec<f64>> {
         DatumType::BF16 => t.to_vec::<bf16>()?.into_iter().map(f64::from).collect(),
         DatumType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
         DatumType::F64 => t.to_vec::<f64>()?,
+        small => {
+            let bytes = t.to_row_major()?;
+            bytes.as_bytes()?.iter().map(|&b| f64::from(small_types::decode(small, b))).collect()
+        }
     })
 }
 
@@ -38,6 +42,8 @@ pub fn to_i64s(t: &Tensor<'_>) -> Result<Vec<i64>> {
         DatumType::I16 => t.to_vec::<i16>()?.into_iter().map(i64::from).collect(),
         DatumType::I32 => t.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
         DatumType::I64 => t.to_vec::<i64>()?,
+        DatumType::I4 | DatumType::I2 => t.to_row_major()?.as_bytes()?.iter().map(|&b| i64::from(b as i8)).collect(),
+        DatumType::U4 | DatumType::U2 => t.to_row_major()?.as_bytes()?.iter().map(|&b| i64::from(b)).collect(),
         _ => to_f64s(t)?.into_iter().map(|x| x as i64).collect(),
     })
 }
@@ -59,6 +65,11 @@ pub fn from_f64s(dt: DatumType, shape: &[usize], xs: &[f64]) -> Result<Tensor<'s
         DatumType::BF16 => Tensor::from_vec(shape, xs.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>()),
         DatumType::F32 => Tensor::from_vec(shape, xs.iter().map(|&x| x as f32).collect::<Vec<_>>()),
         DatumType::F64 => Tensor::from_slice(shape, xs),
+        small => {
+            let bytes: Vec<u8> =
+                xs.iter().map(|&x| small_types::encode(small, x, true, small_types::E8M0Rounding::Up)).collect();
+            Tensor::from_bytes(small, shape, &bytes)
+        }
     }
 }
 
@@ -74,6 +85,9 @@ pub fn from_i64s(dt: DatumType, shape: &[usize], xs: &[i64]) -> Result<Tensor<'s
         DatumType::I16 => Tensor::from_vec(shape, xs.iter().map(|&x| x as i16).collect::<Vec<_>>()),
         DatumType::I32 => Tensor::from_vec(shape, xs.iter().map(|&x| x as i32).collect::<Vec<_>>()),
         DatumType::I64 => Tensor::from_slice(shape, xs),
+        DatumType::I4 | DatumType::U4 | DatumType::I2 | DatumType::U2 => {
+            Tensor::from_bytes(dt, shape, &xs.iter().map(|&x| small_types::wrap(dt, x)).collect::<Vec<_>>())
+        }
         _ => from_f64s(dt, shape, &xs.iter().map(|&x| x as f64).collect::<Vec<_>>()),
     }
 }

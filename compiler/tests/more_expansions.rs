@@ -85,7 +85,7 @@ fn scales_and_zero_points_of_the_wrong_shape_name_the_input_and_the_axis() {
         &x,
         vec![build::floats("s", &[], &[1.0])],
     );
-    check(&error_of(&wide), &["the output is i32", "int8, uint8, int16 or uint16"]);
+    check(&error_of(&wide), &["the output is i32", "int8, uint8, int16, uint16, int4", "a float8 type"]);
 }
 
 #[test]

@@ -33,11 +33,31 @@ pub enum DatumType {
     F32,
     /// IEEE 754 double precision.
     F64,
+    /// float8 E4M3, finite and NaN only (ONNX `FLOAT8E4M3FN`); one byte, its bit pattern.
+    F8E4M3FN,
+    /// float8 E4M3, no negative zero, NaN `0x80` (ONNX `FLOAT8E4M3FNUZ`).
+    F8E4M3FNUZ,
+    /// float8 E5M2, with infinities (ONNX `FLOAT8E5M2`).
+    F8E5M2,
+    /// float8 E5M2, no negative zero, NaN `0x80` (ONNX `FLOAT8E5M2FNUZ`).
+    F8E5M2FNUZ,
+    /// float8 E8M0, a power of two (ONNX `FLOAT8E8M0`).
+    F8E8M0,
+    /// float4 E2M1, finite only (ONNX `FLOAT4E2M1`); one element per byte in memory, two per byte in files.
+    F4E2M1,
+    /// Signed 4-bit integer, one per byte sign-extended in memory, two per byte in files.
+    I4,
+    /// Unsigned 4-bit integer, one per byte in memory, two per byte in files.
+    U4,
+    /// Signed 2-bit integer, one per byte sign-extended in memory, four per byte in files.
+    I2,
+    /// Unsigned 2-bit integer, one per byte in memory, four per byte in files.
+    U2,
 }
 
 impl DatumType {
     /// Every datum type, in a fixed order.
-    pub const ALL: [DatumType; 13] = [
+    pub const ALL: [DatumType; 23] = [
         DatumType::Bool,
         DatumType::U8,
         DatumType::U16,
@@ -51,12 +71,32 @@ impl DatumType {
         DatumType::BF16,
         DatumType::F32,
         DatumType::F64,
+        DatumType::F8E4M3FN,
+        DatumType::F8E4M3FNUZ,
+        DatumType::F8E5M2,
+        DatumType::F8E5M2FNUZ,
+        DatumType::F8E8M0,
+        DatumType::F4E2M1,
+        DatumType::I4,
+        DatumType::U4,
+        DatumType::I2,
+        DatumType::U2,
     ];
 
     /// Size of one element in bytes.
     pub const fn size_of(self) -> usize {
         match self {
             DatumType::Bool | DatumType::U8 | DatumType::I8 => 1,
+            DatumType::F8E4M3FN
+            | DatumType::F8E4M3FNUZ
+            | DatumType::F8E5M2
+            | DatumType::F8E5M2FNUZ
+            | DatumType::F8E8M0
+            | DatumType::F4E2M1
+            | DatumType::I4
+            | DatumType::U4
+            | DatumType::I2
+            | DatumType::U2 => 1,
             DatumType::U16 | DatumType::I16 | DatumType::F16 | DatumType::BF16 => 2,
             DatumType::U32 | DatumType::I32 | DatumType::F32 => 4,
             DatumType::U64 | DatumType::I64 | DatumType::F64 => 8,
@@ -79,10 +119,27 @@ impl DatumType {
             DatumType::BF16 => "bf16",
             DatumType::F32 => "f32",
             DatumType::F64 => "f64",
+            DatumType::F8E4M3FN => "f8e4m3fn",
+            DatumType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DatumType::F8E5M2 => "f8e5m2",
+            DatumType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DatumType::F8E8M0 => "f8e8m0fnu",
+            DatumType::F4E2M1 => "f4e2m1fn",
+            DatumType::I4 => "i4",
+            DatumType::U4 => "u4",
+            DatumType::I2 => "i2",
+            DatumType::U2 => "u2",
         }
     }
 
-    /// True for the floating-point types.
+    /// True for the small types of [`crate::small_types`] (float8, float4, int4, int2): stored one element per
+    /// byte, with no Rust type; kernels take them only through `Cast` and the quantization ops.
+    pub const fn is_small(self) -> bool {
+        crate::small_types::is_small(self)
+    }
+
+    /// True for the floating-point types the kernels compute in (not the small float types: see
+    /// [`DatumType::is_small`]).
     pub const fn is_float(self) -> bool {
         matches!(self, DatumType::F16 | DatumType::BF16 | DatumType::F32 | DatumType::F64)
     }

@@ -34,8 +34,9 @@ fn refused(tensor: &str, reason: impl Into<String>) -> RuntimeError {
     RuntimeError::Dlpack { tensor: tensor.to_string(), reason: reason.into() }
 }
 
-/// The DLPack type of `dt`.
-pub fn dlpack_type(dt: DatumType) -> DLDataType {
+/// The DLPack type of `dt`, or `None` for the 4- and 2-bit types: DLPack packs them, stowage holds one per byte
+/// (`small_types`, rule 1), so their bytes are not a DLPack tensor's.
+pub fn dlpack_type(dt: DatumType) -> Option<DLDataType> {
     let (code, bits) = match dt {
         DatumType::Bool => (DLDataTypeCode::BOOL, 8),
         DatumType::U8 => (DLDataTypeCode::UINT, 8),
@@ -50,13 +51,19 @@ pub fn dlpack_type(dt: DatumType) -> DLDataType {
         DatumType::BF16 => (DLDataTypeCode::BFLOAT, 16),
         DatumType::F32 => (DLDataTypeCode::FLOAT, 32),
         DatumType::F64 => (DLDataTypeCode::FLOAT, 64),
+        DatumType::F8E4M3FN => (DLDataTypeCode::FLOAT8_E4M3FN, 8),
+        DatumType::F8E4M3FNUZ => (DLDataTypeCode::FLOAT8_E4M3FNUZ, 8),
+        DatumType::F8E5M2 => (DLDataTypeCode::FLOAT8_E5M2, 8),
+        DatumType::F8E5M2FNUZ => (DLDataTypeCode::FLOAT8_E5M2FNUZ, 8),
+        DatumType::F8E8M0 => (DLDataTypeCode::FLOAT8_E8M0FNU, 8),
+        DatumType::F4E2M1 | DatumType::I4 | DatumType::U4 | DatumType::I2 | DatumType::U2 => return None,
     };
-    DLDataType::new(code, bits, 1)
+    Some(DLDataType::new(code, bits, 1))
 }
 
 /// The stowage datum type of a DLPack type, when there is one.
 pub fn datum_type(t: DLDataType) -> Option<DatumType> {
-    DatumType::ALL.into_iter().find(|&dt| dlpack_type(dt) == t)
+    DatumType::ALL.into_iter().find(|&dt| dlpack_type(dt) == Some(t))
 }
 
 /// The parts of a managed DLPack tensor that make a stowage tensor, checked (rule 5): datum type, shape, element
@@ -136,12 +143,18 @@ pub unsafe fn export(
     byte_offset: usize,
 ) -> Result<DlpackTensor> {
     let name = tensor.name_or_unnamed();
+    let dtype = dlpack_type(tensor.dt()).ok_or_else(|| {
+        refused(
+            name,
+            format!("{} is held one element per byte; DLPack packs it (cast it to i8, u8 or f32)", tensor.dt()),
+        )
+    })?;
     let as_i64 = |v: usize| i64::try_from(v).map_err(|_| refused(name, format!("{v} does not fit DLPack's i64")));
     let shape = tensor.shape().iter().map(|&d| as_i64(d)).collect::<Result<Vec<_>>>()?;
     let strides = tensor.layout().strides().iter().map(|&s| as_i64(s)).collect::<Result<Vec<_>>>()?;
     let fail = |e: &dyn std::fmt::Display| refused(name, e.to_string());
     let mut made = Dynamic::new(shape, strides).initialize(Box::new(tensor.clone())).map_err(|e| fail(&e))?;
-    made.set_data(data).set_dtype(dlpack_type(tensor.dt())).set_device(device);
+    made.set_data(data).set_dtype(dtype).set_device(device);
     made.set_byte_offset(byte_offset as u64);
     made.set_flags(DlpackFlags::READ_ONLY).map_err(|e| fail(&e))?;
     // SAFETY: the caller's promise: the descriptor is the tensor's memory, which the owner keeps alive.

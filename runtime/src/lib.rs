@@ -40,6 +40,7 @@ mod ledger;
 pub mod map;
 #[cfg(feature = "rules")]
 pub mod rules;
+pub mod small_types;
 mod space;
 mod storage;
 mod tensor;

@@ -121,5 +121,20 @@ fn bad_descriptors_are_refused_naming_the_tensor_and_freed_once() {
         assert!(err.starts_with("DLPack tensor frame: ") && err.contains(want), "{err}");
         assert_eq!(freed.load(Ordering::SeqCst), 1, "{want}: refused, freed once");
     }
-    assert_eq!(DatumType::ALL.len(), 13);
+    assert_eq!(DatumType::ALL.len(), 23);
+}
+
+/// float8 crosses as DLPack's float8 codes, one byte each; the 4- and 2-bit types, which DLPack packs and stowage
+/// holds one per byte, are refused naming the tensor, both ways.
+#[test]
+fn small_types_cross_when_their_bytes_are_dlpacks() {
+    let f8 = Tensor::from_bytes(DatumType::F8E5M2, &[2], &[0x3C, 0xBC]).expect("tensor");
+    let exported = f8.to_dlpack().expect("float8 exports");
+    let back = Tensor::from_dlpack(exported, "f8", LIMIT).expect("and imports");
+    assert_eq!((back.dt(), back.as_bytes().expect("host")), (DatumType::F8E5M2, &[0x3C, 0xBC][..]));
+    let i4 = Tensor::from_bytes(DatumType::I4, &[2], &[1, 0xFF]).expect("tensor").with_name("codes");
+    let Err(err) = i4.to_dlpack() else { panic!("i4 is packed in DLPack: refused") };
+    let err = err.to_string();
+    assert!(err.contains("codes") && err.contains("i4 is held one element per byte"), "{err}");
+    assert_eq!(stowage_runtime::datum_type(DLDataType::new(DLDataTypeCode::INT, 4, 1)), None);
 }

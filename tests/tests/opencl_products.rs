@@ -110,7 +110,7 @@ fn products() -> (Graph, Tensor<'static>) {
     let half = |g: &mut Graph, name: &str, v: ir::ValueId, to: DatumType, shape: &[usize]| {
         let n = g.add_node(
             name,
-            Op::Cast { to },
+            Op::cast(to),
             vec![Some(v)],
             vec![Some((format!("{name}_out"), ValueType::new(to, shape)))],
         );

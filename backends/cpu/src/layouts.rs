@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn generated_kernels_take_every_layout_and_products_read_strides() {
-        let chain = accepts(&Op::Cast { to: stowage_runtime::DatumType::F32 }, &[4]);
+        let chain = accepts(&Op::cast(stowage_runtime::DatumType::F32), &[4]);
         assert_eq!((chain.layouts.len(), chain.at_lowering), (3, true));
         assert!(!accepts(&Op::MatMul, &[2, 2]).at_lowering);
         assert_eq!(accepts(&Op::MatMul, &[3, 2]), Accepts::PACKED);

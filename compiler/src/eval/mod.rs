@@ -7,7 +7,7 @@
 
 mod arith;
 
-use stowage_runtime::Tensor;
+use stowage_runtime::{small_types, DatumType, Tensor};
 
 use crate::consts;
 use crate::consts::strides;
@@ -47,7 +47,22 @@ pub fn evaluate(
             return Some(outs);
         }
         Op::ConstantOfShape { value } => consts::splat(value, &out.shape).ok()?,
-        Op::Cast { to } => {
+        Op::Cast { to, mode } if to.is_small() || x.dt().is_small() => {
+            let values = consts::to_f64s(x).ok()?;
+            let bytes: Vec<u8> = match to {
+                DatumType::I4 | DatumType::U4 | DatumType::I2 | DatumType::U2
+                    if !x.dt().is_float() && !x.dt().is_small() =>
+                {
+                    consts::to_i64s(x).ok()?.into_iter().map(|v| small_types::wrap(*to, v)).collect()
+                }
+                _ if to.is_small() => {
+                    values.iter().map(|&v| small_types::encode(*to, v, mode.saturate, mode.rounding)).collect()
+                }
+                _ => return Some(vec![consts::from_f64s(*to, &out.shape, &values).ok()?]),
+            };
+            Tensor::from_bytes(*to, &out.shape, &bytes).ok()?
+        }
+        Op::Cast { to, .. } => {
             if x.dt().is_float() {
                 consts::from_f64s(*to, &out.shape, &consts::to_f64s(x).ok()?).ok()?
             } else {

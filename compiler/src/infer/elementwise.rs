@@ -102,7 +102,7 @@ pub(super) fn infer(op: &mut Op, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
             let shape = broadcast(&broadcast(&x.shape, ins.shape(1)?)?, &y.shape)?;
             vec![ValueType::new(y.dt, shape)]
         }
-        Op::Cast { to } => vec![ValueType::new(*to, x.shape.clone())],
+        Op::Cast { to, .. } => vec![ValueType::new(*to, x.shape.clone())],
         // ONNX asks for the same bit width: the same shape, each element's bits read as `to`. A bool holds only 0
         // and 1, so nothing is read as one.
         Op::BitCast { to } if to.size_of() != x.dt.size_of() || *to == DatumType::Bool => {

@@ -86,6 +86,31 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
             return Err(InferError::NotConstant { input: i });
         }
     }
+    // The small types (float8, float4, int4, int2) have no arithmetic here: they are cast, quantized and dequantized
+    // (as casts) and moved, and every other op refuses them by name.
+    let moves = matches!(
+        op,
+        Op::Cast { .. }
+            | Op::Identity
+            | Op::Reshape { .. }
+            | Op::Flatten { .. }
+            | Op::Squeeze
+            | Op::Unsqueeze
+            | Op::Shape { .. }
+    );
+    if !moves {
+        for (input, fact) in inputs.iter().enumerate() {
+            if let Some(f) = fact.filter(|f| f.ty.dt.is_small()) {
+                return Err(InferError::DatumType {
+                    input,
+                    expected: "a type with arithmetic: stowage takes float8, float4, int4 and int2 in Cast, \
+                               CastLike, QuantizeLinear, DequantizeLinear and reshapes"
+                        .into(),
+                    found: f.ty.dt,
+                });
+            }
+        }
+    }
     let ins = Inputs(inputs);
     let types = match op {
         Op::Unary(_)

@@ -19,8 +19,8 @@ pub use edit::Edit;
 pub use entities::{NodeId, ValueId};
 pub use graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
 pub use op::{
-    AspectRatioPolicy, AutoPad, Binary, Conv, CoordinateTransform, Gemm, GridMode, GridPadding, NearestMode, Op,
-    OpAttrs, PadMode, Pool, PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, Variadic,
+    AspectRatioPolicy, AutoPad, Binary, CastMode, Conv, CoordinateTransform, Gemm, GridMode, GridPadding, NearestMode,
+    Op, OpAttrs, PadMode, Pool, PoolKind, Reduce, Resize, ResizeMode, ScatterReduction, SoftmaxKind, Unary, Variadic,
     Window,
 };
 pub use recurrent::{Activation, Lstm};

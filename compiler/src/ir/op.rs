@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use stowage_runtime::small_types::E8M0Rounding;
 use stowage_runtime::{DatumType, Tensor};
 
 /// Elementwise ops of one input.
@@ -359,6 +360,30 @@ pub struct Resize {
     pub scales: Vec<f32>,
 }
 
+/// ONNX `Cast`'s `saturate` and `round_mode`: they matter only for the small float types
+/// ([`stowage_runtime::small_types`], rules 3 and 4); the default is ONNX's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CastMode {
+    /// Values beyond a small float type's range become its largest value (else NaN, or infinity for E5M2).
+    pub saturate: bool,
+    /// How a value rounds to float8e8m0.
+    #[serde(with = "super::serial::e8m0_rounding")]
+    pub rounding: E8M0Rounding,
+}
+
+impl Default for CastMode {
+    fn default() -> Self {
+        CastMode { saturate: true, rounding: E8M0Rounding::Up }
+    }
+}
+
+impl Op {
+    /// A `Cast` to `to` with ONNX's default mode.
+    pub fn cast(to: DatumType) -> Op {
+        Op::Cast { to, mode: CastMode::default() }
+    }
+}
+
 /// An op with its attributes. Inputs are listed on each variant as the node holds them; `?` marks optional ones.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Op {
@@ -377,6 +402,9 @@ pub enum Op {
         /// Target type.
         #[serde(with = "super::serial::datum_type")]
         to: DatumType,
+        /// What a small float type does with values out of its range, and how float8e8m0 rounds.
+        #[serde(default)]
+        mode: CastMode,
     },
     /// The same bits read as another datum type of the same width: X.
     BitCast {
@@ -804,7 +832,16 @@ impl fmt::Display for OpAttrs<'_> {
                 Op::Unary(Unary::LeakyRelu { alpha }) => write!(w, "alpha={alpha}")?,
                 Op::Unary(Unary::HardSigmoid { alpha, beta }) => write!(w, "alpha={alpha} beta={beta}")?,
                 Op::Unary(Unary::Gelu { tanh: true }) => write!(w, "approximate=tanh")?,
-                Op::Cast { to } | Op::BitCast { to } => write!(w, "to={to}")?,
+                Op::Cast { to, mode } => {
+                    write!(w, "to={to}")?;
+                    if !mode.saturate {
+                        write!(w, " saturate=0")?;
+                    }
+                    if mode.rounding != E8M0Rounding::Up {
+                        write!(w, " round_mode={:?}", mode.rounding)?;
+                    }
+                }
+                Op::BitCast { to } => write!(w, "to={to}")?,
                 Op::Conv(c) => {
                     window(w, &c.window)?;
                     if c.group != 1 {

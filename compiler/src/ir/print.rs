@@ -122,7 +122,9 @@ fn element_strings(t: &Tensor<'_>, n: usize) -> Vec<String> {
     match t.dt() {
         DatumType::F32 => take::<f32>(t, n),
         DatumType::F64 => take::<f64>(t, n),
-        DatumType::F16 | DatumType::BF16 => {
+        d if matches!(d, DatumType::F16 | DatumType::BF16)
+            || d.is_small() && stowage_runtime::small_types::int_range(d).is_none() =>
+        {
             consts::to_f64s(t).unwrap_or_default().iter().take(n).map(|&x| format!("{:?}", x as f32)).collect()
         }
         DatumType::Bool => take::<bool>(t, n),

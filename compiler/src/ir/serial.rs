@@ -57,6 +57,32 @@ pub mod datum_type {
     }
 }
 
+/// float8e8m0's rounding, as ONNX's `round_mode` string.
+pub mod e8m0_rounding {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use stowage_runtime::small_types::E8M0Rounding;
+
+    /// Writes `up`, `nearest` or `down`.
+    pub fn serialize<S: Serializer>(r: &E8M0Rounding, s: S) -> Result<S::Ok, S::Error> {
+        match r {
+            E8M0Rounding::Up => "up",
+            E8M0Rounding::Nearest => "nearest",
+            E8M0Rounding::Down => "down",
+        }
+        .serialize(s)
+    }
+
+    /// Reads `up`, `nearest` or `down`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<E8M0Rounding, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "up" => Ok(E8M0Rounding::Up),
+            "nearest" => Ok(E8M0Rounding::Nearest),
+            "down" => Ok(E8M0Rounding::Down),
+            other => Err(serde::de::Error::custom(format!("unknown round_mode '{other}'"))),
+        }
+    }
+}
+
 /// A small tensor held in an op's attributes (ConstantOfShape's value), for serde: type, shape and packed bytes.
 pub mod tensor {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -44,7 +44,7 @@ fn node_fn(op: &Op) -> Option<Vec<Step>> {
         },
         Op::Clip => vec![Step::Clip],
         // A cast to f32 happens as its input is loaded: nothing to compute.
-        Op::Cast { to: DatumType::F32 } => vec![],
+        Op::Cast { to: DatumType::F32, .. } => vec![],
         _ => return None,
     })
 }

@@ -51,6 +51,23 @@ fn attr_err(name: &str, message: impl Into<String>) -> ParseError {
     ParseError::Attr(AttrError::new(name, message))
 }
 
+/// `Cast`'s and `CastLike`'s `saturate` (opset 19) and `round_mode` (opset 24).
+fn cast_mode(a: &Attrs<'_>) -> Result<crate::ir::CastMode, ParseError> {
+    use stowage_runtime::small_types::E8M0Rounding;
+    let saturate = match a.int("saturate")? {
+        None | Some(1) => true,
+        Some(0) => false,
+        Some(other) => return Err(attr_err("saturate", format!("is {other}; it must be 0 or 1"))),
+    };
+    let rounding = match a.string("round_mode")?.as_deref() {
+        None | Some("up") => E8M0Rounding::Up,
+        Some("nearest") => E8M0Rounding::Nearest,
+        Some("down") => E8M0Rounding::Down,
+        Some(other) => return Err(attr_err("round_mode", format!("is '{other}'; it must be up, nearest or down"))),
+    };
+    Ok(crate::ir::CastMode { saturate, rounding })
+}
+
 fn ints_const(v: Vec<i64>) -> Result<Slot, ParseError> {
     Tensor::from_vec(&[v.len()], v).map(Slot::Const).map_err(|e| ParseError::Other(e.to_string()))
 }
@@ -163,7 +180,7 @@ pub(crate) fn parse(
         "CastLike" => {
             let like =
                 inputs.get(1).copied().flatten().ok_or_else(|| ParseError::Other("has no second input".into()))?;
-            Ok(Parsed::Op(Op::Cast { to: like.dt }, vec![Slot::Onnx(0)]))
+            Ok(Parsed::Op(Op::Cast { to: like.dt, mode: cast_mode(a)? }, vec![Slot::Onnx(0)]))
         }
         "BitCast" => {
             let to = a.int("to")?.ok_or_else(|| attr_err("to", "is required"))?;
@@ -173,7 +190,7 @@ pub(crate) fn parse(
         "Cast" => {
             let to = a.int("to")?.ok_or_else(|| attr_err("to", "is required"))?;
             let to = super::tensor::datum_type(to as i32).map_err(|m| attr_err("to", m))?;
-            op(Op::Cast { to })
+            op(Op::Cast { to, mode: cast_mode(a)? })
         }
         "Conv" => {
             let group = a.count_or("group", 1)?;

@@ -15,9 +15,14 @@
 //!    is an error naming the input, its type and the axis.
 //! 4. **Requantization as the reference does it.** The `QLinear` ops' multiplier `a_scale · b_scale / y_scale` is
 //!    computed in the scales' own type, then applied to the accumulator in f64, then rounded (rule 2).
-//! 5. **Types.** Quantized values are 8- or 16-bit integers (int4, int2 and the float8 types are not taken yet: their
-//!    cases stay uncounted in the node suite); a zero point's type must be the quantized input's, and
-//!    `QuantizeLinear`'s output type is its zero point's, else `output_dtype`, else uint8.
+//! 5. **Types.** Quantized values are 8- or 16-bit integers, int4/uint4, int2/uint2, the float8 types or float4e2m1;
+//!    a zero point's type must be the quantized input's, and `QuantizeLinear`'s output type is its zero point's,
+//!    else `output_dtype`, else uint8. Zero points and scales are cast to the working float type before they are
+//!    shaped to broadcast (rule 3), so the small types meet nothing but casts.
+//! 6. **Small float outputs** are not rounded to integers: `x / scale` is cast to float8 with the node's `saturate`
+//!    (ONNX ignores a float8 zero point, which must be zero), and to float4e2m1 after adding the zero point
+//!    (float4 always saturates): the cast's own round-to-nearest-even is the only rounding
+//!    (`stowage_runtime::small_types`).
 
 use stowage_runtime::DatumType;
 
@@ -73,8 +78,15 @@ fn range(ex: &Ex<'_, '_>, dt: DatumType, what: &str) -> Result<(f64, f64), E> {
         DatumType::I8 => (-128.0, 127.0),
         DatumType::U16 => (0.0, 65535.0),
         DatumType::I16 => (-32768.0, 32767.0),
+        small if stowage_runtime::small_types::int_range(small).is_some() => {
+            let (lo, hi) = stowage_runtime::small_types::int_range(small).unwrap_or_default();
+            (lo as f64, hi as f64)
+        }
         other => {
-            return Err(ex.fail(format!("{what} is {other}: quantized values must be int8, uint8, int16 or uint16")))
+            return Err(ex.fail(format!(
+                "{what} is {other}: quantized values must be int8, uint8, int16, uint16, int4, uint4, int2, uint2, \
+                 a float8 type or float4e2m1"
+            )))
         }
     })
 }
@@ -153,6 +165,25 @@ fn aligned(ex: &mut Ex<'_, '_>, p: &str, what: &str, xt: &ValueType, block: i64)
     ex.op("Gather", &[p, &idx], vec![int("axis", axis as i64)])
 }
 
+/// Zero point `z` shaped to broadcast against `x` of type `xt` and cast to `wt`: a small type is cast first, so that
+/// only casts take it (rule 5).
+fn zero_point(
+    ex: &mut Ex<'_, '_>,
+    z: &str,
+    what: &str,
+    xt: &ValueType,
+    block: i64,
+    wt: DatumType,
+) -> Result<String, E> {
+    if ex.ty(z)?.dt.is_small() {
+        let zf = cast(ex, z, wt)?;
+        aligned(ex, &zf, what, xt, block)
+    } else {
+        let z = aligned(ex, z, what, xt, block)?;
+        cast(ex, &z, wt)
+    }
+}
+
 /// `block_size` (0: none), checked.
 fn block_size(ex: &Ex<'_, '_>) -> Result<i64, E> {
     let b = ex.attrs().int_or("block_size", 0).map_err(|e| ex.attr_err(e))?;
@@ -191,18 +222,32 @@ fn quantize(ex: &mut Ex<'_, '_>, x: &str, s: &str, zp: Option<&str>) -> Result<S
         (None, Some(d)) => d,
         (None, None) => DatumType::U8,
     };
-    range(ex, out, "the output")?;
+    let small_float = out.is_small() && stowage_runtime::small_types::int_range(out).is_none();
+    if !small_float {
+        range(ex, out, "the output")?;
+    }
     let block = block_size(ex)?;
     let wt = work_type(xt.dt);
     let xf = cast(ex, x, wt)?;
     let s = aligned(ex, s, "y_scale", &xt, block)?;
     let sf = cast(ex, &s, wt)?;
     let q = ex.op("Div", &[&xf, &sf], vec![])?;
+    if small_float {
+        // Rule 6.
+        let q = match zp {
+            Some(z) if out == DatumType::F4E2M1 => {
+                let zf = zero_point(ex, z, "y_zero_point", &xt, block, wt)?;
+                ex.op("Add", &[&q, &zf], vec![])?
+            }
+            _ => q,
+        };
+        let keep = ex.attrs().int_or("saturate", 1).map_err(|e| ex.attr_err(e))?;
+        return ex.op("Cast", &[&q], vec![int("to", code(out)), int("saturate", keep)]);
+    }
     let q = ex.op("Round", &[&q], vec![])?;
     let q = match zp {
         Some(z) => {
-            let z = aligned(ex, z, "y_zero_point", &xt, block)?;
-            let zf = cast(ex, &z, wt)?;
+            let zf = zero_point(ex, z, "y_zero_point", &xt, block, wt)?;
             ex.op("Add", &[&q, &zf], vec![])?
         }
         None => q,
@@ -217,7 +262,7 @@ fn dequantize(ex: &mut Ex<'_, '_>) -> Result<String, E> {
     if !st.dt.is_float() {
         return Err(ex.fail(format!("x_scale is {st}: it must be a float tensor")));
     }
-    if xt.dt != DatumType::I32 {
+    if xt.dt != DatumType::I32 && !xt.dt.is_small() {
         range(ex, xt.dt, "x")?;
     }
     let declared = ex.attrs().int_or("output_dtype", 0).map_err(|e| ex.attr_err(e))?;
@@ -233,8 +278,7 @@ fn dequantize(ex: &mut Ex<'_, '_>) -> Result<String, E> {
         if zt.dt != xt.dt {
             return Err(ex.fail(format!("x_zero_point is {zt}, but x is {xt}: they must have one type")));
         }
-        let z = aligned(ex, &z, "x_zero_point", &xt, block)?;
-        let zf = cast(ex, &z, wt)?;
+        let zf = zero_point(ex, &z, "x_zero_point", &xt, block, wt)?;
         v = ex.op("Sub", &[&v, &zf], vec![])?;
     }
     let s = aligned(ex, &s, "x_scale", &xt, block)?;

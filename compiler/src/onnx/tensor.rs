@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use half::{bf16, f16};
-use stowage_runtime::{DatumType, Tensor};
+use stowage_runtime::{small_types, DatumType, Tensor};
 
 use super::external::ExternalDataError;
 use super::proto::{tensor_proto::DataType, TensorProto};
@@ -26,6 +26,16 @@ pub fn datum_type(code: i32) -> Result<DatumType, String> {
         DataType::Uint32 => DatumType::U32,
         DataType::Uint64 => DatumType::U64,
         DataType::Bfloat16 => DatumType::BF16,
+        DataType::Float8e4m3fn => DatumType::F8E4M3FN,
+        DataType::Float8e4m3fnuz => DatumType::F8E4M3FNUZ,
+        DataType::Float8e5m2 => DatumType::F8E5M2,
+        DataType::Float8e5m2fnuz => DatumType::F8E5M2FNUZ,
+        DataType::Float8e8m0 => DatumType::F8E8M0,
+        DataType::Float4e2m1 => DatumType::F4E2M1,
+        DataType::Int4 => DatumType::I4,
+        DataType::Uint4 => DatumType::U4,
+        DataType::Int2 => DatumType::I2,
+        DataType::Uint2 => DatumType::U2,
         other => return Err(format!("element type {} is not supported", other.as_str_name())),
     })
 }
@@ -46,6 +56,16 @@ pub fn onnx_type(dt: DatumType) -> DataType {
         DatumType::U32 => DataType::Uint32,
         DatumType::U64 => DataType::Uint64,
         DatumType::BF16 => DataType::Bfloat16,
+        DatumType::F8E4M3FN => DataType::Float8e4m3fn,
+        DatumType::F8E4M3FNUZ => DataType::Float8e4m3fnuz,
+        DatumType::F8E5M2 => DataType::Float8e5m2,
+        DatumType::F8E5M2FNUZ => DataType::Float8e5m2fnuz,
+        DatumType::F8E8M0 => DataType::Float8e8m0,
+        DatumType::F4E2M1 => DataType::Float4e2m1,
+        DatumType::I4 => DataType::Int4,
+        DatumType::U4 => DataType::Uint4,
+        DatumType::I2 => DataType::Int2,
+        DatumType::U2 => DataType::Uint2,
     }
 }
 
@@ -104,12 +124,25 @@ pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Resul
     if bytes > limit {
         return Err(TensorError::TooLarge { dt, shape, bytes, limit });
     }
+    let stored = (count * small_types::bits(dt)).div_ceil(8);
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
-        super::external::read(t, dir, count * dt.size_of())?.into()
+        super::external::read(t, dir, stored)?.into()
     } else if let Some(raw) = &t.raw_data {
         raw.as_slice().into()
     } else {
         typed_fields(t, dt, count)?.into()
+    };
+    let bytes = if small_types::bits(dt) < 8 {
+        let unpacked = small_types::unpack(dt, &bytes, count).ok_or_else(|| {
+            format!(
+                "holds {} bytes of data, {dt}{shape:?} packs {count} elements of {} bits into {stored}",
+                bytes.len(),
+                small_types::bits(dt)
+            )
+        })?;
+        unpacked.into()
+    } else {
+        bytes
     };
     let expected = count * dt.size_of();
     if bytes.len() != expected {
@@ -119,6 +152,8 @@ pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Resul
 }
 
 fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>, String> {
+    // 4- and 2-bit elements are packed into the `int32_data` entries as into bytes, one byte per entry.
+    let per_entry = 8 / small_types::bits(dt).min(8);
     let found = match dt {
         DatumType::F32 => t.float_data.len(),
         DatumType::F64 => t.double_data.len(),
@@ -126,10 +161,22 @@ fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>,
         DatumType::U32 | DatumType::U64 => t.uint64_data.len(),
         _ => t.int32_data.len(),
     };
-    if found != count {
+    if per_entry > 1 && found != count.div_ceil(per_entry) {
+        return Err(format!(
+            "holds {found} int32_data entries of {per_entry} packed {dt} each, its shape needs {count}"
+        ));
+    }
+    if per_entry == 1 && found != count {
         return Err(format!("holds {found} elements, its shape needs {count}"));
     }
-    let mut out = Vec::with_capacity(count * dt.size_of());
+    if dt.is_small() {
+        if let Some((k, x)) = t.int32_data.iter().enumerate().find(|(_, x)| !(0..=255).contains(*x)) {
+            let what =
+                if per_entry > 1 { format!("{per_entry} packed {dt} values") } else { format!("one {dt} value") };
+            return Err(format!("int32_data[{k}] is {x}: each entry holds one byte ({what})"));
+        }
+    }
+    let mut out = Vec::with_capacity(count.div_ceil(per_entry) * dt.size_of());
     match dt {
         DatumType::F32 => t.float_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
         DatumType::F64 => t.double_data.iter().for_each(|x| out.extend(x.to_le_bytes())),
@@ -144,6 +191,8 @@ fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>,
         DatumType::Bool => t.int32_data.iter().for_each(|&x| out.push(u8::from(x != 0))),
         DatumType::F16 => t.int32_data.iter().for_each(|&x| out.extend(f16::from_bits(x as u16).to_le_bytes())),
         DatumType::BF16 => t.int32_data.iter().for_each(|&x| out.extend(bf16::from_bits(x as u16).to_le_bytes())),
+        // The small types: one byte per entry, packed for the 4- and 2-bit ones (unpacked by the caller).
+        _ => t.int32_data.iter().for_each(|&x| out.push(x as u8)),
     }
     Ok(out)
 }
@@ -156,7 +205,7 @@ pub fn encode(t: &Tensor<'_>, name: &str) -> Result<TensorProto, String> {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(onnx_type(t.dt()) as i32),
         name: Some(name.to_string()),
-        raw_data: Some(bytes.to_vec()),
+        raw_data: Some(small_types::pack(t.dt(), bytes)),
         ..TensorProto::default()
     })
 }

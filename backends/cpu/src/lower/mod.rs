@@ -435,9 +435,9 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
             one(elementwise::clip(arg(a, 0)?, a.get(1).copied().flatten(), a.get(2).copied().flatten())?)
         }),
         Op::Where => Box::new(move |a, _| one(elementwise::select(arg(a, 0)?, arg(a, 1)?, arg(a, 2)?, &out)?)),
-        Op::Cast { to } => {
-            let to = *to;
-            Box::new(move |a, _| one(cast::cast(arg(a, 0)?, to)?))
+        Op::Cast { to, mode } => {
+            let (to, mode) = (*to, *mode);
+            Box::new(move |a, _| one(cast::cast_with(arg(a, 0)?, to, mode.saturate, mode.rounding)?))
         }
         // The same bytes, packed, read as `to` (of the same width: checked at import).
         Op::BitCast { to } => {
@@ -694,12 +694,8 @@ mod tests {
         let f32ty = |s: Vec<usize>| ValueType::new(DatumType::F32, s);
         let mut g = Graph::new("camera");
         let x = g.add_input("frame", ValueType::new(DatumType::U8, shape.clone()));
-        let cast = g.add_node(
-            "cast",
-            Op::Cast { to: DatumType::F32 },
-            vec![Some(x)],
-            vec![Some(("c".into(), f32ty(shape.clone())))],
-        );
+        let cast =
+            g.add_node("cast", Op::cast(DatumType::F32), vec![Some(x)], vec![Some(("c".into(), f32ty(shape.clone())))]);
         let mean = g.add_const("mean", Tensor::from_slice(&[], &[127.5f32]).unwrap());
         let c = out(&g, cast);
         let sub = g.add_node(

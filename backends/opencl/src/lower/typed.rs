@@ -110,7 +110,7 @@ pub(super) fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> 
             e
         }
         Op::Where => "(@0 ? @1 : @2)".into(),
-        Op::Cast { to } => {
+        Op::Cast { to, .. } => {
             let target = codegen::dt_type(*to).unwrap_or("float");
             match to {
                 DatumType::Bool => "(@0 != 0)".into(),
