@@ -2,6 +2,7 @@
 //! over two processes.
 
 mod processes;
+pub mod suites;
 
 pub use processes::across_processes;
 

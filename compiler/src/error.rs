@@ -66,7 +66,7 @@ pub enum ImportErrorKind {
     #[error("not an ONNX model: {0}")]
     NotAModel(String),
     /// The model's default-domain opset is outside the supported range.
-    #[error("opset {version} of domain '{domain}' is not supported (stowage supports ai.onnx opsets {min} to {max})")]
+    #[error("opset {version} of domain '{domain}' is not supported (stowage supports versions {min} to {max} of it)")]
     Opset {
         /// Domain.
         domain: String,

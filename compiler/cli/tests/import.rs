@@ -97,7 +97,7 @@ fn check_lists_every_unsupported_op_type_one_a_line() {
                 node("Relu", "r", ""),
                 node("Det", "n7", ""),
                 node("RoiAlign", "u_2", ""),
-                node("TreeEnsembleClassifier", "trees", "ai.onnx.ml"),
+                node("SVMClassifier", "svm", "ai.onnx.ml"),
             ],
             ..Default::default()
         }),
@@ -111,7 +111,7 @@ fn check_lists_every_unsupported_op_type_one_a_line() {
     assert_eq!(
         out,
         "RoiAlign\tai.onnx\t2 nodes\tfirst 'u_1'\nDet\tai.onnx\t1 nodes\tfirst 'n7'\n\
-         TreeEnsembleClassifier\tai.onnx.ml\t1 nodes\tfirst 'trees'\n"
+         SVMClassifier\tai.onnx.ml\t1 nodes\tfirst 'svm'\n"
     );
     assert!(err.starts_with("error: ") && err.contains("3 op types are not supported"), "{err}");
     let (code, out, err) = stowage(&["import", "--check", &light("squeezenet")]);

@@ -136,6 +136,17 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         | Op::TopK { .. }
         | Op::GridSample { .. }
         | Op::Resize(_) => nn::infer(op, ins, outputs)?,
+        Op::TreeEnsemble(t) => {
+            ins.expect_dt(0, |d| matches!(d, DatumType::F32 | DatumType::F64), "f32 or f64")?;
+            let x = ins.ty(0)?;
+            if x.rank() != 2 {
+                return invalid(format!("X is {x}: a tree ensemble reads [N, features]"));
+            }
+            if t.features() > x.shape[1] {
+                return invalid(format!("X is {x}, but a tree reads feature {}", t.features() - 1));
+            }
+            vec![ValueType::new(x.dt, vec![x.shape[0], t.targets])]
+        }
         Op::Lstm(l) => {
             let types: Vec<Option<&ValueType>> = inputs.iter().map(|f| f.map(|f| f.ty)).collect();
             l.output_types(&types).map_err(InferError::Invalid)?

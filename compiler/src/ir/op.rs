@@ -596,6 +596,8 @@ pub enum Op {
     Resize(Resize),
     /// ONNX `LSTM` as one node (`ir/recurrent.rs`): kept whole only where the targets run it so.
     Lstm(super::Lstm),
+    /// The decision trees of ONNX-ML's tree ensembles (`ir/trees.rs`): X `[N, F]` → votes `[N, targets]`.
+    TreeEnsemble(Box<super::trees::Trees>),
     /// Dropout: data, ratio?, training_mode?. Outputs output, mask?. Identity unless training.
     Dropout {
         /// Random seed.
@@ -705,6 +707,7 @@ impl Op {
             Op::Concat { .. } => "Concat",
             Op::Split { .. } => "Split",
             Op::Lstm(_) => "LSTM",
+            Op::TreeEnsemble(_) => "TreeEnsemble",
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
             Op::GatherElements { .. } => "GatherElements",
@@ -755,6 +758,7 @@ impl Op {
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
             Op::Lstm(_) => (3, 8),
+            Op::TreeEnsemble(_) => (1, 1),
             Op::Conv(_) | Op::Gemm(_) => (2, 3),
             Op::LayerNorm { .. } => (2, 3),
             Op::BatchNorm { .. } => (5, 5),
@@ -949,6 +953,15 @@ impl fmt::Display for OpAttrs<'_> {
                     }
                 }
                 Op::Dropout { seed: Some(seed) } => write!(w, "seed={seed}")?,
+                Op::TreeEnsemble(t) => write!(
+                    w,
+                    "trees={} nodes={} leaves={} targets={} aggregate={:?}",
+                    t.roots.len(),
+                    t.nodes.len(),
+                    t.leaves.len(),
+                    t.targets,
+                    t.aggregate
+                )?,
                 Op::Lstm(l) => {
                     let dirs: Vec<&str> = l.reverse.iter().map(|&r| if r { "reverse" } else { "forward" }).collect();
                     let acts: Vec<String> = l.activations.iter().map(|a| a.text()).collect();

@@ -130,6 +130,20 @@ impl<'a> Attrs<'a> {
         }
     }
 
+    pub(crate) fn strings(&self, name: &str) -> Result<Option<Vec<String>>, AttrError> {
+        match self.get(name, AttributeType::Strings)? {
+            None => Ok(None),
+            Some(a) => a
+                .strings
+                .iter()
+                .map(|s| {
+                    String::from_utf8(s.clone()).map_err(|_| AttrError::new(name, "holds a string that is not UTF-8"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+        }
+    }
+
     pub(crate) fn tensor(&self, name: &str) -> Result<Option<Tensor<'static>>, AttrError> {
         match self.get(name, AttributeType::Tensor)? {
             None => Ok(None),

@@ -82,6 +82,8 @@ pub(super) fn expand(
 ) -> Result<(), E> {
     let mut ex = Ex { graph, names, node, name, at, made: Vec::new(), count: 0 };
     let outputs = match node.op_type() {
+        // `import::add_node` sends only the ops of `ml::ML_OPS` here from that domain.
+        _ if node.domain() == super::ml::ML_DOMAIN => super::ml::expand(&mut ex)?,
         "GreaterOrEqual" | "LessOrEqual" => {
             let strict = if node.op_type() == "GreaterOrEqual" { "Greater" } else { "Less" };
             let (a, b) = (ex.input(0)?, ex.input(1)?);
@@ -201,6 +203,21 @@ impl Ex<'_, '_> {
         let (name, op_type, limit) = (self.name.to_string(), self.node.op_type().to_string(), self.at.limit);
         super::import::add_op(self.graph, self.names, &name, &op_type, op, ids, &outputs, limit)?;
         Ok(outputs.into_iter().map(|o| (!o.is_empty()).then_some(o)).collect())
+    }
+
+    /// Imports one IR node of `op` (an op with no ONNX spelling) over the values named `inputs`, inside the
+    /// expansion: its one output gets a fresh name (rule 3), the node a name derived from the expanded node's.
+    pub fn ir_op(&mut self, op: Op, inputs: &[&str]) -> Result<String, E> {
+        let mut ids = Vec::with_capacity(inputs.len());
+        for v in inputs {
+            ids.push(Some(
+                *self.names.get(*v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))?,
+            ));
+        }
+        let out = self.fresh(&op.name().to_ascii_lowercase());
+        let (op_type, limit) = (self.node.op_type().to_string(), self.at.limit);
+        super::import::add_op(self.graph, self.names, &out, &op_type, op, ids, std::slice::from_ref(&out), limit)?;
+        Ok(out)
     }
 
     /// The most bytes one value may have (the import's size limit).

@@ -23,17 +23,29 @@ fn is_default_domain(domain: &str) -> bool {
     domain.is_empty() || domain == "ai.onnx"
 }
 
+/// The domains besides the default one, with the versions stowage imports and their op types.
+const OTHER_DOMAINS: [(&str, (i64, i64), &[&str]); 2] = [
+    (super::training::TRAINING_DOMAIN, (1, 1), super::training::TRAINING_OPS),
+    (super::ml::ML_DOMAIN, super::ml::ML_VERSIONS, super::ml::ML_OPS),
+];
+
+/// Whether `op` of `domain` is one of [`OTHER_DOMAINS`]'s.
+pub(super) fn is_other_domain_op(domain: &str, op: &str) -> bool {
+    OTHER_DOMAINS.iter().any(|(d, _, ops)| *d == domain && ops.contains(&op))
+}
+
 fn default_opset(model: &ModelProto) -> Result<i64, E> {
-    use super::training::TRAINING_DOMAIN;
-    for o in model.opset_import.iter().filter(|o| o.domain() == TRAINING_DOMAIN) {
-        if o.version() != 1 {
-            return Err(E::Opset { domain: TRAINING_DOMAIN.into(), version: o.version(), min: 1, max: 1 });
+    for (domain, (min, max), _) in OTHER_DOMAINS {
+        for o in model.opset_import.iter().filter(|o| o.domain() == domain) {
+            if !(min..=max).contains(&o.version()) {
+                return Err(E::Opset { domain: domain.into(), version: o.version(), min, max });
+            }
         }
     }
     let version = model.opset_import.iter().find(|o| is_default_domain(o.domain())).map(|o| o.version());
-    // A model of training ops alone imports no default opset: its expansions are written at their own (rule 2 of
-    // `expand.rs`), so any will do.
-    let only_training = model.opset_import.iter().any(|o| o.domain() == TRAINING_DOMAIN);
+    // A model of another domain's ops alone imports no default opset: their expansions are written at their own
+    // (rule 2 of `expand.rs`), so any will do.
+    let only_training = model.opset_import.iter().any(|o| OTHER_DOMAINS.iter().any(|(d, ..)| *d == o.domain()));
     let version = match version {
         Some(v) => v,
         None if only_training => MAX_OPSET,
@@ -294,7 +306,7 @@ pub(super) fn add_node(
     let At { opset, limit, .. } = at;
     let name = node_name(node, index);
     let op_type = node.op_type();
-    if node.domain() == super::training::TRAINING_DOMAIN && super::training::TRAINING_OPS.contains(&op_type) {
+    if is_other_domain_op(node.domain(), op_type) {
         return super::expand::expand(graph, names, node, &name, at);
     }
     if !is_default_domain(node.domain()) {
@@ -421,7 +433,7 @@ pub fn unsupported_ops(nodes: &[NodeProto]) -> Vec<crate::error::UnsupportedOp> 
     let mut ops: Vec<crate::error::UnsupportedOp> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
         let known = (is_default_domain(n.domain()) && super::SUPPORTED_OPS.contains(&n.op_type()))
-            || (n.domain() == super::training::TRAINING_DOMAIN && super::training::TRAINING_OPS.contains(&n.op_type()));
+            || is_other_domain_op(n.domain(), n.op_type());
         if known {
             continue;
         }

@@ -23,6 +23,7 @@ mod linear_attention;
 mod losses;
 mod lp_pool;
 mod masks;
+pub mod ml;
 mod movement;
 mod norms;
 mod ops;

@@ -24,3 +24,4 @@ pub mod sgemm512;
 pub mod shifted;
 pub mod strided;
 pub mod topk;
+pub mod trees;

@@ -609,6 +609,20 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
             })
         }
         Op::Lstm(l) => recurrent::lstm(graph, l, inputs)?,
+        Op::TreeEnsemble(t) => {
+            let features =
+                inputs.first().copied().flatten().map_or(0, |v| graph.ty(v).shape.get(1).copied().unwrap_or(0));
+            let (trees, dt) = (t.clone(), out_dt.unwrap_or(DatumType::F32));
+            Box::new(move |a, _| {
+                let x = stowage_compiler::consts::to_f64s(arg(a, 0)?)?;
+                let y = crate::kernels::trees::predict(&trees, &x, out.first().copied().unwrap_or(0), features);
+                // One allocation, of the output's own type: the one the arena offers (arena.rs, rule 2).
+                one(match dt {
+                    DatumType::F64 => crate::storage::tensor_from_vec(&out, y)?,
+                    _ => crate::storage::tensor_from_vec(&out, y.into_iter().map(|v| v as f32).collect::<Vec<_>>())?,
+                })
+            })
+        }
         Op::Expand => Box::new(move |a, _| one(movement::expand(arg(a, 0)?, &out)?)),
         Op::Tile => Box::new(move |a, _| one(movement::tile(arg(a, 0)?, &out)?)),
         Op::Pad { mode } => {
