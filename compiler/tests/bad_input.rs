@@ -98,12 +98,15 @@ fn unknown_ops_are_listed_at_once_with_count_first_node_and_domain() {
     // Every unknown op type at once, with its count and first node, in the order they first appear.
     let mut m = add_model();
     let g = m.graph.as_mut().expect("graph");
-    g.node[0].op_type = Some("RoiAlign".into());
-    for (k, op) in ["Det", "RoiAlign", "Det", "Det"].iter().enumerate() {
+    g.node[0].op_type = Some("ImageDecoder".into());
+    for (k, op) in ["StringSplit", "ImageDecoder", "StringSplit", "StringSplit"].iter().enumerate() {
         g.node.push(NodeProto { name: Some(format!("n{k}")), ..node(op, &["x"], &[&format!("o{k}")], vec![]) });
     }
     let err = error_of(&build::bytes(&m), &[], &ImportConfig::new());
-    check(&err, &["2 op types are not supported: RoiAlign (2 nodes, first 'Add_y'), Det (3 nodes, first 'n0')"]);
+    check(
+        &err,
+        &["2 op types are not supported: ImageDecoder (2 nodes, first 'Add_y'), StringSplit (3 nodes, first 'n0')"],
+    );
 }
 
 #[test]

@@ -339,3 +339,20 @@ fn selections_of_run_time_values_name_the_input_and_known_ones_fold() {
     let inv = g.const_value(g.outputs()[1].value).expect("a constant");
     assert_eq!(inv.as_slice::<i64>().expect("i64"), &[2, 0, 2, 1, 0]);
 }
+
+#[test]
+fn roi_align_and_det_name_the_shape_or_mode_they_cannot_take() {
+    let roi = |mode: &str, rois: &[i64]| {
+        one(
+            node("RoiAlign", &["x", "rois", "idx"], &["y"], vec![string("mode", mode), int("output_height", 2)]),
+            &[("x", DataType::Float, &[1, 3, 8, 8]), ("rois", DataType::Float, rois), ("idx", DataType::Int64, &[2])],
+            vec![],
+        )
+    };
+    let ok = print(&import(&roi("max", &[2, 4])).expect("imports"));
+    assert!(ok.contains("f32[2,3,2,1] = RoiAlign") && ok.contains("mode=max coordinates=half_pixel"), "{ok}");
+    check(&error_of(&roi("median", &[2, 4])), &["node 'RoiAlign_y'", "attribute 'mode'", "'median'"]);
+    check(&error_of(&roi("avg", &[2, 5])), &["node 'RoiAlign_y'", "rois is f32[2,5]", "[R, 4]"]);
+    let det = one(node("Det", &["m"], &["d"], vec![]), &[("m", DataType::Float, &[2, 3, 4])], vec![]);
+    check(&error_of(&det), &["node 'Det_d'", "f32[2,3,4]", "square matrices"]);
+}

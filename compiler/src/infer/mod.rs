@@ -136,6 +136,29 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         | Op::TopK { .. }
         | Op::GridSample { .. }
         | Op::Resize(_) => nn::infer(op, ins, outputs)?,
+        Op::Det => {
+            ins.expect_dt(0, DatumType::is_float, "a float type")?;
+            let x = ins.ty(0)?;
+            let r = x.rank();
+            if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
+                return invalid(format!("X is {x}: Det takes square matrices in its last two axes"));
+            }
+            vec![ValueType::new(x.dt, x.shape[..r - 2].to_vec())]
+        }
+        Op::RoiAlign { out, .. } => {
+            ins.expect_dt(0, DatumType::is_float, "a float type")?;
+            let (x, rois, idx) = (ins.ty(0)?, ins.ty(1)?, ins.ty(2)?);
+            if x.rank() != 4 {
+                return invalid(format!("X is {x}: RoiAlign takes [N, C, H, W]"));
+            }
+            if rois.dt != x.dt || rois.rank() != 2 || rois.shape[1] != 4 {
+                return invalid(format!("rois is {rois}: it must be [R, 4] of X's type ({})", x.dt));
+            }
+            if !matches!(idx.dt, DatumType::I64 | DatumType::I32) || idx.shape != [rois.shape[0]] {
+                return invalid(format!("batch_indices is {idx}: it must be [{}] of int64", rois.shape[0]));
+            }
+            vec![ValueType::new(x.dt, vec![rois.shape[0], x.shape[1], out.0, out.1])]
+        }
         Op::TreeEnsemble(t) => {
             ins.expect_dt(0, |d| matches!(d, DatumType::F32 | DatumType::F64), "f32 or f64")?;
             let x = ins.ty(0)?;

@@ -596,6 +596,22 @@ pub enum Op {
     Resize(Resize),
     /// ONNX `LSTM` as one node (`ir/recurrent.rs`): kept whole only where the targets run it so.
     Lstm(super::Lstm),
+    /// The determinant of each square matrix of the last two axes: X.
+    Det,
+    /// Regions of interest pooled to a fixed grid of bilinear samples: X `[N, C, H, W]`, rois `[R, 4]`,
+    /// batch_indices `[R]`.
+    RoiAlign {
+        /// Maximum instead of average.
+        max: bool,
+        /// `half_pixel` coordinates (else the legacy `output_half_pixel`).
+        half_pixel: bool,
+        /// Output bins: height, width.
+        out: (usize, usize),
+        /// Samples per bin side (0: adaptive).
+        sampling_ratio: usize,
+        /// Input coordinates per region coordinate.
+        spatial_scale: f32,
+    },
     /// The decision trees of ONNX-ML's tree ensembles (`ir/trees.rs`): X `[N, F]` → votes `[N, targets]`.
     TreeEnsemble(Box<super::trees::Trees>),
     /// Dropout: data, ratio?, training_mode?. Outputs output, mask?. Identity unless training.
@@ -708,6 +724,8 @@ impl Op {
             Op::Split { .. } => "Split",
             Op::Lstm(_) => "LSTM",
             Op::TreeEnsemble(_) => "TreeEnsemble",
+            Op::Det => "Det",
+            Op::RoiAlign { .. } => "RoiAlign",
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
             Op::GatherElements { .. } => "GatherElements",
@@ -758,7 +776,8 @@ impl Op {
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
             Op::Lstm(_) => (3, 8),
-            Op::TreeEnsemble(_) => (1, 1),
+            Op::TreeEnsemble(_) | Op::Det => (1, 1),
+            Op::RoiAlign { .. } => (3, 3),
             Op::Conv(_) | Op::Gemm(_) => (2, 3),
             Op::LayerNorm { .. } => (2, 3),
             Op::BatchNorm { .. } => (5, 5),
@@ -953,6 +972,14 @@ impl fmt::Display for OpAttrs<'_> {
                     }
                 }
                 Op::Dropout { seed: Some(seed) } => write!(w, "seed={seed}")?,
+                Op::RoiAlign { max, half_pixel, out, sampling_ratio, spatial_scale } => write!(
+                    w,
+                    "mode={} coordinates={} output={}x{} sampling_ratio={sampling_ratio} spatial_scale={spatial_scale}",
+                    if *max { "max" } else { "avg" },
+                    if *half_pixel { "half_pixel" } else { "output_half_pixel" },
+                    out.0,
+                    out.1
+                )?,
                 Op::TreeEnsemble(t) => write!(
                     w,
                     "trees={} nodes={} leaves={} targets={} aggregate={:?}",

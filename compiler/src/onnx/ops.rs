@@ -167,6 +167,33 @@ pub(crate) fn parse(
         "Sum" => variadic(Variadic::Sum),
         "Mean" => variadic(Variadic::Mean),
         "Where" => op(Op::Where),
+        "Det" => op(Op::Det),
+        "RoiAlign" => {
+            let max = match a.string("mode")?.as_deref() {
+                None | Some("avg") => false,
+                Some("max") => true,
+                Some(other) => return Err(attr_err("mode", format!("is '{other}': it must be avg or max"))),
+            };
+            // `half_pixel` is the default from opset 16; before it, the only behaviour was `output_half_pixel`.
+            let default = if opset >= 16 { "half_pixel" } else { "output_half_pixel" };
+            let half_pixel = match a.string("coordinate_transformation_mode")?.as_deref().unwrap_or(default) {
+                "half_pixel" => true,
+                "output_half_pixel" => false,
+                other => {
+                    return Err(attr_err(
+                        "coordinate_transformation_mode",
+                        format!("is '{other}': it must be half_pixel or output_half_pixel"),
+                    ))
+                }
+            };
+            let out = (a.count_or("output_height", 1)?, a.count_or("output_width", 1)?);
+            if out.0 == 0 || out.1 == 0 {
+                return Err(attr_err("output_height", "and output_width must be positive"));
+            }
+            let sampling_ratio = a.count_or("sampling_ratio", 0)?;
+            let spatial_scale = a.float_or("spatial_scale", 1.0)?;
+            op(Op::RoiAlign { max, half_pixel, out, sampling_ratio, spatial_scale })
+        }
         "Clip" => {
             if opset < 11 {
                 let lo = scalar_const(x_dt, f64::from(a.float_or("min", f32::NEG_INFINITY)?))?;

@@ -523,6 +523,34 @@ pub(super) fn kernel(
                 })
             })
         }
+        Op::Det => {
+            let n = in_shape(0).last().copied().unwrap_or(0);
+            Box::new(move |a, _| {
+                let x = stowage_compiler::consts::to_f64s(arg(a, 0)?)?;
+                let d = crate::kernels::det::det(&x, n);
+                float!(wide, T => one(crate::storage::tensor_from_vec(&out, d.into_iter().map(|v| v as T).collect::<Vec<T>>())?))
+            })
+        }
+        Op::RoiAlign { max, half_pixel, out: bins, sampling_ratio, spatial_scale } => {
+            let xs = in_shape(0);
+            let shape = [xs[0], xs[1], xs[2], xs[3]];
+            let how = crate::kernels::roi_align::RoiPooling {
+                max: *max,
+                half_pixel: *half_pixel,
+                out: *bins,
+                sampling_ratio: *sampling_ratio,
+                spatial_scale: f64::from(*spatial_scale),
+            };
+            Box::new(move |a, _| {
+                let x = stowage_compiler::consts::to_f64s(arg(a, 0)?)?;
+                let rois = stowage_compiler::consts::to_f64s(arg(a, 1)?)?;
+                let batch = stowage_compiler::consts::to_i64s(arg(a, 2)?)?;
+                let mut y = vec![0.0; out.iter().product()];
+                crate::kernels::roi_align::roi_align(&x, shape, &rois, &batch, how, &mut y)
+                    .map_err(CpuError::NotImplemented)?;
+                float!(wide, T => one(crate::storage::tensor_from_vec(&out, y.into_iter().map(|v| v as T).collect::<Vec<T>>())?))
+            })
+        }
         Op::Resize(r) => {
             let xs = in_shape(0);
             let spec = resize_spec(graph, r, inputs, xs.len())?;
