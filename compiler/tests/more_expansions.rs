@@ -356,3 +356,43 @@ fn roi_align_and_det_name_the_shape_or_mode_they_cannot_take() {
     let det = one(node("Det", &["m"], &["d"], vec![]), &[("m", DataType::Float, &[2, 3, 4])], vec![]);
     check(&error_of(&det), &["node 'Det_d'", "f32[2,3,4]", "square matrices"]);
 }
+
+#[test]
+fn flex_attention_names_heads_that_do_not_group_and_modifiers_of_the_wrong_signature() {
+    use stowage_compiler::onnx::proto::{attribute_proto::AttributeType, AttributeProto, GraphProto};
+    let flex = |heads: (i64, i64), attrs: Vec<AttributeProto>| {
+        let mut n = node("FlexAttention", &["q", "k", "v"], &["y"], attrs);
+        n.domain = Some("ai.onnx.preview".into());
+        let mut m = one(
+            n,
+            &[
+                ("q", DataType::Float, &[1, heads.0, 3, 4]),
+                ("k", DataType::Float, &[1, heads.1, 5, 4]),
+                ("v", DataType::Float, &[1, heads.1, 5, 2]),
+            ],
+            vec![],
+        );
+        m.opset_import.push(stowage_compiler::onnx::proto::OperatorSetIdProto {
+            domain: Some("ai.onnx.preview".into()),
+            version: Some(1),
+        });
+        m
+    };
+    let ok = print(&import(&flex((4, 2), vec![])).expect("grouped heads import"));
+    assert!(ok.contains("Softmax") && ok.contains("Gather"), "{ok}");
+    check(&error_of(&flex((3, 2), vec![])), &["node 'FlexAttention_y'", "3 heads and K 2", "multiple"]);
+    let two_outputs = AttributeProto {
+        name: Some("score_mod".into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(GraphProto {
+            node: vec![node("Neg", &["s"], &["a"], vec![]), node("Abs", &["s"], &["b"], vec![])],
+            input: vec![value("s", &[1, 4, 3, 5])],
+            output: vec![value("a", &[1, 4, 3, 5]), value("b", &[1, 4, 3, 5])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    check(&error_of(&flex((4, 2), vec![two_outputs])), &["attribute 'score_mod'", "1 inputs and 2 outputs"]);
+    let err = error_of(&flex((4, 2), vec![int("softmax_precision", 7)]));
+    check(&err, &["attribute 'softmax_precision'", "is 7", "float type"]);
+}

@@ -46,10 +46,7 @@ fn counted(case: &Value) -> bool {
         .all(|x| x["dtype"].as_str().is_some_and(|d| DTYPES.contains(&d)));
     let known = |op: &str| match op.split_once(':') {
         None => OP_SET.contains(&op),
-        Some((domain, op)) => {
-            (domain == onnx::training::TRAINING_DOMAIN && onnx::training::TRAINING_OPS.contains(&op))
-                || (domain == onnx::ml::ML_DOMAIN && onnx::ml::ML_OPS.contains(&op))
-        }
+        Some((domain, op)) => onnx::is_other_domain_op(domain, op),
     };
     let ops = case["ops"].as_array().into_iter().flatten().all(|o| known(o.as_str().unwrap_or("")));
     plain && dtypes && ops

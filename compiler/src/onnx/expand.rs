@@ -84,6 +84,7 @@ pub(super) fn expand(
     let outputs = match node.op_type() {
         // `import::add_node` sends only the ops of `ml::ML_OPS` here from that domain.
         _ if node.domain() == super::ml::ML_DOMAIN => super::ml::expand(&mut ex)?,
+        _ if node.domain() == super::flex_attention::PREVIEW_DOMAIN => super::flex_attention::expand(&mut ex)?,
         "GreaterOrEqual" | "LessOrEqual" => {
             let strict = if node.op_type() == "GreaterOrEqual" { "Greater" } else { "Less" };
             let (a, b) = (ex.input(0)?, ex.input(1)?);

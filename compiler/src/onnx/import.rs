@@ -24,13 +24,15 @@ fn is_default_domain(domain: &str) -> bool {
 }
 
 /// The domains besides the default one, with the versions stowage imports and their op types.
-const OTHER_DOMAINS: [(&str, (i64, i64), &[&str]); 2] = [
+const OTHER_DOMAINS: [(&str, (i64, i64), &[&str]); 3] = [
+    (super::flex_attention::PREVIEW_DOMAIN, (1, 1), super::flex_attention::PREVIEW_OPS),
     (super::training::TRAINING_DOMAIN, (1, 1), super::training::TRAINING_OPS),
     (super::ml::ML_DOMAIN, super::ml::ML_VERSIONS, super::ml::ML_OPS),
 ];
 
-/// Whether `op` of `domain` is one of [`OTHER_DOMAINS`]'s.
-pub(super) fn is_other_domain_op(domain: &str, op: &str) -> bool {
+/// Whether `op` of `domain` is an op of a domain besides the default one that stowage imports
+/// (`ai.onnx.preview.training`, `ai.onnx.ml`, `ai.onnx.preview`).
+pub fn is_other_domain_op(domain: &str, op: &str) -> bool {
     OTHER_DOMAINS.iter().any(|(d, _, ops)| *d == domain && ops.contains(&op))
 }
 

@@ -16,6 +16,7 @@ mod conv_transpose;
 mod einsum;
 mod expand;
 pub mod external;
+pub mod flex_attention;
 mod functions;
 mod images;
 mod import;
@@ -46,7 +47,7 @@ use std::path::Path;
 use prost::Message;
 use stowage_runtime::Tensor;
 
-pub use import::value_inputs;
+pub use import::{is_other_domain_op, value_inputs};
 
 use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;

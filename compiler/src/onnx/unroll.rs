@@ -23,7 +23,7 @@ fn body<'a>(ex: &Ex<'a, '_>) -> Result<&'a GraphProto, E> {
 }
 
 /// Imports one iteration of `g`, its inputs bound to `inputs` (names in scope); returns the names of its outputs.
-fn iteration(
+pub(super) fn iteration(
     ex: &mut Ex<'_, '_>,
     g: &GraphProto,
     it: usize,
@@ -85,7 +85,7 @@ fn rename(n: &mut NodeProto, map: &HashMap<String, String>) {
 }
 
 /// The body's initializers as constants in scope, by their names in the body.
-fn initializers(ex: &mut Ex<'_, '_>, g: &GraphProto) -> Result<HashMap<String, String>, E> {
+pub(super) fn initializers(ex: &mut Ex<'_, '_>, g: &GraphProto) -> Result<HashMap<String, String>, E> {
     let mut map = HashMap::new();
     for init in &g.initializer {
         let t = ex.decode(init)?;
