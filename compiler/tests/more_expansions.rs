@@ -396,3 +396,31 @@ fn flex_attention_names_heads_that_do_not_group_and_modifiers_of_the_wrong_signa
     let err = error_of(&flex((4, 2), vec![int("softmax_precision", 7)]));
     check(&err, &["attribute 'softmax_precision'", "is 7", "float type"]);
 }
+
+#[test]
+fn tf_idf_pools_that_do_not_split_into_n_grams_are_named() {
+    let tfidf = |attrs: Vec<stowage_compiler::onnx::proto::AttributeProto>| {
+        one(node("TfIdfVectorizer", &["x"], &["y"], attrs), &[("x", DataType::Int64, &[2, 6])], vec![])
+    };
+    let good = || {
+        vec![
+            string("mode", "TF"),
+            int("min_gram_length", 1),
+            int("max_gram_length", 2),
+            build::ints("pool_int64s", &[2, 3, 5, 4, 5, 6, 7]),
+            build::ints("ngram_counts", &[0, 3]),
+            build::ints("ngram_indexes", &[0, 1, 2, 3, 4]),
+        ]
+    };
+    let ok = print(&import(&tfidf(good())).expect("imports"));
+    assert!(ok.contains("f32[2,5] = TfIdfVectorizer") && ok.contains("pooled=5"), "{ok}");
+    let mut odd = good();
+    odd[4] = build::ints("ngram_counts", &[0, 2]);
+    check(&error_of(&tfidf(odd)), &["attribute 'ngram_counts'", "group 1 holds 5 tokens"]);
+    let mut short = good();
+    short[5] = build::ints("ngram_indexes", &[0, 1, 2]);
+    check(&error_of(&tfidf(short)), &["attribute 'ngram_indexes'", "no column for n-gram 3"]);
+    let mut strings = good();
+    strings.push(build::strings("pool_strings", &["a"]));
+    check(&error_of(&tfidf(strings)), &["attribute 'pool_strings'", "no string tensors"]);
+}

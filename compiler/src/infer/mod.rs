@@ -136,6 +136,15 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         | Op::TopK { .. }
         | Op::GridSample { .. }
         | Op::Resize(_) => nn::infer(op, ins, outputs)?,
+        Op::TfIdf(t) => {
+            ins.expect_dt(0, |d| matches!(d, DatumType::I32 | DatumType::I64), "int32 or int64 tokens")?;
+            let x = ins.ty(0)?;
+            match x.rank() {
+                1 => vec![ValueType::new(DatumType::F32, vec![t.columns])],
+                2 => vec![ValueType::new(DatumType::F32, vec![x.shape[0], t.columns])],
+                _ => return invalid(format!("X is {x}: TfIdfVectorizer takes [C] or [N, C]")),
+            }
+        }
         Op::Det => {
             ins.expect_dt(0, DatumType::is_float, "a float type")?;
             let x = ins.ty(0)?;

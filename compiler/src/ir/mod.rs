@@ -12,6 +12,7 @@ mod op;
 pub mod print;
 pub mod recurrent;
 pub mod serial;
+pub mod tfidf;
 pub mod trees;
 mod types;
 pub mod verify;

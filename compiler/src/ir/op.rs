@@ -596,6 +596,8 @@ pub enum Op {
     Resize(Resize),
     /// ONNX `LSTM` as one node (`ir/recurrent.rs`): kept whole only where the targets run it so.
     Lstm(super::Lstm),
+    /// `TfIdfVectorizer` with its pool resolved (`ir/tfidf.rs`): X int tokens `[C]` or `[N, C]` → f32 counts.
+    TfIdf(Box<super::tfidf::TfIdf>),
     /// The determinant of each square matrix of the last two axes: X.
     Det,
     /// Regions of interest pooled to a fixed grid of bilinear samples: X `[N, C, H, W]`, rois `[R, 4]`,
@@ -725,6 +727,7 @@ impl Op {
             Op::Lstm(_) => "LSTM",
             Op::TreeEnsemble(_) => "TreeEnsemble",
             Op::Det => "Det",
+            Op::TfIdf(_) => "TfIdfVectorizer",
             Op::RoiAlign { .. } => "RoiAlign",
             Op::Slice => "Slice",
             Op::Gather { .. } => "Gather",
@@ -776,7 +779,7 @@ impl Op {
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
             Op::Lstm(_) => (3, 8),
-            Op::TreeEnsemble(_) | Op::Det => (1, 1),
+            Op::TreeEnsemble(_) | Op::Det | Op::TfIdf(_) => (1, 1),
             Op::RoiAlign { .. } => (3, 3),
             Op::Conv(_) | Op::Gemm(_) => (2, 3),
             Op::LayerNorm { .. } => (2, 3),
@@ -972,6 +975,16 @@ impl fmt::Display for OpAttrs<'_> {
                     }
                 }
                 Op::Dropout { seed: Some(seed) } => write!(w, "seed={seed}")?,
+                Op::TfIdf(t) => write!(
+                    w,
+                    "mode={:?} grams={}..{} skip={} pooled={} columns={}",
+                    t.mode,
+                    t.min,
+                    t.max,
+                    t.max_skip,
+                    t.grams.len(),
+                    t.columns
+                )?,
                 Op::RoiAlign { max, half_pixel, out, sampling_ratio, spatial_scale } => write!(
                     w,
                     "mode={} coordinates={} output={}x{} sampling_ratio={sampling_ratio} spatial_scale={spatial_scale}",

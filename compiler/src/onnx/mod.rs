@@ -36,6 +36,7 @@ mod selection;
 mod spectral;
 mod state;
 pub mod tensor;
+pub mod tfidf;
 pub mod training;
 mod unroll;
 mod windows;
@@ -221,6 +222,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Tan",
     "Tanh",
     "TensorScatter",
+    "TfIdfVectorizer",
     "ThresholdedRelu",
     "Tile",
     "TopK",

@@ -25,5 +25,6 @@ pub mod scatter;
 pub mod sgemm512;
 pub mod shifted;
 pub mod strided;
+pub mod tfidf;
 pub mod topk;
 pub mod trees;

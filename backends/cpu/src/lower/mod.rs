@@ -609,6 +609,14 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
             })
         }
         Op::Lstm(l) => recurrent::lstm(graph, l, inputs)?,
+        Op::TfIdf(t) => {
+            let width = inputs.first().copied().flatten().map_or(0, |v| *graph.ty(v).shape.last().unwrap_or(&0));
+            let (t, grams) = (t.clone(), crate::kernels::tfidf::index(t));
+            Box::new(move |a, _| {
+                let x = stowage_compiler::consts::to_i64s(arg(a, 0)?)?;
+                one(crate::storage::tensor_from_vec(&out, crate::kernels::tfidf::vectorize(&t, &grams, &x, width))?)
+            })
+        }
         Op::TreeEnsemble(t) => {
             let features =
                 inputs.first().copied().flatten().map_or(0, |v| graph.ty(v).shape.get(1).copied().unwrap_or(0));
