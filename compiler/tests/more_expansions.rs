@@ -424,3 +424,24 @@ fn tf_idf_pools_that_do_not_split_into_n_grams_are_named() {
     strings.push(build::strings("pool_strings", &["a"]));
     check(&error_of(&tfidf(strings)), &["attribute 'pool_strings'", "no string tensors"]);
 }
+
+#[test]
+fn deform_conv_names_offsets_and_groups_that_do_not_fit() {
+    let deform = |offset: &[i64], attrs| {
+        one(
+            node("DeformConv", &["x", "w", "off"], &["y"], attrs),
+            &[
+                ("x", DataType::Float, &[1, 4, 5, 5]),
+                ("w", DataType::Float, &[2, 4, 3, 3]),
+                ("off", DataType::Float, offset),
+            ],
+            vec![],
+        )
+    };
+    let ok = print(&import(&deform(&[1, 18, 3, 3], vec![])).expect("imports"));
+    assert!(ok.contains("GridSample") && ok.contains("f32[1,2,3,3]"), "{ok}");
+    let err = error_of(&deform(&[1, 18, 5, 5], vec![]));
+    check(&err, &["node 'DeformConv_y'", "offset is f32[1,18,5,5]", "needs [1, 18, 3, 3]"]);
+    let err = error_of(&deform(&[1, 18, 3, 3], vec![int("offset_group", 3)]));
+    check(&err, &["node 'DeformConv_y'", "offset_group 3", "multiple of offset_group"]);
+}

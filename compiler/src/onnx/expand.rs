@@ -59,6 +59,7 @@ pub fn is_expanded(op: &str) -> bool {
         || super::state::STATE_OPS.contains(&op)
         || super::linear_attention::LINEAR_ATTENTION_OPS.contains(&op)
         || super::tfidf::TFIDF_OPS.contains(&op)
+        || super::deform_conv::DEFORM_OPS.contains(&op)
         || super::selection::SELECTION_OPS.contains(&op)
 }
 
@@ -117,6 +118,7 @@ pub(super) fn expand(
         op if super::linear_attention::LINEAR_ATTENTION_OPS.contains(&op) => super::linear_attention::expand(&mut ex)?,
         op if super::selection::SELECTION_OPS.contains(&op) => super::selection::expand(&mut ex)?,
         op if super::tfidf::TFIDF_OPS.contains(&op) => super::tfidf::expand(&mut ex)?,
+        op if super::deform_conv::DEFORM_OPS.contains(&op) => super::deform_conv::expand(&mut ex)?,
         // Reached only for the training domain's nodes (`import::add_node` checks the domain).
         op if super::training::TRAINING_OPS.contains(&op) => super::training::expand(&mut ex)?,
         other => return Err(ex.fail(format!("'{other}' has no expansion"))),

@@ -13,6 +13,7 @@ mod attention;
 mod attrs;
 mod branch;
 mod conv_transpose;
+mod deform_conv;
 mod einsum;
 mod expand;
 pub mod external;
@@ -97,6 +98,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Cosh",
     "CumProd",
     "CumSum",
+    "DeformConv",
     "DepthToSpace",
     "Det",
     "DequantizeLinear",
