@@ -3,26 +3,13 @@
 
 mod common;
 
+use common::errors::{check, error_of};
+
 use common::build::{self, float, int, node, string, typed_value, value};
 use stowage_compiler::onnx::proto::{tensor_proto::DataType, TensorProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 
 use build::int64s;
-
-fn error_of(m: &onnx::proto::ModelProto) -> String {
-    let err = match onnx::load_bytes(&build::bytes(m), &ImportConfig::new()) {
-        Ok(_) => panic!("the model imported, but it should not have"),
-        Err(e) => e.to_string(),
-    };
-    assert!(!err.contains('\n'), "error is not one line: {err}");
-    err
-}
-
-fn check(err: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(err.contains(p), "error {err:?} does not mention {p:?}");
-    }
-}
 
 /// OneHot of indices [2, 3] with a constant depth of 5 on axis 1: the output is [2, 5, 3] of the values' type.
 fn one_hot(depth: Option<TensorProto>) -> onnx::proto::ModelProto {

@@ -5,27 +5,12 @@
 
 mod common;
 
+use common::errors::{check, error_of, import};
+
 use common::build::{self, int, node, string, typed_value};
 use stowage_compiler::consts;
 use stowage_compiler::onnx::proto::{tensor_proto::DataType, ModelProto, NodeProto, TensorProto};
-use stowage_compiler::onnx::{self, ImportConfig};
 use stowage_runtime::DatumType;
-
-fn import(m: &ModelProto) -> Result<stowage_compiler::ir::Graph, String> {
-    onnx::load_bytes(&build::bytes(m), &ImportConfig::new()).map_err(|e| e.to_string())
-}
-
-fn error_of(m: &ModelProto) -> String {
-    let Err(err) = import(m) else { panic!("the model imported, but it should not have") };
-    assert!(!err.contains('\n'), "error is not one line: {err}");
-    err
-}
-
-fn check(err: &str, parts: &[&str]) {
-    for p in parts {
-        assert!(err.contains(p), "error {err:?} does not mention {p:?}");
-    }
-}
 
 fn raw(name: &str, dt: DataType, dims: &[i64], bytes: Vec<u8>) -> TensorProto {
     TensorProto {

@@ -3,6 +3,7 @@
 
 pub mod build;
 pub mod chain;
+pub mod errors;
 pub mod mutate;
 
 use std::path::PathBuf;

@@ -106,24 +106,17 @@ fn tap(y: f64, x: f64, h: usize, w: usize) -> Tap {
     if y < -1.0 || y > h as f64 || x < -1.0 || x > w as f64 || h == 0 || w == 0 {
         return Tap::default();
     }
-    let (mut y, mut x) = (y.max(0.0), x.max(0.0));
-    let (mut y0, mut x0) = (y as usize, x as usize);
-    let (y1, x1);
-    if y0 >= h - 1 {
-        y0 = h - 1;
-        y1 = y0;
-        y = y0 as f64;
-    } else {
-        y1 = y0 + 1;
-    }
-    if x0 >= w - 1 {
-        x0 = w - 1;
-        x1 = x0;
-        x = x0 as f64;
-    } else {
-        x1 = x0 + 1;
-    }
-    let (ly, lx) = (y - y0 as f64, x - x0 as f64);
+    // The two neighbours along one axis of extent `n`, and the fraction past the first (clamped at the end).
+    let corners = |v: f64, n: usize| {
+        let v = v.max(0.0);
+        let lo = v as usize;
+        if lo >= n - 1 {
+            (n - 1, n - 1, 0.0)
+        } else {
+            (lo, lo + 1, v - lo as f64)
+        }
+    };
+    let ((y0, y1, ly), (x0, x1, lx)) = (corners(y, h), corners(x, w));
     let (hy, hx) = (1.0 - ly, 1.0 - lx);
     Tap { pos: [y0 * w + x0, y0 * w + x1, y1 * w + x0, y1 * w + x1], w: [hy * hx, hy * lx, ly * hx, ly * lx] }
 }
