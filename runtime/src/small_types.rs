@@ -7,7 +7,7 @@
 //! The contract, each rule with its test below (and the node suite's Cast, CastLike, QuantizeLinear and
 //! DequantizeLinear cases in `tests/tests/conformance.rs`):
 //! 1. **One element per byte in memory.** A float format's byte is its bit pattern; an int4/int2 byte is the value
-//!    sign-extended to `i8`, a uint4/uint2 byte the value. Packing two or four to a byte is for files only
+//!    sign-extended to `i8`, a uint4/uint2 byte the value; `Tensor::from_bytes` refuses other bytes ([`valid`]). Packing two or four to a byte is for files only
 //!    ([`pack`], [`unpack`]): low bits first, as ONNX stores them, the last byte padded with zeros.
 //! 2. **Decoding is exact**: every value of every small type is an `f32` ([`decode`]).
 //! 3. **Encoding a float rounds to nearest even** from an `f64` (so an `f32` or `f16` source rounds once), then
@@ -29,7 +29,8 @@ pub enum E8M0Rounding {
     /// Up to the next power of two (ONNX's default).
     #[default]
     Up,
-    /// To the nearest power of two, ties to even.
+    /// To the nearest power of two by the dropped mantissa bits, an exact tie up (except from exponent field 0),
+    /// as ONNX's reference and onnxruntime do.
     Nearest,
     /// Down: the exponent field as it is.
     Down,
@@ -229,6 +230,16 @@ pub fn wrap(dt: DatumType, v: i64) -> u8 {
     }
 }
 
+/// Whether every byte of `bytes` is an element of `dt` as rule 1 holds it (true for types outside this module): a
+/// 4- or 2-bit value sign-extended or zero-extended, a float4 pattern in the low 4 bits.
+pub fn valid(dt: DatumType, bytes: &[u8]) -> bool {
+    match dt {
+        DatumType::I4 | DatumType::I2 => bytes.iter().all(|&b| wrap(dt, i64::from(b as i8)) == b),
+        DatumType::U4 | DatumType::U2 | DatumType::F4E2M1 => bytes.iter().all(|&b| usize::from(b) >> bits(dt) == 0),
+        _ => true,
+    }
+}
+
 /// The range of an integer small type, for clipping before a cast (`QuantizeLinear`).
 pub fn int_range(dt: DatumType) -> Option<(i64, i64)> {
     match dt {
@@ -379,5 +390,6 @@ mod tests {
         assert_eq!(unpack(DatumType::I4, &packed, 7), None);
         assert_eq!(pack(DatumType::U2, &[1, 2, 3, 0, 1]), [0b0011_1001, 1]);
         assert_eq!(unpack(DatumType::I2, &[0b0011_1001], 4).unwrap(), [1, (-2i8) as u8, (-1i8) as u8, 0]);
+        assert!(valid(DatumType::I4, &[0xF8, 7]) && !valid(DatumType::I4, &[0x7F]) && !valid(DatumType::U2, &[4]));
     }
 }

@@ -586,6 +586,9 @@ impl Tensor<'static> {
         if dt == DatumType::Bool && bytes.iter().any(|&b| b > 1) {
             return Err(RuntimeError::InvalidBits { tensor: UNNAMED.into(), dt });
         }
+        if !crate::small_types::valid(dt, bytes) {
+            return Err(RuntimeError::InvalidBits { tensor: UNNAMED.into(), dt });
+        }
         Self::from_storage(dt, shape, layout, PlainStorage::copy_from(bytes)?)
     }
 

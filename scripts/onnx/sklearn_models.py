@@ -9,7 +9,9 @@ lists every model with its kind and inputs, in the real-model suite's format (ev
     "$PY" scripts/onnx/sklearn_models.py [OUT]      # OUT defaults to target/sklearn-models
 
 Labels are int64 and probabilities a tensor (`zipmap=False`): string labels and ZipMap's sequences of maps are
-what stowage does not take yet.
+what stowage does not take yet. A few hand-built models join them: one-column binary classifiers under each post-transform
+(`binary_*`), whose two output columns and labels follow onnxruntime's own conventions rather than a spec, and
+`Normalizer` on rows of every sign (`normalizer_*`).
 """
 
 import json
@@ -70,6 +72,43 @@ def suite():
     ]
 
 
+def hand_built():
+    """(name, model, input): binary classifiers with one column of scores, whose second column and label onnxruntime
+    writes its own way, and normalizers."""
+    from onnx import TensorProto, helper
+
+    def model(node, n):
+        g = helper.make_graph(
+            [node], "binary", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+            [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+             helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, 2])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)])
+
+    x = np.array([[-2.0], [-0.4], [0.0], [0.2], [0.45], [0.9], [3.0]], np.float32)
+    out = []
+    for post in ["NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"]:
+        n = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml", coefficients=[1.5],
+                             intercepts=[-0.1], classlabels_ints=[3, 7], post_transform=post)
+        out.append((f"binary_linear_{post.lower()}", model(n, 1), x))
+        for sign, weights in [("positive", [0.3, 0.8]), ("mixed", [-0.3, 0.2])]:
+            n = helper.make_node(
+                "TreeEnsembleClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+                nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+                nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.3, 0, 0], nodes_truenodeids=[1, 0, 0],
+                nodes_falsenodeids=[2, 0, 0], class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 0],
+                class_weights=weights, base_values=[0.05], classlabels_int64s=[3, 7], post_transform=post)
+            out.append((f"binary_tree_{sign}_{post.lower()}", model(n, 1), x))
+    # Normalizer on rows whose largest value is negative, zero or positive (onnxruntime divides by the signed max).
+    rows = np.array([[-4.0, 2.0, 1.0], [-3.0, -1.0, -2.0], [0.0, 0.0, 0.0], [1.0, -5.0, 0.5]], np.float32)
+    for norm in ["MAX", "L1", "L2"]:
+        n = helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml", norm=norm)
+        g = helper.make_graph([n], "normalizer", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 1)])
+        out.append((f"normalizer_{norm.lower()}", m, rows))
+    return out
+
+
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "sklearn-models"
     if out.exists():
@@ -97,6 +136,18 @@ def main():
         manifest.append({"name": name, "kind": type(model).__name__, "dataset": dataset, "ops": ops,
                          "inputs": [input_name], "ci": True})
         print(f"{name:<32} {' '.join(ops)}")
+    for name, onx, test in hand_built():
+        d = out / name
+        (d / "test_data_set_0").mkdir(parents=True)
+        (d / "model.onnx").write_bytes(onx.SerializeToString())
+        session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+        (d / "test_data_set_0" / "input_0.pb").write_bytes(numpy_helper.from_array(test, "x").SerializeToString())
+        for k, value in enumerate(session.run(None, {"x": test})):
+            (d / "test_data_set_0" / f"output_{k}.pb").write_bytes(
+                numpy_helper.from_array(np.asarray(value), session.get_outputs()[k].name).SerializeToString())
+        manifest.append({"name": name, "kind": "hand-built", "dataset": "", "ops": [onx.graph.node[0].op_type],
+                         "inputs": ["x"], "ci": True})
+        print(f"{name:<32} ai.onnx.ml:{onx.graph.node[0].op_type}")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
 

@@ -48,7 +48,7 @@ pub struct TreeNode {
     pub split: f64,
     /// The set, for `Member`.
     pub members: Vec<f64>,
-    /// A NaN feature takes `yes` (else `no`).
+    /// A NaN feature takes `yes` (else it takes what its comparison gives: `no`, but `yes` at a `Neq` node).
     pub missing_yes: bool,
     /// Where a true comparison leads.
     pub yes: Child,
@@ -161,19 +161,18 @@ impl Trees {
                 Child::Node(n) => {
                     let node = &self.nodes[n as usize];
                     let v = x(node.feature as usize);
-                    let yes = if v.is_nan() {
-                        node.missing_yes
-                    } else {
-                        match node.branch {
-                            Branch::Leq => v <= node.split,
-                            Branch::Lt => v < node.split,
-                            Branch::Gte => v >= node.split,
-                            Branch::Gt => v > node.split,
-                            Branch::Eq => v == node.split,
-                            Branch::Neq => v != node.split,
-                            Branch::Member => node.members.contains(&v),
-                        }
+                    // onnxruntime's rule: the comparison, or a NaN where missing values go `yes` (so a NaN takes
+                    // `yes` at a `Neq` node either way).
+                    let compared = match node.branch {
+                        Branch::Leq => v <= node.split,
+                        Branch::Lt => v < node.split,
+                        Branch::Gte => v >= node.split,
+                        Branch::Gt => v > node.split,
+                        Branch::Eq => v == node.split,
+                        Branch::Neq => v != node.split,
+                        Branch::Member => node.members.contains(&v),
                     };
+                    let yes = compared || (node.missing_yes && v.is_nan());
                     at = if yes { node.yes } else { node.no };
                 }
             }

@@ -43,21 +43,31 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         )));
     }
     let k = pair(ex, "kernel_shape", [wt.shape[2] as i64, wt.shape[3] as i64])?;
+    if k != [wt.shape[2] as i64, wt.shape[3] as i64] {
+        return Err(ex.attr_fail("kernel_shape", format!("is {k:?}, but W is {wt}")));
+    }
     let s = pair(ex, "strides", [1, 1])?;
     let d = pair(ex, "dilations", [1, 1])?;
     let pads = ex.attrs().ints("pads").map_err(|e| ex.attr_err(e))?.unwrap_or(vec![0; 4]);
     if pads.len() != 4 || pads.iter().any(|&p| p < 0) {
         return Err(ex.attr_fail("pads", format!("is {pads:?}: four non-negative values")));
     }
-    let out = |i: usize| (xt.shape[2 + i] as i64 + pads[i] + pads[i + 2] - ((k[i] - 1) * d[i] + 1)) / s[i] + 1;
+    // In i128: attributes near i64::MAX must give a wrong shape, not an overflow.
+    let out = |i: usize| {
+        let span = i128::from(xt.shape[2 + i] as i64) + i128::from(pads[i]) + i128::from(pads[i + 2]);
+        (span - (i128::from(k[i]) - 1) * i128::from(d[i]) - 1).div_euclid(i128::from(s[i])) + 1
+    };
     let (oh, ow) = (out(0), out(1));
     let taps = k[0] * k[1];
-    if oh < 1 || ow < 1 || ot.shape != [n as usize, (og * taps * 2) as usize, oh as usize, ow as usize] {
+    let wanted = [i128::from(n), i128::from(og) * i128::from(taps) * 2, oh, ow];
+    if oh < 1 || ow < 1 || ot.shape.iter().zip(wanted).any(|(&have, want)| have as i128 != want) {
         return Err(ex.fail(format!(
             "offset is {ot}: this DeformConv needs [{n}, {}, {oh}, {ow}] (offset_group · kh · kw · 2 by the output)",
             og * taps * 2
         )));
     }
+    // Now the offset's own extents.
+    let (oh, ow) = (oh as i64, ow as i64);
     if h < 2 || wd < 2 {
         return Err(ex.fail(format!("X is {xt}: DeformConv samples need at least 2 rows and 2 columns")));
     }
@@ -69,9 +79,9 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
                 for i in 0..oh {
                     for j in 0..ow {
                         base.push(if axis == 0 {
-                            (i * s[0] - pads[0] + a * d[0]) as f64
+                            i as f64 * s[0] as f64 - pads[0] as f64 + a as f64 * d[0] as f64
                         } else {
-                            (j * s[1] - pads[1] + b * d[1]) as f64
+                            j as f64 * s[1] as f64 - pads[1] as f64 + b as f64 * d[1] as f64
                         });
                     }
                 }

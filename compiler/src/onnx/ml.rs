@@ -8,14 +8,16 @@
 //!    leaf, and a cycle are errors naming the attributes or the node.
 //! 2. **Scores**: base values are added after aggregation; then the post-transform: `LOGISTIC` (sigmoid),
 //!    `SOFTMAX`, `SOFTMAX_ZERO` (softmax over the non-zero scores, zeros kept). `PROBIT` is refused by name.
-//! 3. **Classes**: the label is the class label at the scores' argmax (first on ties). A binary classifier with one
-//!    column of scores (`TreeEnsembleClassifier` with one class id, `LinearClassifier` with one row of
-//!    coefficients and two labels) first becomes two columns: `[1 − s, s]` without a post-transform, else
-//!    `[−s, s]`. String class labels are refused (stowage has no string tensors).
+//! 3. **Classes**: the label is the class label at the argmax of the scores before the post-transform (first on
+//!    ties). A binary classifier with one column of scores `s` (`TreeEnsembleClassifier` with one class id,
+//!    `LinearClassifier` with one row of coefficients and two labels) writes onnxruntime's two columns: `v` is
+//!    `sigmoid(s)` under `LOGISTIC` and `s` under any other post-transform (none is applied), the scores `[1 − v, v]`,
+//!    or `[−v, v]` for trees whose weights have both signs; the label is the second where `s > 0.5` for trees of
+//!    non-negative weights, else where `s > 0`. String class labels are refused (stowage has no string tensors).
 //! 4. **Inputs** of integer type are cast to f32; scores are f32 (`TreeEnsemble`'s output has its input's type).
 //! 5. **Transforms**: `Binarizer` (`x > threshold` as 1 or 0 in `x`'s type), `ArrayFeatureExtractor` (a `Gather`
 //!    along the last axis; a 1-D input gives one row), `Scaler` (`(x − offset) · scale`, one value or one per
-//!    column), `Normalizer` (each row over its largest magnitude, its L1 or its L2 norm, at least 1e-30).
+//!    column), `Normalizer` (each row over its largest value, its L1 or its L2 norm; a row whose divisor is 0 stays).
 
 use stowage_runtime::DatumType;
 
@@ -162,25 +164,49 @@ fn post_transform(ex: &mut Ex<'_, '_>, s: &str, kind: &str) -> Result<String, E>
     }
 }
 
-/// The label and score outputs of a classifier over the scores `s` (`[N, classes]`), with `labels` (rule 3).
+/// The label and score outputs of a classifier over the scores `s` (`[N, classes]`), with `labels` (rule 3): the
+/// label at the argmax of the scores before the post-transform.
 fn classify(ex: &mut Ex<'_, '_>, s: &str, labels: &[i64], post: &str) -> Result<Vec<Option<String>>, E> {
-    let scores = post_transform(ex, s, post)?;
-    let arg = ex.op("ArgMax", &[&scores], vec![int("axis", 1), int("keepdims", 0)])?;
+    let arg = ex.op("ArgMax", &[s], vec![int("axis", 1), int("keepdims", 0)])?;
     let table = ex.ints(labels)?;
     let label = ex.op("Gather", &[&table, &arg], vec![])?;
+    let scores = post_transform(ex, s, post)?;
     let scores = cast(ex, &scores, DatumType::F32)?;
     Ok(vec![Some(label), Some(scores)])
 }
 
-/// One column of scores made two (rule 3).
-fn two_columns(ex: &mut Ex<'_, '_>, s: &str, post: &str) -> Result<String, E> {
-    let other = if post == "NONE" || post == "PROBIT" {
-        let one = ex.scalar(ex.ty(s)?.dt, 1.0)?;
-        ex.op("Sub", &[&one, s], vec![])?
+/// The label and scores of a binary classifier with one column `s` (`[N, 1]`), as onnxruntime writes them
+/// (rule 3): `v` is the logistic of `s` under `LOGISTIC` and `s` itself under every other post-transform; the
+/// scores are `[1 − v, v]`, or `[−v, v]` with `negate` (without `LOGISTIC`); the label is the second one where
+/// `s > threshold`.
+fn binary_classes(
+    ex: &mut Ex<'_, '_>,
+    s: &str,
+    labels: &[i64],
+    post: &str,
+    negate: bool,
+    threshold: f64,
+) -> Result<Vec<Option<String>>, E> {
+    if post == "PROBIT" {
+        return Err(ex.attr_fail("post_transform", "is PROBIT, which stowage does not compute (no inverse erf)"));
+    }
+    let dt = ex.ty(s)?.dt;
+    let v = if post == "LOGISTIC" { ex.op("Sigmoid", &[s], vec![])? } else { s.to_string() };
+    let first = if negate && post != "LOGISTIC" {
+        ex.op("Neg", &[&v], vec![])?
     } else {
-        ex.op("Neg", &[s], vec![])?
+        let one = ex.scalar(dt, 1.0)?;
+        ex.op("Sub", &[&one, &v], vec![])?
     };
-    ex.op("Concat", &[&other, s], vec![int("axis", 1)])
+    let scores = ex.op("Concat", &[&first, &v], vec![int("axis", 1)])?;
+    let th = ex.scalar(dt, threshold)?;
+    let above = ex.op("Greater", &[s, &th], vec![])?;
+    let above = cast(ex, &above, DatumType::I64)?;
+    let flat = ex.ints(&[-1])?;
+    let idx = ex.op("Reshape", &[&above, &flat], vec![])?;
+    let table = ex.ints(labels)?;
+    let label = ex.op("Gather", &[&table, &idx], vec![])?;
+    Ok(vec![Some(label), Some(cast(ex, &scores, DatumType::F32)?)])
 }
 
 /// Integer class labels, or an error for string ones (rule 3).
@@ -218,10 +244,7 @@ fn normalizer(ex: &mut Ex<'_, '_>, x: &str) -> Result<String, E> {
     let axes = ex.ints(&[-1])?;
     let keep = vec![int("keepdims", 1)];
     let div = match string_attr(ex, "norm", "MAX")?.as_str() {
-        "MAX" => {
-            let a = ex.op("Abs", &[&xf], vec![])?;
-            ex.op("ReduceMax", &[&a, &axes], keep)?
-        }
+        "MAX" => ex.op("ReduceMax", &[&xf, &axes], keep)?,
         "L1" => {
             let a = ex.op("Abs", &[&xf], vec![])?;
             ex.op("ReduceSum", &[&a, &axes], keep)?
@@ -233,9 +256,10 @@ fn normalizer(ex: &mut Ex<'_, '_>, x: &str) -> Result<String, E> {
         }
         other => return Err(ex.attr_fail("norm", format!("is '{other}': it must be MAX, L1 or L2"))),
     };
-    let floor = ex.scalar(DatumType::F32, 1e-30)?;
-    let div = ex.op("Max", &[&div, &floor], vec![])?;
-    ex.op("Div", &[&xf, &div], vec![])
+    let zero = ex.scalar(DatumType::F32, 0.0)?;
+    let none = ex.op("Equal", &[&div, &zero], vec![])?;
+    let y = ex.op("Div", &[&xf, &div], vec![])?;
+    ex.op("Where", &[&none, &xf, &y], vec![])
 }
 
 /// `LinearRegressor` and `LinearClassifier`: `x · Wᵀ + b`, then scores or classes.
@@ -268,19 +292,12 @@ fn linear(ex: &mut Ex<'_, '_>, x: &str) -> Result<Vec<Option<String>>, E> {
     }
     let labels = class_labels(ex, "classlabels_ints", "classlabels_strings")?;
     if rows == 1 && labels.len() == 2 {
-        let s = two_columns_linear(ex, &s)?;
-        return classify(ex, &s, &labels, &post);
+        return binary_classes(ex, &s, &labels, &post, false, 0.0);
     }
     if rows != labels.len() {
         return Err(ex.attr_fail("coefficients", format!("make {rows} rows, but there are {} labels", labels.len())));
     }
     classify(ex, &s, &labels, &post)
-}
-
-/// `LinearClassifier`'s binary scores: `[−s, s]` whatever the post-transform (onnxruntime's reference).
-fn two_columns_linear(ex: &mut Ex<'_, '_>, s: &str) -> Result<String, E> {
-    let neg = ex.op("Neg", &[s], vec![])?;
-    ex.op("Concat", &[&neg, s], vec![int("axis", 1)])
 }
 
 fn branch(mode: &str) -> Option<Branch> {
@@ -428,6 +445,7 @@ fn tree_v3(ex: &mut Ex<'_, '_>, x: &str) -> Result<Vec<Option<String>>, E> {
     };
     let targets = trees.targets;
     let ids: std::collections::BTreeSet<u32> = trees.leaves.iter().flatten().map(|(t, _)| *t).collect();
+    let positive = trees.leaves.iter().flatten().all(|(_, w)| *w >= 0.0);
     // A binary classifier with one column of scores (rule 3) may have one base value, for that column.
     let binary = classifier && ids.len() == 1 && targets == 2;
     if !base.is_empty() && base.len() != targets && !(binary && base.len() == 1) {
@@ -443,7 +461,12 @@ fn tree_v3(ex: &mut Ex<'_, '_>, x: &str) -> Result<Vec<Option<String>>, E> {
             let b = constant(ex, dt, &[1], &[b])?;
             s = ex.op("Add", &[&s, &b], vec![])?;
         }
-        s = two_columns(ex, &s, &post)?;
+        // Rule 3: with weights of both signs the scores are `[−s, s]` and the boundary 0, else `[1 − s, s]` and 0.5.
+        return if positive {
+            binary_classes(ex, &s, &labels, &post, false, 0.5)
+        } else {
+            binary_classes(ex, &s, &labels, &post, true, 0.0)
+        };
     } else if !base.is_empty() {
         let b = constant(ex, dt, &[targets], &base)?;
         s = ex.op("Add", &[&s, &b], vec![])?;

@@ -191,6 +191,9 @@ pub(crate) fn parse(
                 return Err(attr_err("output_height", "and output_width must be positive"));
             }
             let sampling_ratio = a.count_or("sampling_ratio", 0)?;
+            if sampling_ratio > 1 << 12 {
+                return Err(attr_err("sampling_ratio", format!("is {sampling_ratio}: at most 4096 samples a side")));
+            }
             let spatial_scale = a.float_or("spatial_scale", 1.0)?;
             op(Op::RoiAlign { max, half_pixel, out, sampling_ratio, spatial_scale })
         }

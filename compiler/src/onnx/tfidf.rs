@@ -42,6 +42,9 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let starts = a.ints("ngram_counts").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
     let columns_of = a.ints("ngram_indexes").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
     let weights = a.floats("weights").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
+    if let Some((k, c)) = columns_of.iter().enumerate().find(|(_, c)| u32::try_from(**c).is_err()) {
+        return Err(ex.attr_fail("ngram_indexes", format!("ngram_indexes[{k}] is {c}: not an output column")));
+    }
     let mut grams = Vec::new();
     let mut id = 0usize;
     for (g, &s) in starts.iter().enumerate() {

@@ -1,10 +1,10 @@
 //! `Det`: the determinant of each `n × n` matrix of a batch, by LU decomposition with partial pivoting in f64 (one
 //! rounding to the output type at the end), as onnxruntime and numpy compute it. A singular matrix gives 0.
 
-/// The determinants of the `x.len() / (n · n)` row-major `n × n` matrices of `x`.
-pub fn det(x: &[f64], n: usize) -> Vec<f64> {
+/// The determinants of the `count` row-major `n × n` matrices of `x` (an empty matrix's is 1).
+pub fn det(x: &[f64], n: usize, count: usize) -> Vec<f64> {
     if n == 0 {
-        return vec![1.0; x.len().max(1)];
+        return vec![1.0; count];
     }
     let mut a = vec![0.0; n * n];
     x.chunks_exact(n * n)
@@ -42,11 +42,12 @@ mod tests {
 
     #[test]
     fn determinants_with_pivoting_and_of_singular_matrices() {
-        assert_eq!(det(&[2.0, 1.0, 4.0, 3.0], 2), [2.0]);
+        assert_eq!(det(&[2.0, 1.0, 4.0, 3.0], 2, 1), [2.0]);
         // A zero first pivot needs a row swap, which flips the sign.
-        assert_eq!(det(&[0.0, 1.0, 1.0, 0.0], 2), [-1.0]);
-        assert_eq!(det(&[1.0, 2.0, 2.0, 4.0, 0.0, 0.0, 0.0, 5.0], 2), [0.0, 0.0]);
-        let d = det(&[6.0, 1.0, 1.0, 4.0, -2.0, 5.0, 2.0, 8.0, 7.0], 3);
+        assert_eq!(det(&[0.0, 1.0, 1.0, 0.0], 2, 1), [-1.0]);
+        assert_eq!(det(&[1.0, 2.0, 2.0, 4.0, 0.0, 0.0, 0.0, 5.0], 2, 2), [0.0, 0.0]);
+        let d = det(&[6.0, 1.0, 1.0, 4.0, -2.0, 5.0, 2.0, 8.0, 7.0], 3, 1);
         assert!((d[0] - -306.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(det(&[], 0, 3), [1.0; 3]);
     }
 }

@@ -5,8 +5,14 @@
 //!    legacy `output_half_pixel`) it is at least one pixel on each side.
 //! 2. A bin has `sampling_ratio` samples a side, or `ceil(extent / bins)` when it is 0.
 //! 3. A sample more than one pixel outside the image counts 0; one closer is clamped to the border.
-//! 4. `max` takes, per sample, the largest of its four weighted corners, then the largest over the samples
+//! 4. A region whose grid would take more than [`MAX_SAMPLES`] samples is an error naming it; an image with no
+//!    pixels pools to zeros.
+//! 5. `max` takes, per sample, the largest of its four weighted corners, then the largest over the samples
 //!    (onnxruntime's definition, not the maximum of interpolated values).
+
+/// The most bilinear samples one region takes (rule 2's grid over all its bins): a larger grid, from a huge region
+/// or `sampling_ratio`, is an error rather than an allocation that cannot succeed.
+pub const MAX_SAMPLES: usize = 1 << 24;
 
 /// How the regions are pooled.
 #[derive(Clone, Copy, Debug)]
@@ -67,6 +73,19 @@ pub fn roi_align(
             }
         };
         let (gh, gw) = (grid(roi_h, oh), grid(roi_w, ow));
+        let samples = gh.checked_mul(gw).and_then(|g| g.checked_mul(oh * ow)).filter(|&s| s <= MAX_SAMPLES);
+        if samples.is_none() {
+            return Err(format!(
+                "region {r} ({:?}) takes {gh} × {gw} samples in each of its {oh} × {ow} bins: more than {MAX_SAMPLES} \
+                 (its extent over the bins, or sampling_ratio)",
+                &roi[..4]
+            ));
+        }
+        if plane == 0 {
+            // An empty image: every bin is 0.
+            y[r * c * oh * ow..(r + 1) * c * oh * ow].fill(0.0);
+            continue;
+        }
         let count = (gh * gw).max(1) as f64;
         // The taps of every bin, shared by the channels.
         let mut taps = Vec::with_capacity(oh * ow * gh * gw);
@@ -135,5 +154,12 @@ mod tests {
         assert!((y[0] - 2.5).abs() < 1e-12, "{y:?}");
         let err = roi_align(&x, [1, 1, 2, 2], &[0.0, 0.0, 1.0, 1.0], &[3], how, &mut y).unwrap_err();
         assert!(err.contains("batch_indices[0] is 3"), "{err}");
+        // Rule 4: a region a million pixels wide would take 10^12 samples; an image with no pixels pools to 0.
+        let adaptive = RoiPooling { sampling_ratio: 0, ..how };
+        let err = roi_align(&x, [1, 1, 2, 2], &[0.0, 0.0, 1e6, 1e6], &[0], adaptive, &mut y).unwrap_err();
+        assert!(err.contains("region 0") && err.contains("samples"), "{err}");
+        let mut y = [7.0];
+        roi_align(&[], [1, 1, 0, 4], &[0.0, 0.0, 2.0, 2.0], &[0], how, &mut y).expect("runs");
+        assert_eq!(y, [0.0]);
     }
 }

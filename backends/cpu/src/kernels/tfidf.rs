@@ -10,14 +10,14 @@ pub fn index(t: &TfIdf) -> HashMap<Vec<i64>, u32> {
     t.grams.iter().cloned().collect()
 }
 
-/// The weighted counts of each `width`-token row of `x`, `t.columns` per row.
-pub fn vectorize(t: &TfIdf, grams: &HashMap<Vec<i64>, u32>, x: &[i64], width: usize) -> Vec<f32> {
-    let rows = x.len().checked_div(width).unwrap_or(1).max(1);
+/// The weighted counts of each of the `rows` rows of `width` tokens of `x`, `t.columns` per row.
+pub fn vectorize(t: &TfIdf, grams: &HashMap<Vec<i64>, u32>, x: &[i64], rows: usize, width: usize) -> Vec<f32> {
     let mut out = vec![0f32; rows * t.columns];
-    let mut gram = Vec::with_capacity(t.max);
+    // No n-gram is longer than a row, and no gap wider: the attributes' larger values change nothing.
+    let mut gram = Vec::with_capacity(t.max.min(width));
     for (r, y) in out.chunks_mut(t.columns.max(1)).enumerate().take(rows) {
         let row = &x[(r * width).min(x.len())..((r + 1) * width).min(x.len())];
-        for gap in 1..=t.max_skip + 1 {
+        for gap in 1..=t.max_skip.min(width) + 1 {
             // Unigrams are counted once, without a gap.
             let shortest = if gap == 1 { t.min } else { t.min.max(2) };
             if shortest > t.max {
@@ -50,4 +50,29 @@ pub fn vectorize(t: &TfIdf, grams: &HashMap<Vec<i64>, u32>, x: &[i64], width: us
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_and_lengths_beyond_the_row_change_nothing_and_end() {
+        let mut t = TfIdf {
+            mode: TfIdfMode::Tf,
+            min: 1,
+            max: 2,
+            max_skip: 0,
+            grams: vec![(vec![1], 0), (vec![1, 2], 1)],
+            weights: vec![],
+            columns: 2,
+        };
+        let x = [1, 2, 1, 5, 2];
+        let near = vectorize(&t, &index(&t), &x, 1, 5);
+        assert_eq!(near, [2.0, 1.0]);
+        // Gaps of up to 4 also find 1 · 2 at distance 4 and at distance 2 (from the second 1).
+        t.max_skip = usize::MAX - 1;
+        t.max = usize::MAX;
+        assert_eq!(vectorize(&t, &index(&t), &x, 1, 5), [2.0, 3.0]);
+    }
 }

@@ -614,7 +614,11 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
             let (t, grams) = (t.clone(), crate::kernels::tfidf::index(t));
             Box::new(move |a, _| {
                 let x = stowage_compiler::consts::to_i64s(arg(a, 0)?)?;
-                one(crate::storage::tensor_from_vec(&out, crate::kernels::tfidf::vectorize(&t, &grams, &x, width))?)
+                let rows = if out.len() == 2 { out[0] } else { 1 };
+                one(crate::storage::tensor_from_vec(
+                    &out,
+                    crate::kernels::tfidf::vectorize(&t, &grams, &x, rows, width),
+                )?)
             })
         }
         Op::TreeEnsemble(t) => {
@@ -624,7 +628,7 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
             Box::new(move |a, _| {
                 let x = stowage_compiler::consts::to_f64s(arg(a, 0)?)?;
                 let y = crate::kernels::trees::predict(&trees, &x, out.first().copied().unwrap_or(0), features);
-                // One allocation, of the output's own type: the one the arena offers (arena.rs, rule 2).
+                // The output allocated once, in its own type: the buffer the arena offers (arena.rs, rule 2).
                 one(match dt {
                     DatumType::F64 => crate::storage::tensor_from_vec(&out, y)?,
                     _ => crate::storage::tensor_from_vec(&out, y.into_iter().map(|v| v as f32).collect::<Vec<_>>())?,

@@ -527,7 +527,7 @@ pub(super) fn kernel(
             let n = in_shape(0).last().copied().unwrap_or(0);
             Box::new(move |a, _| {
                 let x = stowage_compiler::consts::to_f64s(arg(a, 0)?)?;
-                let d = crate::kernels::det::det(&x, n);
+                let d = crate::kernels::det::det(&x, n, out.iter().product());
                 float!(wide, T => one(crate::storage::tensor_from_vec(&out, d.into_iter().map(|v| v as T).collect::<Vec<T>>())?))
             })
         }
@@ -547,7 +547,7 @@ pub(super) fn kernel(
                 let batch = stowage_compiler::consts::to_i64s(arg(a, 2)?)?;
                 let mut y = vec![0.0; out.iter().product()];
                 crate::kernels::roi_align::roi_align(&x, shape, &rois, &batch, how, &mut y)
-                    .map_err(CpuError::NotImplemented)?;
+                    .map_err(|message| CpuError::Input { input: "batch_indices or rois".into(), message })?;
                 float!(wide, T => one(crate::storage::tensor_from_vec(&out, y.into_iter().map(|v| v as T).collect::<Vec<T>>())?))
             })
         }
