@@ -44,7 +44,8 @@ def matches(got: list[np.ndarray], want: list[np.ndarray], rtol: float, atol: fl
     for k, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"output {k}: {g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}"
-        if w.dtype.kind in "fc":
+        # ml_dtypes' floats (bfloat16, float8, float4) have kind 'V': compared as floats too, NaN equal to NaN.
+        if w.dtype.kind in "fc" or w.dtype.name.startswith(("bfloat16", "float8", "float4")):
             g64, w64 = g.astype(np.float64), w.astype(np.float64)
             if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
                 return f"output {k}: values differ beyond rtol {rtol}, atol {atol}"
