@@ -1,5 +1,6 @@
 //! Suites of whole models with onnxruntime's outputs, in the node-test layout with a `manifest.json` (the
-//! real-model suite of `scripts/onnx/real_models.py`, the exported-model suite of `scripts/onnx/sklearn_models.py`):
+//! real-model suite of `scripts/onnx/real_models.py`, the exported-model suite of `scripts/onnx/sklearn_models.py`,
+//! the run-time-shape suite of `scripts/onnx/run_time_models.py`):
 //! each model the manifest marks `ci` runs through `stowage run`'s own code and must match within rtol 1e-3,
 //! atol 1e-4, with its measured peak memory equal to the plan's.
 
@@ -32,10 +33,18 @@ fn run_model(dir: &Path, entry: &Value, target: &str) -> Result<String, String> 
         let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
         crate::compare(got, &want, RTOL, ATOL).map_err(|e| format!("output '{out}': {e}"))?;
     }
-    for a in &outcome.plan.arenas {
-        let measured = outcome.peaks.iter().find(|(s, _)| *s == a.space).map_or(0, |p| p.1);
-        if measured != a.peak_bytes {
-            return Err(format!("{}: measured peak {measured} bytes, planned {}", a.space, a.peak_bytes));
+    // A model compiled in stages holds each part's arenas: their peaks add up.
+    let mut planned: Vec<(&str, usize)> = Vec::new();
+    for a in std::iter::once(&outcome.plan).chain(&outcome.later_plans).flat_map(|p| &p.arenas) {
+        match planned.iter_mut().find(|(s, _)| *s == a.space) {
+            Some(e) => e.1 += a.peak_bytes,
+            None => planned.push((&a.space, a.peak_bytes)),
+        }
+    }
+    for (space, bytes) in planned {
+        let measured = outcome.peaks.iter().find(|(s, _)| *s == space).map_or(0, |p| p.1);
+        if measured != bytes {
+            return Err(format!("{space}: measured peak {measured} bytes, planned {bytes}"));
         }
     }
     Ok(format!(

@@ -115,6 +115,26 @@ pub enum ImportErrorKind {
         /// Why.
         source: InferError,
     },
+    /// A node needs at compile time a value that is known only at run time (it sets an output's shape or a trip
+    /// count): the driver runs what comes before and compiles the node once that value is known.
+    #[error("node '{node}' ({op}): {message}")]
+    NeedsValue {
+        /// Node name.
+        node: String,
+        /// Op type.
+        op: String,
+        /// What it needs, and how to give it.
+        message: String,
+    },
+    /// [`ImportErrorKind::NeedsValue`] (or a shape-setting input inference found not constant), at the top-level
+    /// node `index` of the graph (the node itself, or the `If`, `Loop` or expansion that holds it).
+    #[error("{source}")]
+    AtRunTime {
+        /// The position of the top-level node in the graph's node list.
+        index: usize,
+        /// The error.
+        source: Box<ImportErrorKind>,
+    },
     /// Anything else wrong with one node.
     #[error("node '{node}' ({op}): {message}")]
     Node {
@@ -199,6 +219,15 @@ pub enum ImportErrorKind {
 }
 
 impl ImportErrorKind {
+    /// Whether the error is a value known only at run time that a node needs at compile time.
+    pub fn needs_value(&self) -> bool {
+        match self {
+            ImportErrorKind::NeedsValue { .. } | ImportErrorKind::AtRunTime { .. } => true,
+            ImportErrorKind::Infer { source, .. } => matches!(source, InferError::NotConstant { .. }),
+            _ => false,
+        }
+    }
+
     /// Attaches the model's path.
     pub fn at(self, path: Option<PathBuf>) -> ImportError {
         ImportError { path, kind: Box::new(self) }

@@ -176,6 +176,10 @@ impl OpenedTarget for OpenedDevice {
         Some(&self.device)
     }
 
+    fn shared(&self) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
+        Some(std::sync::Arc::new(self.device.clone()))
+    }
+
     fn holds(&self, t: &Tensor<'static>) -> bool {
         ClBuffer::of(t).is_some_and(|b| b.is_of(&self.device))
     }

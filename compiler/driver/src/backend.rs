@@ -93,6 +93,13 @@ pub trait OpenedTarget: Backend {
         None
     }
 
+    /// This opened target as another session of the same kind adopts it ([`OpenOptions::adopted`]), so that the
+    /// two share the device and each holds what the other made: the parts of a model compiled in stages do. `None`
+    /// (the default) when the kind adopts nothing.
+    fn shared(&self) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
+
     /// The backend's own handle of this opened target (OpenCL: its `stowage_opencl::Target`), for a caller that
     /// makes memory and work beside it: downcast it to the backend's type. `None` when the backend offers none.
     fn handle(&self) -> Option<&dyn std::any::Any> {

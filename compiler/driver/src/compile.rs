@@ -83,7 +83,15 @@ pub(crate) fn compile(
     }
     progress.phase("importing");
     let graph = onnx::import(&proto, model.parent(), &config).map_err(|e| {
-        DriverError::Model(stowage_compiler::ImportError { path: Some(model.to_path_buf()), kind: e.kind }.to_string())
+        let index = match *e.kind {
+            stowage_compiler::ImportErrorKind::AtRunTime { index, .. } => Some(index),
+            _ => None,
+        };
+        let message = stowage_compiler::ImportError { path: Some(model.to_path_buf()), kind: e.kind }.to_string();
+        match index {
+            Some(index) => DriverError::AtRunTime { index, message },
+            None => DriverError::Model(message),
+        }
     })?;
     // The graph holds its own copies of the initializers now.
     drop(proto);

@@ -87,6 +87,15 @@ pub enum DriverError {
     /// The model cannot be read, imported or optimised.
     #[error("{0}")]
     Model(String),
+    /// Importing the model stopped at its top-level node `index`, which needs a value known only at run time: a
+    /// model compiled in stages is cut there (`stages.rs`); elsewhere this is the import's error.
+    #[error("{message}")]
+    AtRunTime {
+        /// The node's position in the graph's node list.
+        index: usize,
+        /// The import's error line, with the model's path.
+        message: String,
+    },
     /// An input, given or missing, does not fit the model.
     #[error("{0}")]
     Input(String),

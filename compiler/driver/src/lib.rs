@@ -19,6 +19,7 @@ mod progress;
 pub mod run;
 mod session;
 pub mod show;
+mod stages;
 mod staging;
 pub mod targets;
 

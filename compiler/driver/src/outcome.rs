@@ -15,6 +15,7 @@ use crate::options::RunOptions;
 use crate::prepare::in_model;
 use crate::progress::Progress;
 use crate::session::Session;
+use crate::stages::Stage;
 use crate::targets;
 
 /// Compiles `model` for `inputs` and runs it. Inputs are by name; every graph input must be given, except those whose
@@ -63,6 +64,11 @@ pub struct Outcome {
     pub plan: Plan,
     /// In built code: which built plan ran (its path).
     pub built_path: Option<String>,
+    /// A model compiled in stages (`stages.rs`): the plans of the parts after the first, in the order the last run
+    /// ran them (`plan` is the first's).
+    pub later_plans: Vec<Plan>,
+    /// A model compiled in stages: one line per node it was cut at.
+    pub cuts: Vec<String>,
 }
 
 /// Checks the target list of `options`: registered names, none twice.
@@ -83,7 +89,10 @@ pub fn run_bytes(
     options: &RunOptions,
     start: Instant,
 ) -> Result<Outcome> {
-    let session = Session::new(bytes, model, &inputs, options, start)?;
+    let session = match Stage::new(bytes, model, &inputs, options, start)? {
+        Stage::Whole(session) => *session,
+        staged => return run_staged(staged, model, inputs, options, start),
+    };
     let graph = &session.cx.graph;
     let compile_ms = session.compile_ms;
     let ledger = Ledger::recording();
@@ -164,6 +173,87 @@ pub fn run_bytes(
         path: path.map(|p| p.report),
         plan,
         built_path,
+        later_plans: Vec::new(),
+        cuts: Vec::new(),
+    })
+}
+
+/// [`run_bytes`] of a model compiled in stages (`stages.rs`): the parts after the first compile as the runs reach
+/// them, and the outcome describes the parts the last run ran.
+fn run_staged(
+    stage: Stage,
+    model: &Path,
+    inputs: Vec<(String, Tensor<'static>)>,
+    options: &RunOptions,
+    start: Instant,
+) -> Result<Outcome> {
+    let ledger = Ledger::recording();
+    let mut times = Vec::new();
+    let mut peaks: Vec<(String, usize)> = Vec::new();
+    let mut last = Vec::new();
+    for _ in 0..options.repeat.max(1) {
+        let t0 = Instant::now();
+        let (outs, run_peaks) = stage.run(&inputs, model, options, &ledger)?;
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        for (space, peak) in run_peaks {
+            match peaks.iter_mut().find(|(s, _)| *s == space) {
+                Some(e) => e.1 = e.1.max(peak),
+                None => peaks.push((space, peak)),
+            }
+        }
+        last = outs;
+    }
+    // Compiling the first part counts as compiling; the later parts' compilations are in the first run's time.
+    let compile_ms = {
+        let mut first = None;
+        stage.each_session(&mut |s| {
+            first.get_or_insert(s.compile_ms);
+        });
+        first.unwrap_or_else(|| start.elapsed().as_secs_f64() * 1e3)
+    };
+    let (mut plans, mut steps, mut const_bytes, mut setup, mut assumed) =
+        (Vec::new(), Vec::new(), 0, Vec::new(), Vec::new());
+    let mut paths: Vec<String> = Vec::new();
+    stage.each_session(&mut |s| {
+        plans.push(s.plan.clone());
+        steps.extend(s.programs.iter().flat_map(|p| p.steps()));
+        const_bytes += s.programs.iter().map(|p| p.const_bytes()).sum::<usize>();
+        setup.extend(s.setup.entries());
+        assumed.extend(s.cx.graph.metadata.assumed_inputs.iter().cloned());
+        let used = s.opened.iter().enumerate().filter(|(i, _)| s.plan.uses(*i)).rev().find_map(|(_, o)| o.path());
+        paths.extend(used.map(|p| p.report));
+    });
+    let mut spaces: Vec<String> = Vec::new();
+    for plan in &plans {
+        for p in &plan.nodes {
+            let s = &plan.targets[p.target].space;
+            if !spaces.contains(s) {
+                spaces.push(s.clone());
+            }
+        }
+    }
+    let (first_run_ms, run_median_ms) = first_and_median(times);
+    let mut plans = plans.into_iter();
+    let plan = plans.next().ok_or_else(|| DriverError::Plan("a staged run ran no part (a staging bug)".into()))?;
+    Ok(Outcome {
+        outputs: last,
+        compile_ms,
+        first_run_ms,
+        run_median_ms,
+        peak_bytes: peaks.iter().map(|p| p.1).max().unwrap_or(0),
+        peaks,
+        assumed_inputs: assumed,
+        ran_on: if spaces.is_empty() { "host".into() } else { spaces.join(",") },
+        steps,
+        const_bytes,
+        ledger,
+        setup_copies: setup,
+        placed_inputs: Vec::new(),
+        path: paths.pop(),
+        plan,
+        built_path: None,
+        later_plans: plans.collect(),
+        cuts: stage.cuts(),
     })
 }
 

@@ -110,7 +110,23 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
             .collect()
     };
     let performed = outcome.ledger.entries();
-    let (planned_peak, bound) = crate::show::peaks_json(&outcome.plan);
+    // A model compiled in stages reports every part the last run ran: copies and placements in order, peaks added.
+    let plans: Vec<&stowage_compiler::plan::Plan> =
+        std::iter::once(&outcome.plan).chain(&outcome.later_plans).collect();
+    let (mut planned_peak, mut bound) = (serde_json::Map::new(), serde_json::Map::new());
+    for plan in &plans {
+        for a in &plan.arenas {
+            let add = |m: &mut serde_json::Map<String, serde_json::Value>, bytes: usize| {
+                let had = m.get(&a.space).and_then(serde_json::Value::as_u64).unwrap_or(0);
+                m.insert(a.space.clone(), (had + bytes as u64).into());
+            };
+            add(&mut planned_peak, a.peak_bytes);
+            add(&mut bound, a.lower_bound_bytes);
+        }
+    }
+    let planned_copies: Vec<serde_json::Value> = plans.iter().flat_map(|p| crate::show::copies_json(p)).collect();
+    let placement: Vec<serde_json::Value> =
+        plans.iter().flat_map(|p| crate::show::json(p)["placement"].as_array().cloned().unwrap_or_default()).collect();
     let measured: serde_json::Map<String, serde_json::Value> =
         outcome.peaks.iter().map(|(space, bytes)| (space.clone(), (*bytes).into())).collect();
     serde_json::json!({
@@ -118,7 +134,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
         "ran_on": outcome.ran_on,
         "path": outcome.path,
         "built_path": outcome.built_path,
-        "planned_copies": crate::show::copies_json(&outcome.plan),
+        "planned_copies": planned_copies,
         "precision": crate::show::precision_json(&outcome.plan),
         "performed_copies": moves(&performed),
         "setup_copies": moves(&outcome.setup_copies),
@@ -127,7 +143,8 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
         "peak_bytes": planned_peak,
         "peak_lower_bound_bytes": bound,
         "measured_peak_bytes": measured,
-        "placement": crate::show::json(&outcome.plan)["placement"].clone(),
+        "placement": placement,
+        "stages": outcome.cuts,
         "assumed_inputs": outcome.assumed_inputs,
         "steps": outcome.steps.len(),
         "constant_bytes": outcome.const_bytes,
@@ -239,6 +256,9 @@ pub fn run_model(
     if let Some(path) = &outcome.path {
         summary.push_str(&format!("ran on {}: {path}\n", outcome.ran_on));
     }
+    for line in &outcome.cuts {
+        summary.push_str(&format!("staged: {}\n", shown(line)));
+    }
     for m in &copies {
         summary.push_str(&format!("copy: {}\n", shown(&m.to_string())));
     }
@@ -250,7 +270,7 @@ pub fn run_model(
         options.repeat.max(1),
         outcome.peak_bytes,
         copies.len(),
-        outcome.plan.run_copies().count()
+        std::iter::once(&outcome.plan).chain(&outcome.later_plans).map(|p| p.run_copies().count()).sum::<usize>()
     ));
     Ok(summary)
 }

@@ -199,11 +199,15 @@ fn select(
     for (k, (a, b)) in t.iter().zip(&e).enumerate() {
         let (ta, tb) = (graph.ty(*a), graph.ty(*b));
         if ta != tb {
-            return Err(fail(format!(
-                "its condition '{cond_name}' is known only at run time, and its branches make different types for \
+            return Err(E::NeedsValue {
+                node: name.into(),
+                op: "If".into(),
+                message: format!(
+                    "its condition '{cond_name}' is known only at run time, and its branches make different types for \
                  output {k} ({ta} and {tb}): stowage selects between branches at run time only when they agree \
                  (fix the condition with --input-value to take one branch)"
-            )));
+                ),
+            });
         }
     }
     // Temporary names for the selection's inputs, taken out of scope after.

@@ -148,6 +148,12 @@ impl Ex<'_, '_> {
         E::Node { node: self.name.into(), op: self.node.op_type().into(), message: message.into() }
     }
 
+    /// An error about a value the node needs at compile time that is known only at run time
+    /// ([`E::NeedsValue`]).
+    pub fn needs_value(&self, message: impl Into<String>) -> E {
+        E::NeedsValue { node: self.name.into(), op: self.node.op_type().into(), message: message.into() }
+    }
+
     /// An error about one of its attributes.
     pub fn attr_fail(&self, attr: &str, message: impl Into<String>) -> E {
         E::Attribute {

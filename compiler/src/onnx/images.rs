@@ -42,7 +42,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
 fn const_ints(ex: &Ex<'_, '_>, i: usize, what: &str) -> Result<Vec<i64>, E> {
     let v = ex.input(i)?;
     let t = ex.value(&v).ok_or_else(|| {
-        ex.fail(format!("{what} sets the output's shape and must be known at compile time (--input-value)"))
+        ex.needs_value(format!("{what} sets the output's shape and must be known at compile time (--input-value)"))
     })?;
     consts::to_i64s(t).map_err(|e| ex.fail(format!("{what}: {e}")))
 }

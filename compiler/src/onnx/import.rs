@@ -122,7 +122,12 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     let unrolled = std::cell::Cell::new(0);
     for i in topological_order(&g.node, &names)? {
         let at = At { opset, limit: config.value_limit(), dir, depth: 0, unrolled: &unrolled, whole: &config.whole };
-        add_node(&mut graph, &mut names, &g.node[i], i, at)?;
+        // A value known only at run time that a node needs now: the driver cuts the graph before this node.
+        add_node(&mut graph, &mut names, &g.node[i], i, at).map_err(|e| match e {
+            E::AtRunTime { .. } => e,
+            e if e.needs_value() => E::AtRunTime { index: i, source: Box::new(e) },
+            e => e,
+        })?;
     }
     for out in &g.output {
         let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
@@ -229,7 +234,8 @@ fn dims_text(vi: &ValueInfoProto) -> String {
     format!("[{}]", dims.join(","))
 }
 
-fn node_name(node: &NodeProto, index: usize) -> String {
+/// The name a node is known by: its own, or `OpType_N` for an unnamed one (N: its position in the file).
+pub fn node_name(node: &NodeProto, index: usize) -> String {
     if node.name().is_empty() {
         format!("{}_{index}", node.op_type())
     } else {

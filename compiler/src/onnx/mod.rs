@@ -35,6 +35,7 @@ mod rnn;
 mod rotary;
 mod selection;
 mod spectral;
+pub mod split;
 mod state;
 pub mod tensor;
 pub mod tfidf;
@@ -49,7 +50,8 @@ use std::path::Path;
 use prost::Message;
 use stowage_runtime::Tensor;
 
-pub use import::{is_other_domain_op, value_inputs};
+pub use branch::outer_inputs;
+pub use import::{is_other_domain_op, node_name, value_inputs};
 
 use crate::error::{ImportError, ImportErrorKind};
 use crate::ir::Graph;

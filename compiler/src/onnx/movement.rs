@@ -69,7 +69,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
 fn known(ex: &Ex<'_, '_>, i: usize, what: &str) -> Result<Tensor<'static>, E> {
     let v = ex.input(i)?;
     ex.value(&v).cloned().ok_or_else(|| {
-        ex.fail(format!(
+        ex.needs_value(format!(
             "its output's shape depends on the values of {what} ('{v}'), which are known only at run time: give them \
              with --input-value"
         ))

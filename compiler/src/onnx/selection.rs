@@ -39,7 +39,7 @@ type Known = (Vec<f64>, Vec<usize>);
 fn known(ex: &Ex<'_, '_>, i: usize, what: &str) -> Result<Option<Known>, E> {
     let Some(v) = ex.optional(i) else { return Ok(None) };
     let t = ex.value(&v).ok_or_else(|| {
-        ex.fail(format!(
+        ex.needs_value(format!(
             "its output's shape depends on the values of {what} ('{v}'), which are known only at run time: give them \
              with --input-value"
         ))
@@ -162,7 +162,7 @@ fn distinct<T: Copy>(
 fn unique(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let x = ex.input(0)?;
     let t = ex.value(&x).cloned().ok_or_else(|| {
-        ex.fail(format!(
+        ex.needs_value(format!(
             "its output's shape depends on the values of X ('{x}'), which are known only at run time: give them with \
              --input-value"
         ))

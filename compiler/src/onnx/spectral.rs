@@ -37,7 +37,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
 fn const_int(ex: &Ex<'_, '_>, i: usize, what: &str) -> Result<Option<i64>, E> {
     let Some(v) = ex.optional(i) else { return Ok(None) };
     let t = ex.value(&v).ok_or_else(|| {
-        ex.fail(format!("{what} sets the output's shape and must be known at compile time (--input-value)"))
+        ex.needs_value(format!("{what} sets the output's shape and must be known at compile time (--input-value)"))
     })?;
     match consts::to_i64s(t).map_err(|e| ex.fail(e.to_string()))?.as_slice() {
         [k] => Ok(Some(*k)),

@@ -213,14 +213,16 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let trips = match &trip {
         None => None,
         Some(t) => Some(ex.value(t).and_then(|v| crate::consts::to_i64s(v).ok()).filter(|v| v.len() == 1).map(|v| v[0]).ok_or_else(|| {
-            ex.fail(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value, one int64)"))
+            ex.needs_value(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value, one int64)"))
         })?),
     };
     let truth =
         |ex: &Ex<'_, '_>, v: &str| ex.value(v).and_then(|t| t.as_bytes().ok().map(|b| b.iter().any(|&x| x != 0)));
     if let Some(c) = ex.optional(1) {
         if truth(ex, &c).is_none() {
-            return Err(ex.fail(format!("its condition '{c}' is known only at run time: fix it with --input-value")));
+            return Err(
+                ex.needs_value(format!("its condition '{c}' is known only at run time: fix it with --input-value"))
+            );
         }
     }
     let carried: Vec<String> = ex.node.input.iter().skip(2).cloned().collect();

@@ -19,7 +19,8 @@ pub const WINDOW_OPS: &[&str] = &["BlackmanWindow", "HammingWindow", "HannWindow
 /// The one number of input `i` (named `what`), which must be known at import.
 fn scalar(ex: &Ex<'_, '_>, i: usize, what: &str) -> Result<f64, E> {
     let v = ex.input(i)?;
-    let t = ex.value(&v).ok_or_else(|| ex.fail(format!("{what} must be known at import: it sets the output")))?;
+    let t =
+        ex.value(&v).ok_or_else(|| ex.needs_value(format!("{what} must be known at import: it sets the output")))?;
     match consts::to_f64s(t).map_err(|e| ex.fail(format!("{what}: {e}")))?.as_slice() {
         [x] => Ok(*x),
         other => Err(ex.fail(format!("{what} must be one number, found {} elements", other.len()))),
@@ -80,7 +81,8 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         return mel(ex);
     }
     let v = ex.input(0)?;
-    let size = ex.value(&v).ok_or_else(|| ex.fail("size must be known at import: it sets the output's shape"))?;
+    let size =
+        ex.value(&v).ok_or_else(|| ex.needs_value("size must be known at import: it sets the output's shape"))?;
     let size = match consts::to_f64s(size).map_err(|e| ex.fail(format!("size: {e}")))?.as_slice() {
         [n] if *n >= 0.0 && n.fract() == 0.0 && *n < 2f64.powi(53) => *n as usize,
         other => return Err(ex.fail(format!("size is {other:?}: a window's length is one whole number, at least 0"))),

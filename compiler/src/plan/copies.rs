@@ -419,8 +419,10 @@ pub fn insert(graph: &Graph, targets: &[&dyn Backend], placed: &[Placed], option
             // A value some host kernel reads is downloaded every run already; reading it is free.
             let downloaded = seen.downloaded.contains(&o.value);
             if space.memory.kind == MemoryKind::Device && !downloaded {
+                // Named as the value, as the ledger names what it downloads (an expansion's last value keeps its
+                // own name under the graph output's).
                 out.copies.push(PlannedCopy {
-                    value: o.name.clone(),
+                    value: graph.value(o.value).name.clone(),
                     id: o.value,
                     kind: CopyKind::Download,
                     from: space.space.clone(),

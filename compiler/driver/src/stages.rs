@@ -1,0 +1,355 @@
+//! Models compiled in stages: what runs a model with a node that needs, to be compiled, a value known only at run
+//! time (a `NonZero`, `NonMaxSuppression` or `Unique` of computed data, a `TopK` whose `K` is computed, a `Loop`
+//! whose trip count is, an `If` whose branches make different shapes: docs/compiler.md, "Values whose shape is
+//! known only at run time"). The rules:
+//!
+//! 1. **Cut.** When importing a model stops at top-level node N for such a value (`DriverError::AtRunTime`), the
+//!    model is cut around N (`stowage_compiler::onnx::split`): the part before N is compiled now, as any model is
+//!    (and cut again if it stops too); N alone, and the part after it, are compiled at run time.
+//! 2. **Specialised, then kept.** A later part is compiled for the tensors it is given: the values of those that
+//!    set shapes (`onnx::value_inputs` of the part; for N, the value it needed, and when N has subgraphs, every
+//!    value they read from around N, as their shapes may hang on them), the shapes of the others. Each
+//!    compiled part is kept under that key, the [`MAX_KEPT`] last used, so a part whose shapes recur is compiled
+//!    once ("lowered once per distinct shape and kept"). A part of one node that stops again is an error: the
+//!    import's own line, naming the node.
+//! 3. **Planned per part, on the same devices.** Each compiled part is a [`Session`]: planned over the same
+//!    targets, its copies in the same ledger. A later part adopts the devices the parts before it opened
+//!    (`OpenedTarget::shared`), so a value one part leaves on a device is an input the next finds there: planned
+//!    where it lives, not moved. Only what a part needs on the host moves: the values that set its shapes (read for
+//!    its key, one download each where they live on a device) and what its plan places on the host. The report
+//!    lists the copies planned by every part that ran, in order.
+//! 4. **Not with everything.** Built code and typed modules compile ahead of any run: for them the cut stays an
+//!    error (the import's line). `--state` is refused with a staged model.
+
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use prost::Message;
+use stowage_compiler::onnx::split::{self, Part};
+use stowage_compiler::onnx::{self};
+use stowage_runtime::{DatumType, Ledger, Tensor};
+
+use crate::error::{DriverError, Result};
+use crate::options::RunOptions;
+use crate::session::Session;
+
+/// How many compiled versions of one later part are kept (rule 2).
+pub const MAX_KEPT: usize = 8;
+
+/// A model compiled whole, or cut around a node (rule 1).
+pub(crate) enum Stage {
+    /// Compiled whole.
+    Whole(Box<Session>),
+    /// Cut.
+    Cut(Box<Cut>),
+}
+
+/// A model cut around one node.
+pub(crate) struct Cut {
+    /// The part before the node (`None`: nothing runs before it).
+    before: Option<Stage>,
+    /// The node's name and op type.
+    node: (String, String),
+    /// The node alone, and the part after it.
+    later: Vec<Later>,
+    /// The model's outputs, in order.
+    outputs: Vec<String>,
+}
+
+/// A part compiled at run time for the tensors it is given (rule 2).
+struct Later {
+    part: Part,
+    /// The part's inputs that set shapes: their values are part of the key.
+    values: Vec<String>,
+    /// Those of them the part is compiled with as fixed values (what a node's subgraphs read from around it):
+    /// `onnx::value_inputs` does not look inside subgraphs.
+    fixed: Vec<String>,
+    /// Compiled versions by key, the most recently used last.
+    kept: Mutex<Vec<(Key, Rc<Stage>)>>,
+    /// The key of the last run.
+    last: Mutex<Option<Key>>,
+    /// Compilations so far.
+    compiled: Mutex<usize>,
+}
+
+/// What a run of a stage gives: the outputs by name, and the peak bytes per memory space.
+type Ran = (Vec<(String, Tensor<'static>)>, Vec<(String, usize)>);
+
+/// Each input's datum type and shape, and its bytes when it sets shapes.
+type Key = Vec<(DatumType, Vec<usize>, Option<Vec<u8>>)>;
+
+impl Stage {
+    /// Compiles `bytes` (the model `model` names) for `inputs` as [`Session::new`] does, cutting it where a node
+    /// needs a value known only at run time (rule 1). `whole_only`: a part of one node, which is not cut again.
+    pub(crate) fn new(
+        bytes: &[u8],
+        model: &Path,
+        inputs: &[(String, Tensor<'static>)],
+        options: &RunOptions,
+        start: Instant,
+    ) -> Result<Stage> {
+        let (index, message) = match Session::new(bytes, model, inputs, options, start) {
+            Ok(s) => return Ok(Stage::Whole(Box::new(s))),
+            Err(DriverError::AtRunTime { index, message }) if options.built_graph.is_none() => (index, message),
+            Err(e) => return Err(e),
+        };
+        let proto = onnx::decode_within(bytes, options.config.value_limit())
+            .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
+        let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
+        let Some(cut) = split::split(&proto, index).filter(|_| nodes > 1) else {
+            return Err(DriverError::Model(message));
+        };
+        if !options.planning.states.is_empty() {
+            return Err(DriverError::Plan(format!("{message}; --state is not taken by a model compiled in stages")));
+        }
+        let node = &proto.graph.as_ref().expect("split has a graph").node[index];
+        let node = (onnx::node_name(node, index), node.op_type().to_string());
+        drop(proto);
+        let before = match cut.before.graph.as_ref() {
+            Some(g) if !g.node.is_empty() || !g.output.is_empty() => {
+                Some(Stage::new(&cut.before.encode_to_vec(), model, inputs, options, start)?)
+            }
+            _ => None,
+        };
+        let later = std::iter::once(cut.node).chain(cut.after).map(Later::new).collect();
+        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs })))
+    }
+
+    /// The stage's output names, in order.
+    pub(crate) fn output_names(&self) -> Vec<String> {
+        match self {
+            Stage::Whole(s) => s.cx.graph.outputs().iter().map(|o| o.name.clone()).collect(),
+            Stage::Cut(c) => c.outputs.clone(),
+        }
+    }
+
+    /// Runs once on `inputs` (by name; extra ones are ignored), recording copies in `ledger`; the outputs by name,
+    /// and the peak bytes per memory space, added up over the parts (each holds its own arenas).
+    pub(crate) fn run(
+        &self,
+        inputs: &[(String, Tensor<'static>)],
+        model: &Path,
+        options: &RunOptions,
+        ledger: &Ledger,
+    ) -> Result<Ran> {
+        let cut = match self {
+            Stage::Whole(s) => {
+                let graph = &s.cx.graph;
+                let given: Vec<(String, Tensor<'static>)> = inputs
+                    .iter()
+                    .filter(|(n, _)| graph.inputs().iter().any(|&v| graph.value(v).name == *n))
+                    .cloned()
+                    .collect();
+                let ran = s.run(&given, ledger)?;
+                return Ok((self.output_names().into_iter().zip(ran.outputs).collect(), ran.peaks));
+            }
+            Stage::Cut(c) => c,
+        };
+        let mut values: Vec<(String, Tensor<'static>)> = inputs.to_vec();
+        // Inputs the caller fixed (`--input-value`) are inputs of the later parts like any other.
+        for (n, t) in &options.config.input_values {
+            values.push((n.clone(), t.clone()));
+        }
+        let mut peaks: Vec<(String, usize)> = Vec::new();
+        // Rule 3: the later parts adopt the devices of the parts before them.
+        let mut options = options.clone();
+        if let Some(b) = &cut.before {
+            let (outs, p) = b.run(inputs, model, &options, ledger)?;
+            add_peaks(&mut peaks, p);
+            values.extend(outs);
+            b.adopt_into(&mut options);
+        }
+        for later in &cut.later {
+            let (outs, p) = later.run(&values, model, &options, ledger, &cut.node)?;
+            add_peaks(&mut peaks, p);
+            values.extend(outs);
+            if let Some(stage) = later.last_stage() {
+                stage.adopt_into(&mut options);
+            }
+        }
+        let outputs = cut
+            .outputs
+            .iter()
+            .map(|o| {
+                let found = values.iter().rev().find(|(n, _)| n == o).map(|(_, t)| t.clone());
+                found.map(|t| (o.clone(), t)).ok_or_else(|| not_made(o))
+            })
+            .collect::<Result<_>>()?;
+        Ok((outputs, peaks))
+    }
+
+    /// Adds the targets the last run's sessions opened to those `options` adopts (rule 3).
+    fn adopt_into(&self, options: &mut RunOptions) {
+        self.each_session(&mut |s| options.adopted.0.extend(s.opened.iter().filter_map(|o| o.shared())));
+    }
+
+    /// Calls `f` on each session the last run used, in the order they ran.
+    pub(crate) fn each_session(&self, f: &mut dyn FnMut(&Session)) {
+        match self {
+            Stage::Whole(s) => f(s),
+            Stage::Cut(c) => {
+                if let Some(b) = &c.before {
+                    b.each_session(f);
+                }
+                for later in &c.later {
+                    if let Some(stage) = later.last_stage() {
+                        stage.each_session(f);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One line per cut, in the order the cuts run: the node, and how many versions of its parts were compiled.
+    pub(crate) fn cuts(&self) -> Vec<String> {
+        let Stage::Cut(c) = self else { return Vec::new() };
+        let mut lines = c.before.as_ref().map(Stage::cuts).unwrap_or_default();
+        let compiled: Vec<String> =
+            c.later.iter().map(|l| l.compiled.lock().map(|n| n.to_string()).unwrap_or_default()).collect();
+        lines.push(format!(
+            "node '{}' ({}) needs a value known only at run time: it and what follows it were compiled at run time \
+             ({} version{} of the node, {} of the rest)",
+            c.node.0,
+            c.node.1,
+            compiled[0],
+            if compiled[0] == "1" { "" } else { "s" },
+            compiled.get(1).map_or("none", String::as_str)
+        ));
+        for l in &c.later {
+            if let Some(stage) = l.last_stage() {
+                lines.extend(stage.cuts());
+            }
+        }
+        lines
+    }
+}
+
+impl Later {
+    fn new(part: Part) -> Later {
+        let mut values = onnx::value_inputs(&part.model);
+        let mut fixed = Vec::new();
+        if let Some([node]) = part.model.graph.as_ref().map(|g| g.node.as_slice()) {
+            for name in onnx::outer_inputs(node) {
+                if part.inputs.iter().any(|i| i == name) && !values.iter().any(|v| v == name) {
+                    values.push(name.to_string());
+                    fixed.push(name.to_string());
+                }
+            }
+        }
+        Later { part, values, fixed, kept: Mutex::default(), last: Mutex::default(), compiled: Mutex::default() }
+    }
+
+    /// The version the last run used.
+    fn last_stage(&self) -> Option<Rc<Stage>> {
+        let last = self.last.lock().ok()?.clone()?;
+        self.kept.lock().ok()?.iter().find(|(k, _)| *k == last).map(|(_, s)| s.clone())
+    }
+
+    /// Runs the part on its inputs from `values`, compiling it for them first unless a version for them is kept.
+    fn run(
+        &self,
+        values: &[(String, Tensor<'static>)],
+        model: &Path,
+        options: &RunOptions,
+        ledger: &Ledger,
+        node: &(String, String),
+    ) -> Result<Ran> {
+        let args: Vec<(String, Tensor<'static>)> = self
+            .part
+            .inputs
+            .iter()
+            .map(|n| {
+                let found = values.iter().rev().find(|(m, _)| m == n).map(|(_, t)| t.clone());
+                found.map(|t| (n.clone(), t)).ok_or_else(|| not_made(n))
+            })
+            .collect::<Result<_>>()?;
+        let mut key: Key = Vec::with_capacity(args.len());
+        for (n, t) in &args {
+            let bytes = if self.values.contains(n) {
+                let packed = t.to_row_major().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
+                Some(packed.as_bytes().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?.to_vec())
+            } else {
+                None
+            };
+            key.push((t.dt(), t.shape().to_vec(), bytes));
+        }
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).iter().position(|(k, _)| *k == key);
+        let stage = match kept {
+            Some(i) => {
+                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                let entry = kept.remove(i);
+                let stage = entry.1.clone();
+                kept.push(entry);
+                stage
+            }
+            None => {
+                let stage = Rc::new(self.compile(&args, model, options, node)?);
+                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.len() == MAX_KEPT {
+                    kept.remove(0);
+                }
+                kept.push((key.clone(), stage.clone()));
+                *self.compiled.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                stage
+            }
+        };
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
+        stage.run(&args, model, &later_options(options), ledger)
+    }
+
+    /// The part compiled for `args` (rule 2).
+    fn compile(
+        &self,
+        args: &[(String, Tensor<'static>)],
+        model: &Path,
+        options: &RunOptions,
+        node: &(String, String),
+    ) -> Result<Stage> {
+        let types: Vec<(DatumType, Vec<usize>)> = args.iter().map(|(_, t)| (t.dt(), t.shape().to_vec())).collect();
+        let bytes = self.part.typed(&types).encode_to_vec();
+        let mut options = later_options(options);
+        let mut given = Vec::with_capacity(args.len());
+        for (n, t) in args {
+            if self.fixed.contains(n) {
+                options.config.input_values.insert(n.clone(), t.clone());
+            } else {
+                given.push((n.clone(), t.clone()));
+            }
+        }
+        Stage::new(&bytes, model, &given, &options, Instant::now()).map_err(|e| match e {
+            DriverError::Model(m) | DriverError::Plan(m) | DriverError::Input(m) => DriverError::Model(format!(
+                "{m} (compiling, at run time, node '{}' ({}) and what follows it)",
+                node.0, node.1
+            )),
+            e => e,
+        })
+    }
+}
+
+/// The options a later part is compiled and run with: the caller's, less what names the model's inputs (their
+/// fixed values are the part's inputs, rule 2).
+fn later_options(options: &RunOptions) -> RunOptions {
+    let mut o = options.clone();
+    o.config.input_values.clear();
+    o.config.input_shapes.clear();
+    o.planning.input_layouts.clear();
+    o.planning.input_devices.clear();
+    o.planning.states.clear();
+    o
+}
+
+fn add_peaks(peaks: &mut Vec<(String, usize)>, more: Vec<(String, usize)>) {
+    for (space, bytes) in more {
+        match peaks.iter_mut().find(|(s, _)| *s == space) {
+            Some(e) => e.1 += bytes,
+            None => peaks.push((space, bytes)),
+        }
+    }
+}
+
+/// A value a part reads that no earlier part made: a stowage bug, said as such.
+fn not_made(name: &str) -> DriverError {
+    DriverError::Plan(format!("value '{name}' was not made by an earlier part of the model (a staging bug)"))
+}

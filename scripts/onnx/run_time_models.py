@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Writes the run-time-shape suite: small models in which a node needs a value that is computed from the inputs
+(a `NonZero` or `Compress` of a product's result, `NonMaxSuppression` after a classifier's softmax, a `TopK` whose K
+is counted from the data, a `Loop` whose trip count is, `Unique` of an `ArgMax`, an `If` whose branches make
+different shapes, a `ConstantOfShape` of computed sizes), so that stowage compiles them in stages (`compiler/driver/src/stages.rs`). Each has seeded
+inputs and onnxruntime's outputs, in the node-test layout: OUT/<name>/model.onnx and
+OUT/<name>/test_data_set_0/{input_N,output_N}.pb; OUT/manifest.json lists them in the real-model suite's format.
+
+    PY=$(scripts/onnx/env -q)
+    "$PY" scripts/onnx/run_time_models.py [OUT]      # OUT defaults to target/run-time-models
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[2]
+RNG = np.random.default_rng(20261205)
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def model(name, nodes, inputs, outputs, inits=(), opset=18):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    return m
+
+
+def vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def nonzero_of_product():
+    """The positions and values of a product's entries above a threshold, and a static sum beside them."""
+    w = RNG.standard_normal((32, 16)).astype(np.float32) * 0.3
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Greater", ["h", "t"], ["m"]),
+        helper.make_node("NonZero", ["m"], ["nz"], name="hits"),
+        helper.make_node("Transpose", ["nz"], ["pos"], perm=[1, 0]),
+        helper.make_node("GatherND", ["h", "pos"], ["vals"]),
+        helper.make_node("ReduceSum", ["h"], ["total"], keepdims=0),
+    ]
+    outs = [vi("pos", I64, ["n", 2]), vi("vals", F, ["n"]), vi("total", F, [])]
+    m = model("nonzero_of_product", nodes, [vi("x", F, [4, 32])], outs, [init("w", w), init("t", np.float32(0.5))])
+    return m, {"x": RNG.standard_normal((4, 32)).astype(np.float32)}
+
+
+def nms_after_softmax():
+    """A detector's tail: class scores from a softmax, boxes kept by NonMaxSuppression, then gathered."""
+    wc = RNG.standard_normal((8, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["feat", "wc"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        helper.make_node("Transpose", ["probs"], ["scores"], perm=[0, 2, 1]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "k", "iou", "thr"], ["sel"], name="nms"),
+        helper.make_node("Gather", ["sel", "two"], ["box_index"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "zero"], ["all_boxes"]),
+        helper.make_node("Gather", ["all_boxes", "box_index"], ["kept"], axis=0),
+        helper.make_node("ReduceMax", ["kept", "one"], ["right"], keepdims=0),
+    ]
+    inits = [init("wc", wc), init("k", np.array([6], np.int64)), init("iou", np.array([0.4], np.float32)),
+             init("thr", np.array([0.3], np.float32)), init("two", np.array(2, np.int64)),
+             init("zero", np.array([0], np.int64)), init("one", np.array([1], np.int64))]
+    ins = [vi("boxes", F, [1, 40, 4]), vi("feat", F, [1, 40, 8])]
+    outs = [vi("sel", I64, ["k", 3]), vi("kept", F, ["k", 4]), vi("right", F, ["k"])]
+    corner = RNG.uniform(0, 80, (1, 40, 2)).astype(np.float32)
+    size = RNG.uniform(5, 30, (1, 40, 2)).astype(np.float32)
+    boxes = np.concatenate([corner, corner + size], axis=-1)
+    return model("nms_after_softmax", nodes, ins, outs, inits), {
+        "boxes": boxes, "feat": RNG.standard_normal((1, 40, 8)).astype(np.float32)}
+
+
+def topk_counted():
+    """The largest values, as many as there are positive ones: K is counted from the data."""
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["pos_i"], to=I64),
+        helper.make_node("ReduceSum", ["pos_i"], ["count"], keepdims=0),
+        helper.make_node("Unsqueeze", ["count", "axis0"], ["k"]),
+        helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1, name="top"),
+        helper.make_node("Relu", ["values"], ["out"]),
+    ]
+    outs = [vi("out", F, [1, "k"]), vi("indices", I64, [1, "k"])]
+    inits = [init("zero", np.float32(0)), init("axis0", np.array([0], np.int64))]
+    m = model("topk_counted", nodes, [vi("x", F, [1, 64])], outs, inits)
+    return m, {"x": RNG.standard_normal((1, 64)).astype(np.float32)}
+
+
+def loop_counted():
+    """A Loop whose trip count is the number of positive inputs, its state and scan outputs collected."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["s_in", "half"], ["h"]),
+         helper.make_node("Add", ["h", "one_f"], ["s_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"]),
+         helper.make_node("Identity", ["s_out"], ["scan"])],
+        "body",
+        [vi("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), vi("s_in", F, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", F, [4]), vi("scan", F, [4])],
+        [init("half", np.float32(0.5)), init("one_f", np.float32(1.0))],
+    )
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["pos_i"], to=I64),
+        helper.make_node("ReduceSum", ["pos_i"], ["m"], keepdims=0),
+        helper.make_node("Loop", ["m", "", "x"], ["final", "steps"], body=body, name="loop"),
+    ]
+    outs = [vi("final", F, [4]), vi("steps", F, ["m", 4])]
+    m = model("loop_counted", nodes, [vi("x", F, [4])], outs, [init("zero", np.float32(0))])
+    return m, {"x": np.array([0.5, -1.0, 2.0, 3.0], np.float32)}
+
+
+def unique_of_argmax():
+    """The distinct classes an ArgMax picks, with their first rows, the inverse and counts."""
+    w = RNG.standard_normal((10, 6)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["logits"]),
+        helper.make_node("ArgMax", ["logits"], ["cls"], axis=1, keepdims=0),
+        helper.make_node("Unique", ["cls"], ["y", "first", "inverse", "counts"], sorted=1, name="classes"),
+    ]
+    outs = [vi("y", I64, ["u"]), vi("first", I64, ["u"]), vi("inverse", I64, [16]), vi("counts", I64, ["u"])]
+    m = model("unique_of_argmax", nodes, [vi("x", F, [16, 10])], outs, [init("w", w)])
+    return m, {"x": RNG.standard_normal((16, 10)).astype(np.float32)}
+
+
+def compress_then_dense():
+    """The rows whose mean is positive, kept by Compress, then a dense layer over them: static work after."""
+    w = RNG.standard_normal((8, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["x", "one"], ["mean"], keepdims=0),
+        helper.make_node("Greater", ["mean", "zero"], ["keep"]),
+        helper.make_node("Compress", ["x", "keep"], ["rows"], axis=0, name="keep_rows"),
+        helper.make_node("MatMul", ["rows", "w"], ["h"]),
+        helper.make_node("Relu", ["h"], ["y"]),
+        helper.make_node("ReduceSum", ["y", "zero_i"], ["col_sum"], keepdims=0),
+    ]
+    inits = [init("w", w), init("one", np.array([1], np.int64)), init("zero", np.float32(0)),
+             init("zero_i", np.array([0], np.int64))]
+    outs = [vi("y", F, ["n", 4]), vi("col_sum", F, [4])]
+    m = model("compress_then_dense", nodes, [vi("x", F, [20, 8])], outs, inits)
+    return m, {"x": RNG.standard_normal((20, 8)).astype(np.float32)}
+
+
+def if_shapes_differ():
+    """An If on the data whose branches make different shapes: the first two rows, or all of them doubled."""
+    then = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s0", "s2"], ["a"])], "then", [], [vi("a", F, ["r", 3])],
+        [init("s0", np.array([0], np.int64)), init("s2", np.array([2], np.int64))])
+    other = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["b"])], "else", [], [vi("b", F, ["r", 3])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+        helper.make_node("Greater", ["sum", "zero"], ["cond"]),
+        helper.make_node("If", ["cond"], ["picked"], then_branch=then, else_branch=other, name="pick"),
+        helper.make_node("Sigmoid", ["picked"], ["y"]),
+    ]
+    m = model("if_shapes_differ", nodes, [vi("x", F, [5, 3])], [vi("y", F, ["r", 3])],
+              [init("zero", np.float32(0))])
+    return m, {"x": RNG.standard_normal((5, 3)).astype(np.float32) + 0.3}
+
+
+def fill_counted():
+    """A tensor of ones whose shape is computed from the data (row sums, rounded up): ConstantOfShape's input."""
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "one"], ["sums"], keepdims=0),
+        helper.make_node("Abs", ["sums"], ["size"]),
+        helper.make_node("Ceil", ["size"], ["up"]),
+        helper.make_node("Cast", ["up"], ["shape"], to=I64),
+        helper.make_node("ConstantOfShape", ["shape"], ["ones"], name="fill",
+                         value=numpy_helper.from_array(np.array([1.5], np.float32))),
+        helper.make_node("Mul", ["ones", "scale"], ["y"]),
+    ]
+    inits = [init("one", np.array([1], np.int64)), init("scale", np.float32(2.0))]
+    m = model("fill_counted", nodes, [vi("x", F, [2, 3])], [vi("y", F, ["a", "b"])], inits)
+    return m, {"x": np.array([[0.5, 1.0, 1.2], [2.0, -0.5, 3.3]], np.float32)}
+
+
+def main():
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "run-time-models"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    manifest = []
+    for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
+                 compress_then_dense, if_shapes_differ, fill_counted]:
+        onx, feeds = make()
+        name = onx.graph.name
+        d = out / name
+        (d / "test_data_set_0").mkdir(parents=True)
+        (d / "model.onnx").write_bytes(onx.SerializeToString())
+        session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        for k, n in enumerate(names):
+            (d / "test_data_set_0" / f"input_{k}.pb").write_bytes(
+                numpy_helper.from_array(feeds[n], n).SerializeToString())
+        for k, value in enumerate(session.run(None, feeds)):
+            (d / "test_data_set_0" / f"output_{k}.pb").write_bytes(
+                numpy_helper.from_array(np.asarray(value), session.get_outputs()[k].name).SerializeToString())
+        ops = sorted({n.op_type for n in onx.graph.node})
+        manifest.append({"name": name, "kind": "hand-built", "dataset": "", "ops": ops, "inputs": names, "ci": True})
+        print(f"{name:<24} {' '.join(ops)}")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
