@@ -113,3 +113,20 @@ fn a_run_time_value_past_the_size_limit_is_an_error_naming_the_node() {
     let outcome = run_on("fill_counted", "cpu", 1, Some(64 << 10), Some(x)).unwrap();
     assert_eq!(outcome.outputs[0].1.shape(), &[300, 30]);
 }
+
+#[test]
+fn stowage_plan_shows_the_part_that_runs_first_and_each_cut() {
+    use stowage_cli::show::{plan, PlanFormat};
+    let model = suite().join("compress_then_dense").join("model.onnx");
+    let options = stowage_cli::run_options();
+    let text = plan(&model, PlanFormat::Text, None, &options).unwrap();
+    assert!(text.contains("ReduceMean") && !text.contains("MatMul"), "{text}");
+    assert!(text.ends_with("staged: node 'keep_rows' (Compress) needs a value known only at run time: it and what follows it are planned at run time, for the shapes that come out\n"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&plan(&model, PlanFormat::Json, None, &options).unwrap()).unwrap();
+    assert_eq!(json["stages"].as_array().map(Vec::len), Some(1));
+    // A model whose cut node reads only inputs has nothing to plan before it: the import's line, said so.
+    let nonzero = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py").join("test_nonzero_example");
+    let e = plan(&nonzero.join("model.onnx"), PlanFormat::Text, None, &options).unwrap_err();
+    assert!(e.contains("(NonZero)") && e.ends_with("nothing runs before it to plan)"), "{e}");
+}

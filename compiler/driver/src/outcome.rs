@@ -261,8 +261,49 @@ fn run_staged(
 /// caller's (`options.planning`) or packed row-major at the host's alignment.
 pub fn plan_only(model: &Path, options: &RunOptions) -> Result<(Context, Plan)> {
     let bytes = read_model(model)?;
+    plan_bytes(&bytes, model, options)
+}
+
+/// [`plan_only`] of a model `stowage run` compiles in stages (`stages.rs`): the part that runs first is planned,
+/// and each cut is a line saying that the node and what follows it are planned at run time, in the order the
+/// cuts run. A model with no cut plans whole, with no line.
+pub fn plan_first_part(model: &Path, options: &RunOptions) -> Result<(Context, Plan, Vec<String>)> {
+    let mut bytes = read_model(model)?;
+    let mut cuts = Vec::new();
+    loop {
+        let (index, message) = match plan_bytes(&bytes, model, options) {
+            Ok((cx, plan)) => return Ok((cx, plan, cuts)),
+            Err(DriverError::AtRunTime { index, message }) => (index, message),
+            Err(e) => return Err(e),
+        };
+        let proto = stowage_compiler::onnx::decode_within(&bytes, options.config.value_limit())
+            .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
+        let node = proto
+            .graph
+            .as_ref()
+            .and_then(|g| g.node.get(index))
+            .map(|n| (stowage_compiler::onnx::node_name(n, index), n.op_type().to_string()));
+        let cut = stowage_compiler::onnx::split::split(&proto, index).zip(node);
+        let Some((cut, (name, op))) = cut.filter(|(c, _)| c.before.graph.as_ref().is_some_and(|g| !g.node.is_empty()))
+        else {
+            return Err(DriverError::Model(format!(
+                "{message} (stowage run compiles it when the value is known; nothing runs before it to plan)"
+            )));
+        };
+        cuts.insert(
+            0,
+            format!(
+                "node '{name}' ({op}) needs a value known only at run time: it and what follows it are planned at run time, for the shapes that come out"
+            ),
+        );
+        bytes = prost::Message::encode_to_vec(&cut.before);
+    }
+}
+
+/// [`plan_only`] of model bytes.
+fn plan_bytes(bytes: &[u8], model: &Path, options: &RunOptions) -> Result<(Context, Plan)> {
     let progress = Progress::start(model);
-    let mut cx = compile(&bytes, model, &[], options, &progress, false)?;
+    let mut cx = compile(bytes, model, &[], options, &progress, false)?;
     let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
     place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;

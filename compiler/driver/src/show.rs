@@ -25,10 +25,20 @@ pub enum PlanFormat {
 
 /// The whole command: plan `model` and show it in `format`, to `output` or stdout.
 pub fn plan(model: &Path, format: PlanFormat, output: Option<&Path>, options: &RunOptions) -> Result<String, String> {
-    let (cx, plan) = session::plan_only(model, options)?;
+    // A model `stowage run` compiles in stages: the part that runs first, and a line per cut.
+    let (cx, plan, cuts) = session::plan_first_part(model, options)?;
     let text = match format {
-        PlanFormat::Text => plan::show::text(&plan),
-        PlanFormat::Json => serde_json::to_string_pretty(&json(&plan)).map_err(|e| e.to_string())? + "\n",
+        PlanFormat::Text => {
+            let staged: String = cuts.iter().map(|c| format!("staged: {c}\n")).collect();
+            plan::show::text(&plan) + &staged
+        }
+        PlanFormat::Json => {
+            let mut j = json(&plan);
+            if !cuts.is_empty() {
+                j["stages"] = cuts.into();
+            }
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())? + "\n"
+        }
         PlanFormat::Dot => plan::show::dot(&plan, &cx.graph),
         PlanFormat::Svg => svg(&plan::show::dot(&plan, &cx.graph))?,
     };
