@@ -2,7 +2,7 @@
 """Writes the run-time-shape suite: small models in which a node needs a value that is computed from the inputs
 (a `NonZero` or `Compress` of a product's result, `NonMaxSuppression` after a classifier's softmax, a `TopK` whose K
 is counted from the data, a `Loop` whose trip count is, `Unique` of an `ArgMax`, an `If` whose branches make
-different shapes, a `ConstantOfShape` of computed sizes), so that stowage compiles them in stages (`compiler/driver/src/stages.rs`). Each has seeded
+different shapes or whose branch not taken would fail, a `ConstantOfShape` of computed sizes), so that stowage compiles them in stages (`compiler/driver/src/stages.rs`). Each has seeded
 inputs and onnxruntime's outputs, in the node-test layout: OUT/<name>/model.onnx and
 OUT/<name>/test_data_set_0/{input_N,output_N}.pb; OUT/manifest.json lists them in the real-model suite's format.
 
@@ -184,6 +184,25 @@ def fill_counted():
     return m, {"x": np.array([[0.5, 1.0, 1.2], [2.0, -0.5, 3.3]], np.float32)}
 
 
+def if_guarded_gather():
+    """An If on the data whose branch not taken would read out of range (an exporter's guard): only the branch
+    taken may run."""
+    then = helper.make_graph(
+        [helper.make_node("Gather", ["x", "far"], ["a"], axis=0)], "then", [], [vi("a", F, [1])],
+        [init("far", np.array([7], np.int64))])
+    other = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s0", "s1"], ["b"])], "else", [], [vi("b", F, [1])],
+        [init("s0", np.array([0], np.int64)), init("s1", np.array([1], np.int64))])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+        helper.make_node("Greater", ["sum", "big"], ["cond"]),
+        helper.make_node("If", ["cond"], ["picked"], then_branch=then, else_branch=other, name="guard"),
+        helper.make_node("Mul", ["picked", "x"], ["y"]),
+    ]
+    m = model("if_guarded_gather", nodes, [vi("x", F, [4])], [vi("y", F, [4])], [init("big", np.float32(100))])
+    return m, {"x": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
+
+
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "run-time-models"
     if out.exists():
@@ -191,7 +210,7 @@ def main():
     out.mkdir(parents=True)
     manifest = []
     for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
-                 compress_then_dense, if_shapes_differ, fill_counted]:
+                 compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather]:
         onx, feeds = make()
         name = onx.graph.name
         d = out / name

@@ -57,7 +57,7 @@ fn every_run_time_model_matches_onnxruntime_on_the_cpu() {
         "run-time-models",
         "run_time_models.py",
         "cpu",
-        8,
+        9,
     );
 }
 
@@ -68,7 +68,7 @@ fn every_run_time_model_matches_onnxruntime_on_opencl_and_cpu() {
         "run-time-models",
         "run_time_models.py",
         "opencl,cpu",
-        8,
+        9,
     );
 }
 

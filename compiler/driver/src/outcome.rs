@@ -89,6 +89,10 @@ pub fn run_bytes(
     options: &RunOptions,
     start: Instant,
 ) -> Result<Outcome> {
+    // A top-level If whose condition is known only at run time is cut at, so that only the branch taken runs.
+    let mut staged_options = options.clone();
+    staged_options.config.branch_at_run_time = true;
+    let options = &staged_options;
     let session = match Stage::new(bytes, model, &inputs, options, start)? {
         Stage::Whole(session) => *session,
         staged => return run_staged(staged, model, inputs, options, start),

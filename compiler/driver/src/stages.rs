@@ -7,8 +7,9 @@
 //!    model is cut around N (`stowage_compiler::onnx::split`): the part before N is compiled now, as any model is
 //!    (and cut again if it stops too); N alone, and the part after it, are compiled at run time.
 //! 2. **Specialised, then kept.** A later part is compiled for the tensors it is given: the values of those that
-//!    set shapes (`onnx::value_inputs` of the part; for N, the value it needed, and when N has subgraphs, every
-//!    value they read from around N, as their shapes may hang on them), the shapes of the others. Each
+//!    set shapes (`onnx::value_inputs` of the part; for N, the value it needed, and when N has subgraphs whose
+//!    shapes hang on what they read from around N, those values too: tried once without, then kept so), the shapes
+//!    of the others. Each
 //!    compiled part is kept under that key, the [`MAX_KEPT`] last used, so a part whose shapes recur is compiled
 //!    once ("lowered once per distinct shape and kept"). A part of one node that stops again is an error: the
 //!    import's own line, naming the node.
@@ -63,9 +64,10 @@ struct Later {
     part: Part,
     /// The part's inputs that set shapes: their values are part of the key.
     values: Vec<String>,
-    /// Those of them the part is compiled with as fixed values (what a node's subgraphs read from around it):
-    /// `onnx::value_inputs` does not look inside subgraphs.
-    fixed: Vec<String>,
+    /// What a node's subgraphs read from around it (`onnx::value_inputs` does not look inside subgraphs): fixed
+    /// as values, and part of the key, once compiling without them stopped for a value (`fix_outer`).
+    outer: Vec<String>,
+    fix_outer: Mutex<bool>,
     /// Compiled versions by key, the most recently used last.
     kept: Mutex<Vec<(Key, Rc<Stage>)>>,
     /// The key of the last run.
@@ -99,7 +101,7 @@ impl Stage {
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
         let Some(cut) = split::split(&proto, index).filter(|_| nodes > 1) else {
-            return Err(DriverError::Model(message));
+            return Err(DriverError::AtRunTime { index, message });
         };
         if !options.planning.states.is_empty() {
             return Err(DriverError::Plan(format!("{message}; --state is not taken by a model compiled in stages")));
@@ -228,17 +230,24 @@ impl Stage {
 
 impl Later {
     fn new(part: Part) -> Later {
-        let mut values = onnx::value_inputs(&part.model);
-        let mut fixed = Vec::new();
+        let values = onnx::value_inputs(&part.model);
+        let mut outer = Vec::new();
         if let Some([node]) = part.model.graph.as_ref().map(|g| g.node.as_slice()) {
             for name in onnx::outer_inputs(node) {
                 if part.inputs.iter().any(|i| i == name) && !values.iter().any(|v| v == name) {
-                    values.push(name.to_string());
-                    fixed.push(name.to_string());
+                    outer.push(name.to_string());
                 }
             }
         }
-        Later { part, values, fixed, kept: Mutex::default(), last: Mutex::default(), compiled: Mutex::default() }
+        Later {
+            part,
+            values,
+            outer,
+            fix_outer: Mutex::default(),
+            kept: Mutex::default(),
+            last: Mutex::default(),
+            compiled: Mutex::default(),
+        }
     }
 
     /// The version the last run used.
@@ -265,9 +274,10 @@ impl Later {
                 found.map(|t| (n.clone(), t)).ok_or_else(|| not_made(n))
             })
             .collect::<Result<_>>()?;
+        let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
         let mut key: Key = Vec::with_capacity(args.len());
         for (n, t) in &args {
-            let bytes = if self.values.contains(n) {
+            let bytes = if self.values.contains(n) || (fix_outer && self.outer.contains(n)) {
                 let packed = t.to_row_major().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
                 Some(packed.as_bytes().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?.to_vec())
             } else {
@@ -285,7 +295,14 @@ impl Later {
                 stage
             }
             None => {
-                let stage = Rc::new(self.compile(&args, model, options, node)?);
+                let stage = match self.compile(&args, model, options, node, fix_outer) {
+                    // Rule 2: the subgraphs' shapes hang on what they read from around the node.
+                    Err(DriverError::AtRunTime { .. }) if !fix_outer && !self.outer.is_empty() => {
+                        *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                        return self.run(values, model, options, ledger, node);
+                    }
+                    stage => Rc::new(stage?),
+                };
                 let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
                 if kept.len() == MAX_KEPT {
                     kept.remove(0);
@@ -306,20 +323,25 @@ impl Later {
         model: &Path,
         options: &RunOptions,
         node: &(String, String),
+        fix_outer: bool,
     ) -> Result<Stage> {
         let types: Vec<(DatumType, Vec<usize>)> = args.iter().map(|(_, t)| (t.dt(), t.shape().to_vec())).collect();
         let bytes = self.part.typed(&types).encode_to_vec();
         let mut options = later_options(options);
         let mut given = Vec::with_capacity(args.len());
         for (n, t) in args {
-            if self.fixed.contains(n) {
+            if fix_outer && self.outer.contains(n) {
                 options.config.input_values.insert(n.clone(), t.clone());
             } else {
                 given.push((n.clone(), t.clone()));
             }
         }
         Stage::new(&bytes, model, &given, &options, Instant::now()).map_err(|e| match e {
-            DriverError::Model(m) | DriverError::Plan(m) | DriverError::Input(m) => DriverError::Model(format!(
+            e @ DriverError::AtRunTime { .. } if !fix_outer && !self.outer.is_empty() => e,
+            DriverError::Model(m)
+            | DriverError::Plan(m)
+            | DriverError::Input(m)
+            | DriverError::AtRunTime { message: m, .. } => DriverError::Model(format!(
                 "{m} (compiling, at run time, node '{}' ({}) and what follows it)",
                 node.0, node.1
             )),

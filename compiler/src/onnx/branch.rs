@@ -11,8 +11,10 @@
 //!    imports only the branch it selects. Otherwise both branches are imported and each output is
 //!    `Where(condition, then, else)` (nodes `IF::selectK`): both branches run on every run, so a caller who knows
 //!    the condition fixes it with `--input-value` to run one. Branches whose outputs differ in type cannot be
-//!    selected this way: an error naming the node, the output and both types. (Sub-plans that run only the branch
-//!    taken are the control-flow issue's next step.)
+//!    selected this way: an error naming the node, the output and both types. With
+//!    `ImportConfig::branch_at_run_time` (the driver's runs), a top-level `If` asks for its condition instead
+//!    (`ImportErrorKind::NeedsValue`): the model is compiled in stages and only the branch taken runs
+//!    (`driver/src/stages.rs`); nested `If`s still take both.
 //! 3. **Branches agree.** Both branches are present, take no inputs, and make as many outputs as the node has;
 //!    otherwise an error names the node and the branch.
 //! 4. **The branch's names stay in the branch.** Its initializers and node outputs are visible to its own nodes and
@@ -132,6 +134,17 @@ pub(super) fn inline_if(
             };
             let (g, which) = if taken { (then, "then") } else { (otherwise, "else") };
             import_branch(graph, names, g, which, inner, &fail)?
+        }
+        // Rule 2: a top-level If the driver compiles in stages waits for its condition.
+        None if at.branch_at_run_time && depth == 0 => {
+            return Err(E::NeedsValue {
+                node: name.into(),
+                op: "If".into(),
+                message: format!(
+                    "its condition '{cond_name}' is known only at run time: fix it with --input-value to take one \
+                     branch"
+                ),
+            })
         }
         None => select(graph, names, (then, otherwise), (cond_name, cond), name, inner, &fail)?,
     };

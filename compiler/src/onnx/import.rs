@@ -121,7 +121,15 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     unsupported(&g.node)?;
     let unrolled = std::cell::Cell::new(0);
     for i in topological_order(&g.node, &names)? {
-        let at = At { opset, limit: config.value_limit(), dir, depth: 0, unrolled: &unrolled, whole: &config.whole };
+        let at = At {
+            opset,
+            limit: config.value_limit(),
+            dir,
+            depth: 0,
+            unrolled: &unrolled,
+            whole: &config.whole,
+            branch_at_run_time: config.branch_at_run_time,
+        };
         // A value known only at run time that a node needs now: the driver cuts the graph before this node.
         add_node(&mut graph, &mut names, &g.node[i], i, at).map_err(|e| match e {
             E::AtRunTime { .. } => e,
@@ -301,6 +309,8 @@ pub(super) struct At<'a> {
     pub unrolled: &'a std::cell::Cell<usize>,
     /// The op types kept whole ([`super::ImportConfig::whole`]).
     pub whole: &'a std::collections::BTreeSet<String>,
+    /// [`super::ImportConfig::branch_at_run_time`].
+    pub branch_at_run_time: bool,
 }
 
 /// Imports one node: an `If` as its branch ([`super::branch`]), any other op as itself.

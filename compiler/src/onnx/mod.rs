@@ -261,6 +261,10 @@ pub struct ImportConfig {
     /// target of the run executes them whole (the driver fills this from the targets' kinds: the CPU's `LSTM`).
     /// Only forms the whole op covers are kept (f32 `LSTM`); the others are expanded as without it.
     pub whole: BTreeSet<String>,
+    /// A top-level `If` whose condition is known only at run time asks for it (`ImportErrorKind::NeedsValue`)
+    /// instead of importing both branches behind `Where`: the driver, which compiles such a model in stages, sets
+    /// it, so that only the branch taken runs (`onnx/branch.rs`, rule 2).
+    pub branch_at_run_time: bool,
 }
 
 /// What a TensorProto file holds beside its data (name, dims, type), at most, as the size limit counts it: generous,
