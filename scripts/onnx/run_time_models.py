@@ -203,6 +203,69 @@ def if_guarded_gather():
     return m, {"x": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
 
 
+def loop_until():
+    """A while loop: the state grows until its largest element passes 100, the body computing the condition; the
+    sums of each step scanned."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["s_in", "k"], ["m"]),
+         helper.make_node("Add", ["m", "one_f"], ["s_out"]),
+         helper.make_node("ReduceMax", ["s_out"], ["top"], keepdims=0),
+         helper.make_node("Less", ["top", "limit"], ["c_out"]),
+         helper.make_node("ReduceSum", ["s_out"], ["total"], keepdims=0)],
+        "body",
+        [vi("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), vi("s_in", F, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", F, [4]), vi("total", F, [])],
+        [init("k", np.float32(1.5)), init("one_f", np.float32(1.0))],
+    )
+    nodes = [helper.make_node("Loop", ["", "go", "x"], ["final", "totals"], body=body, name="grow")]
+    inits = [init("go", np.array(True)), init("limit", np.float32(100.0))]
+    m = model("loop_until", nodes, [vi("x", F, [4])], [vi("final", F, [4]), vi("totals", F, ["n"])], inits)
+    return m, {"x": np.array([0.5, -1.0, 2.0, 3.0], np.float32)}
+
+
+def loop_long():
+    """A Loop of 4,500 iterations (more than stowage unrolls) over a carried state, without a condition."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["s_in", "decay"], ["m"]),
+         helper.make_node("Add", ["m", "step"], ["s_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body",
+        [vi("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), vi("s_in", F, [8])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", F, [8])],
+        [init("decay", np.float32(0.999))],
+    )
+    nodes = [helper.make_node("Loop", ["trips", "", "x"], ["final"], body=body, name="decay_loop")]
+    inits = [init("trips", np.array(4500, np.int64)), init("step", np.float32(0.01))]
+    m = model("loop_long", nodes, [vi("x", F, [8])], [vi("final", F, [8])], inits)
+    return m, {"x": RNG.standard_normal(8).astype(np.float32)}
+
+
+def loop_rows():
+    """A Loop whose body slices row i of an outer tensor (the iteration number sets the slice: each iteration's
+    body is its own version) and ends on a condition computed from the sum so far."""
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["i", "axis0"], ["start"]),
+         helper.make_node("Add", ["start", "one_i"], ["end"]),
+         helper.make_node("Slice", ["rows", "start", "end", "axis0"], ["row"]),
+         helper.make_node("Squeeze", ["row", "axis0"], ["flat"]),
+         helper.make_node("Add", ["s_in", "flat"], ["s_out"]),
+         helper.make_node("ReduceSum", ["s_out"], ["sum"], keepdims=0),
+         helper.make_node("Less", ["sum", "cap"], ["c_out"])],
+        "body",
+        [vi("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), vi("s_in", F, [3])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", F, [3])],
+        [init("axis0", np.array([0], np.int64)), init("one_i", np.array([1], np.int64))],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["rows"]),
+        helper.make_node("Loop", ["trips", "go", "zeros"], ["acc"], body=body, name="rows_loop"),
+    ]
+    inits = [init("trips", np.array(4, np.int64)), init("go", np.array(True)), init("zeros", np.zeros(3, np.float32)),
+             init("cap", np.float32(1000.0))]
+    m = model("loop_rows", nodes, [vi("x", F, [5, 3])], [vi("acc", F, [3])], inits)
+    return m, {"x": RNG.uniform(0, 2, (5, 3)).astype(np.float32)}
+
+
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "run-time-models"
     if out.exists():
@@ -210,7 +273,8 @@ def main():
     out.mkdir(parents=True)
     manifest = []
     for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
-                 compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather]:
+                 compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather, loop_until, loop_long,
+                 loop_rows]:
         onx, feeds = make()
         name = onx.graph.name
         d = out / name

@@ -57,7 +57,7 @@ fn every_run_time_model_matches_onnxruntime_on_the_cpu() {
         "run-time-models",
         "run_time_models.py",
         "cpu",
-        9,
+        12,
     );
 }
 
@@ -68,7 +68,7 @@ fn every_run_time_model_matches_onnxruntime_on_opencl_and_cpu() {
         "run-time-models",
         "run_time_models.py",
         "opencl,cpu",
-        9,
+        12,
     );
 }
 
@@ -76,11 +76,22 @@ fn every_run_time_model_matches_onnxruntime_on_opencl_and_cpu() {
 fn each_model_is_compiled_in_stages_and_each_part_once_over_repeated_runs() {
     for name in names() {
         let outcome = run(&name, "cpu", 3, None).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(outcome.cuts.len(), 1, "{name}: {:?}", outcome.cuts);
-        let line = &outcome.cuts[0];
-        assert!(line.contains("(1 version of the node, "), "{name}: {line}");
-        assert!(line.ends_with(", 1 of the rest)") || line.ends_with(", none of the rest)"), "{name}: {line}");
-        assert!(!outcome.later_plans.is_empty(), "{name}: the parts after the first have no plans");
+        // One cut each; the loop after a Relu is cut at, then iterated: two lines.
+        let lines = if name == "loop_rows" { 2 } else { 1 };
+        assert_eq!(outcome.cuts.len(), lines, "{name}: {:?}", outcome.cuts);
+        let line = &outcome.cuts[lines - 1];
+        if name == "loop_rows" {
+            // Its iteration number sets the body's slice: one version per iteration, each kept.
+            assert!(line.ends_with("4 iterations in the last run, 4 versions of its body compiled"), "{line}");
+        } else if line.contains("(Loop) is iterated at run time") {
+            assert!(line.ends_with(", 1 version of its body compiled"), "{name}: {line}");
+        } else {
+            assert!(line.contains("(1 version of the node, "), "{name}: {line}");
+            assert!(line.ends_with(", 1 of the rest)") || line.ends_with(", none of the rest)"), "{name}: {line}");
+        }
+        // (A model that is one Loop has one part: its body.)
+        let alone = line.contains("(Loop) is iterated");
+        assert!(alone || !outcome.later_plans.is_empty(), "{name}: the parts after the first have no plans");
     }
 }
 
@@ -88,7 +99,11 @@ fn each_model_is_compiled_in_stages_and_each_part_once_over_repeated_runs() {
 fn the_report_lists_every_parts_planned_copies_and_the_ledger_agrees() {
     // On OpenCL with staging through host memory, each part uploads what it reads and downloads what it makes:
     // every copy the ledger records over the run is one some part's plan has.
-    let outcome = run("compress_then_dense", "opencl:discrete", 1, None).unwrap();
+    // Outputs not read (as `stowage run` without --output-dir): the values later parts read are still planned.
+    let options = RunOptions { target: "opencl:discrete".into(), read_outputs: false, ..stowage_cli::run_options() };
+    let dir = suite().join("compress_then_dense");
+    let x = onnx::read_tensor(dir.join("test_data_set_0").join("input_0.pb")).unwrap();
+    let outcome = session::run(&dir.join("model.onnx"), vec![("x".into(), x)], &options).unwrap();
     let report = stowage_cli::run::report("opencl:discrete", &outcome);
     let planned = report["planned_copies"].as_array().unwrap();
     let performed = report["performed_copies"].as_array().unwrap();
@@ -129,4 +144,32 @@ fn stowage_plan_shows_the_part_that_runs_first_and_each_cut() {
     let nonzero = stowage_tests::generated("onnx-node-tests", "gen_node_tests.py").join("test_nonzero_example");
     let e = plan(&nonzero.join("model.onnx"), PlanFormat::Text, None, &options).unwrap_err();
     assert!(e.contains("(NonZero)") && e.ends_with("nothing runs before it to plan)"), "{e}");
+}
+
+#[test]
+fn a_loop_iterated_at_run_time_keeps_its_state_on_the_device_no_copy_per_iteration() {
+    // 4,500 iterations (more than stowage unrolls) on discrete OpenCL: the state is uploaded once and the result
+    // downloaded once when read; every iteration reads the state where the last one left it.
+    let outcome = run("loop_long", "opencl:discrete", 1, None).unwrap();
+    assert!(outcome.cuts[0].contains("4500 iterations"), "{:?}", outcome.cuts);
+    let t = &outcome.outputs[0].1;
+    t.to_vec::<f32>().unwrap();
+    let copies = outcome.ledger.entries();
+    let kinds: Vec<String> = copies.iter().map(|m| format!("{} {}", m.kind, m.value)).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    // A loop whose body computes its condition reads it once per iteration: one byte down each time.
+    let outcome = run("loop_until", "opencl:discrete", 1, None).unwrap();
+    let downloads = outcome.ledger.entries().iter().filter(|m| m.bytes == 1).count();
+    assert_eq!(downloads, 8, "{:?}", outcome.cuts);
+}
+
+#[test]
+fn a_staged_model_refuses_state_and_input_device_naming_the_node() {
+    let dir = suite().join("compress_then_dense");
+    let x = onnx::read_tensor(dir.join("test_data_set_0").join("input_0.pb")).unwrap();
+    let mut options = stowage_cli::run_options();
+    options.planning.input_devices = vec![("x".into(), "opencl".into())];
+    options.target = "opencl".into();
+    let e = session::run(&dir.join("model.onnx"), vec![("x".into(), x)], &options).err().expect("refused").to_string();
+    assert!(e.contains("node 'keep_rows' (Compress)") && e.contains("--input-device are not taken"), "{e}");
 }

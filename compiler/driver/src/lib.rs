@@ -11,6 +11,7 @@ mod compile;
 pub mod error;
 pub mod exe;
 pub mod flags;
+mod loops;
 pub mod model;
 mod options;
 mod outcome;

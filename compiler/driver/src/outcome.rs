@@ -91,7 +91,7 @@ pub fn run_bytes(
 ) -> Result<Outcome> {
     // A top-level If whose condition is known only at run time is cut at, so that only the branch taken runs.
     let mut staged_options = options.clone();
-    staged_options.config.branch_at_run_time = true;
+    staged_options.config.branch_at_run_time = branch_at_run_time(options);
     let options = &staged_options;
     let session = match Stage::new(bytes, model, &inputs, options, start)? {
         Stage::Whole(session) => *session,
@@ -182,6 +182,12 @@ pub fn run_bytes(
     })
 }
 
+/// Whether a top-level `If` whose condition is known only at run time is cut at (`stages.rs`): unless the options
+/// are ones a staged model does not take (`--state`, `--input-device`), where it keeps its `Where` form.
+fn branch_at_run_time(options: &RunOptions) -> bool {
+    options.planning.states.is_empty() && options.planning.input_devices.is_empty()
+}
+
 /// [`run_bytes`] of a model compiled in stages (`stages.rs`): the parts after the first compile as the runs reach
 /// them, and the outcome describes the parts the last run ran.
 fn run_staged(
@@ -223,7 +229,13 @@ fn run_staged(
         steps.extend(s.programs.iter().flat_map(|p| p.steps()));
         const_bytes += s.programs.iter().map(|p| p.const_bytes()).sum::<usize>();
         setup.extend(s.setup.entries());
-        assumed.extend(s.cx.graph.metadata.assumed_inputs.iter().cloned());
+        // Only the model's own inputs: a later part's fixed values are its inputs, not the caller's.
+        for a in &s.cx.graph.metadata.assumed_inputs {
+            let own = inputs.iter().any(|(n, _)| n == a) || options.config.input_values.contains_key(a);
+            if own && !assumed.contains(a) {
+                assumed.push(a.clone());
+            }
+        }
         let used = s.opened.iter().enumerate().filter(|(i, _)| s.plan.uses(*i)).rev().find_map(|(_, o)| o.path());
         paths.extend(used.map(|p| p.report));
     });
@@ -273,6 +285,10 @@ pub fn plan_only(model: &Path, options: &RunOptions) -> Result<(Context, Plan)> 
 /// cuts run. A model with no cut plans whole, with no line.
 pub fn plan_first_part(model: &Path, options: &RunOptions) -> Result<(Context, Plan, Vec<String>)> {
     let mut bytes = read_model(model)?;
+    // As `stowage run` compiles it: a top-level If with a run-time condition is cut at.
+    let mut staged = options.clone();
+    staged.config.branch_at_run_time = branch_at_run_time(options);
+    let options = &staged;
     let mut cuts = Vec::new();
     loop {
         let (index, message) = match plan_bytes(&bytes, model, options) {

@@ -1,15 +1,15 @@
 //! Models compiled in stages: what runs a model with a node that needs, to be compiled, a value known only at run
 //! time (a `NonZero`, `NonMaxSuppression` or `Unique` of computed data, a `TopK` whose `K` is computed, a `Loop`
-//! whose trip count is, an `If` whose branches make different shapes: docs/compiler.md, "Values whose shape is
-//! known only at run time"). The rules:
+//! whose trip count is, a `ConstantOfShape` of a computed shape, a top-level `If` whose condition is computed:
+//! docs/compiler.md, "Values whose shape is known only at run time"). The rules:
 //!
 //! 1. **Cut.** When importing a model stops at top-level node N for such a value (`DriverError::AtRunTime`), the
 //!    model is cut around N (`stowage_compiler::onnx::split`): the part before N is compiled now, as any model is
 //!    (and cut again if it stops too); N alone, and the part after it, are compiled at run time.
 //! 2. **Specialised, then kept.** A later part is compiled for the tensors it is given: the values of those that
-//!    set shapes (`onnx::value_inputs` of the part; for N, the value it needed, and when N has subgraphs whose
-//!    shapes hang on what they read from around N, those values too: tried once without, then kept so), the shapes
-//!    of the others. Each
+//!    set shapes (`Part::value_inputs`; for N, the value it needed, and when N has subgraphs whose shapes hang on
+//!    what they read from around N, those values too, up to [`MAX_FIXED_ELEMENTS`] each: tried once without, then
+//!    kept so), the shapes of the others. Each
 //!    compiled part is kept under that key, the [`MAX_KEPT`] last used, so a part whose shapes recur is compiled
 //!    once ("lowered once per distinct shape and kept"). A part of one node that stops again is an error: the
 //!    import's own line, naming the node.
@@ -20,7 +20,8 @@
 //!    its key, one download each where they live on a device) and what its plan places on the host. The report
 //!    lists the copies planned by every part that ran, in order.
 //! 4. **Not with everything.** Built code and typed modules compile ahead of any run: for them the cut stays an
-//!    error (the import's line). `--state` is refused with a staged model.
+//!    error (the import's line). `--state` and `--input-device` are refused with a staged model (and a top-level
+//!    `If` with a run-time condition then keeps its `Where` form rather than cut).
 
 use std::path::Path;
 use std::rc::Rc;
@@ -33,11 +34,16 @@ use stowage_compiler::onnx::{self};
 use stowage_runtime::{DatumType, Ledger, Tensor};
 
 use crate::error::{DriverError, Result};
+use crate::loops::LoopRun;
 use crate::options::RunOptions;
 use crate::session::Session;
 
 /// How many compiled versions of one later part are kept (rule 2).
 pub const MAX_KEPT: usize = 8;
+
+/// The most elements of a value a node's subgraphs read from around it that is fixed as a value (rule 2): shapes,
+/// sizes and indices are small; a feature map is not fixed, only its shape.
+pub const MAX_FIXED_ELEMENTS: usize = 4096;
 
 /// A model compiled whole, or cut around a node (rule 1).
 pub(crate) enum Stage {
@@ -45,6 +51,8 @@ pub(crate) enum Stage {
     Whole(Box<Session>),
     /// Cut.
     Cut(Box<Cut>),
+    /// A `Loop` iterated at run time (`loops.rs`).
+    Loop(Box<LoopRun>),
 }
 
 /// A model cut around one node.
@@ -77,10 +85,10 @@ struct Later {
 }
 
 /// What a run of a stage gives: the outputs by name, and the peak bytes per memory space.
-type Ran = (Vec<(String, Tensor<'static>)>, Vec<(String, usize)>);
+pub(crate) type Ran = (Vec<(String, Tensor<'static>)>, Vec<(String, usize)>);
 
 /// Each input's datum type and shape, and its bytes when it sets shapes.
-type Key = Vec<(DatumType, Vec<usize>, Option<Vec<u8>>)>;
+pub(crate) type Key = Vec<(DatumType, Vec<usize>, Option<Vec<u8>>)>;
 
 impl Stage {
     /// Compiles `bytes` (the model `model` names) for `inputs` as [`Session::new`] does, cutting it where a node
@@ -100,12 +108,22 @@ impl Stage {
         let proto = onnx::decode_within(bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
+        if nodes == 1 {
+            // A Loop the import could not unroll is iterated (`loops.rs`).
+            if let Some(l) = LoopRun::of(&proto, options, model)? {
+                return Ok(Stage::Loop(Box::new(l)));
+            }
+        }
         let Some(cut) = split::split(&proto, index).filter(|_| nodes > 1) else {
             return Err(DriverError::AtRunTime { index, message });
         };
-        if !options.planning.states.is_empty() {
-            return Err(DriverError::Plan(format!("{message}; --state is not taken by a model compiled in stages")));
+        if !options.planning.states.is_empty() || !options.planning.input_devices.is_empty() {
+            return Err(DriverError::Plan(format!(
+                "{message}; --state and --input-device are not taken by a model compiled in stages"
+            )));
         }
+        // Rule 3: a part's outputs are read by the parts after it, so their downloads are planned.
+        let options = &RunOptions { read_outputs: true, ..options.clone() };
         let node = &proto.graph.as_ref().expect("split has a graph").node[index];
         let node = (onnx::node_name(node, index), node.op_type().to_string());
         drop(proto);
@@ -124,6 +142,7 @@ impl Stage {
         match self {
             Stage::Whole(s) => s.cx.graph.outputs().iter().map(|o| o.name.clone()).collect(),
             Stage::Cut(c) => c.outputs.clone(),
+            Stage::Loop(_) => Vec::new(),
         }
     }
 
@@ -148,6 +167,7 @@ impl Stage {
                 return Ok((self.output_names().into_iter().zip(ran.outputs).collect(), ran.peaks));
             }
             Stage::Cut(c) => c,
+            Stage::Loop(l) => return l.run(inputs, model, options, ledger),
         };
         let mut values: Vec<(String, Tensor<'static>)> = inputs.to_vec();
         // Inputs the caller fixed (`--input-value`) are inputs of the later parts like any other.
@@ -191,6 +211,11 @@ impl Stage {
     pub(crate) fn each_session(&self, f: &mut dyn FnMut(&Session)) {
         match self {
             Stage::Whole(s) => f(s),
+            Stage::Loop(l) => {
+                if let Some(body) = l.last_stage() {
+                    body.each_session(f);
+                }
+            }
             Stage::Cut(c) => {
                 if let Some(b) = &c.before {
                     b.each_session(f);
@@ -206,7 +231,15 @@ impl Stage {
 
     /// One line per cut, in the order the cuts run: the node, and how many versions of its parts were compiled.
     pub(crate) fn cuts(&self) -> Vec<String> {
-        let Stage::Cut(c) = self else { return Vec::new() };
+        let c = match self {
+            Stage::Cut(c) => c,
+            Stage::Loop(l) => {
+                let mut lines = vec![l.line()];
+                lines.extend(l.last_stage().map(|s| s.cuts()).unwrap_or_default());
+                return lines;
+            }
+            Stage::Whole(_) => return Vec::new(),
+        };
         let mut lines = c.before.as_ref().map(Stage::cuts).unwrap_or_default();
         let compiled: Vec<String> =
             c.later.iter().map(|l| l.compiled.lock().map(|n| n.to_string()).unwrap_or_default()).collect();
@@ -230,7 +263,7 @@ impl Stage {
 
 impl Later {
     fn new(part: Part) -> Later {
-        let values = onnx::value_inputs(&part.model);
+        let values = part.value_inputs();
         let mut outer = Vec::new();
         if let Some([node]) = part.model.graph.as_ref().map(|g| g.node.as_slice()) {
             for name in onnx::outer_inputs(node) {
@@ -248,6 +281,12 @@ impl Later {
             last: Mutex::default(),
             compiled: Mutex::default(),
         }
+    }
+
+    /// Whether the outer value `n` is fixed as a value once `fix_outer` is set: those small enough to set shapes
+    /// ([`MAX_FIXED_ELEMENTS`]), not whole activations.
+    fn fixes(&self, n: &str, t: &Tensor<'static>) -> bool {
+        self.outer.iter().any(|o| o == n) && t.len() <= MAX_FIXED_ELEMENTS
     }
 
     /// The version the last run used.
@@ -277,7 +316,7 @@ impl Later {
         let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
         let mut key: Key = Vec::with_capacity(args.len());
         for (n, t) in &args {
-            let bytes = if self.values.contains(n) || (fix_outer && self.outer.contains(n)) {
+            let bytes = if self.values.contains(n) || (fix_outer && self.fixes(n, t)) {
                 let packed = t.to_row_major().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
                 Some(packed.as_bytes().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?.to_vec())
             } else {
@@ -330,7 +369,7 @@ impl Later {
         let mut options = later_options(options);
         let mut given = Vec::with_capacity(args.len());
         for (n, t) in args {
-            if fix_outer && self.outer.contains(n) {
+            if fix_outer && self.fixes(n, t) {
                 options.config.input_values.insert(n.clone(), t.clone());
             } else {
                 given.push((n.clone(), t.clone()));
@@ -354,6 +393,8 @@ impl Later {
 /// fixed values are the part's inputs, rule 2).
 fn later_options(options: &RunOptions) -> RunOptions {
     let mut o = options.clone();
+    // Rule 3: what a part makes is read by the parts after it (or the caller).
+    o.read_outputs = true;
     o.config.input_values.clear();
     o.config.input_shapes.clear();
     o.planning.input_layouts.clear();
@@ -362,7 +403,7 @@ fn later_options(options: &RunOptions) -> RunOptions {
     o
 }
 
-fn add_peaks(peaks: &mut Vec<(String, usize)>, more: Vec<(String, usize)>) {
+pub(crate) fn add_peaks(peaks: &mut Vec<(String, usize)>, more: Vec<(String, usize)>) {
     for (space, bytes) in more {
         match peaks.iter_mut().find(|(s, _)| *s == space) {
             Some(e) => e.1 += bytes,

@@ -11,12 +11,14 @@
 //!    node and after parts take as inputs the names their nodes read that no node of theirs makes and no
 //!    initializer defines, each once, in first-use order: graph inputs, or values an earlier part makes. They are
 //!    declared without a type: the driver types them from the tensors it has at run time ([`Part::typed`]).
-//! 3. **Initializers** go to each part whose nodes read them, by name (in subgraphs too).
+//! 3. **Initializers** go to each part whose nodes read them, by name (in subgraphs too), and to the before part
+//!    when they are outputs of the model.
 //! 4. **Outputs.** The before part's outputs are the model's outputs that the node and after parts do not make (a
 //!    node's, an initializer, a graph input), then every value the node and after parts read from it; the node
 //!    part's are its outputs that are named; the after part's are the model's outputs it makes.
 //! 5. **The rest of the model** (opset imports, IR version, producer, metadata) is the same in each part, so
-//!    external data is found beside the model as before.
+//!    external data is found beside the model as before. Unnamed nodes are named `OpType_N` first (N: their
+//!    position in the model), as the import calls them, so a node has one name in every part.
 
 use std::collections::HashSet;
 
@@ -60,6 +62,15 @@ impl Part {
 
 /// Cuts `model` around its top-level node `index` (rules 1 to 5); `None` when there is no such node or no graph.
 pub fn split(model: &ModelProto, index: usize) -> Option<Split> {
+    // Unnamed nodes are named as the import names them (`OpType_N`, N their position in this model), so a node is
+    // called the same in every part.
+    let mut named = model.clone();
+    for (i, n) in named.graph.as_mut()?.node.iter_mut().enumerate() {
+        if n.name().is_empty() {
+            n.name = Some(super::node_name(n, i));
+        }
+    }
+    let model = &named;
     let g = model.graph.as_ref()?;
     let cut = g.node.get(index)?;
     // Rule 1: the values the node makes taint their readers, and theirs, until nothing changes (the file's order
@@ -105,8 +116,13 @@ pub fn split(model: &ModelProto, index: usize) -> Option<Split> {
             }
         }
     }
+    // Rule 3: the initializers the before part's nodes read, and those that are its outputs.
+    let read: HashSet<&str> =
+        before_nodes.iter().flat_map(|n| reads(n)).chain(before_outputs.iter().map(String::as_str)).collect();
+    let initializers = g.initializer.iter().filter(|t| read.contains(t.name())).cloned().collect();
     let mut before = model.clone();
     if let Some(bg) = before.graph.as_mut() {
+        bg.initializer = initializers;
         bg.node = before_nodes.into_iter().cloned().collect();
         bg.output =
             before_outputs.iter().map(|n| ValueInfoProto { name: Some(n.clone()), ..Default::default() }).collect();
@@ -143,6 +159,18 @@ fn part(model: &ModelProto, g: &GraphProto, nodes: &[&NodeProto], outputs: Vec<S
         ..Default::default()
     });
     Part { model: part_model, inputs }
+}
+
+impl Part {
+    /// The inputs of the part whose values set shapes (`value_inputs` of the part with its inputs declared).
+    pub fn value_inputs(&self) -> Vec<String> {
+        let mut declared = self.model.clone();
+        if let Some(g) = declared.graph.as_mut() {
+            g.input =
+                self.inputs.iter().map(|n| ValueInfoProto { name: Some(n.clone()), ..Default::default() }).collect();
+        }
+        super::value_inputs(&declared)
+    }
 }
 
 /// The names `node` reads: its inputs, then what its subgraphs read from around it.

@@ -230,11 +230,15 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     if g.input.len() != n + 2 || g.output.len() < n + 1 {
         return Err(ex.fail(format!("its body takes {} inputs and makes {} outputs; with {n} carried values it must take {} and make at least {}", g.input.len(), g.output.len(), n + 2, n + 1)));
     }
-    let trips =
-        trips.ok_or_else(|| ex.fail("it has no trip count: stowage unrolls only Loops of a known trip count"))?;
+    // Loops that are not unrolled are iterated at run time when the driver compiles in stages (`needs_value`).
+    let trips = trips.ok_or_else(|| {
+        ex.needs_value("it has no trip count: stowage unrolls only Loops of a known trip count, and iterates the others when it runs them")
+    })?;
     let initially = ex.optional(1).map(|c| truth(ex, &c) == Some(true)).unwrap_or(true);
     if !(0..=MAX_STEPS as i64).contains(&trips) {
-        return Err(ex.fail(format!("a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS})")));
+        return Err(ex.needs_value(format!(
+            "a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS}, and iterates the others when it runs them)"
+        )));
     }
     ex.spend((trips as usize).saturating_mul(g.node.len() + 1))?;
     let inits = initializers(ex, g)?;
@@ -262,7 +266,7 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         let produced = iteration(ex, g, it, &inputs, &inits)?;
         cond = produced[0].clone();
         if conditioned {
-            go = truth(ex, &cond).ok_or_else(|| ex.fail(format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled")))?;
+            go = truth(ex, &cond).ok_or_else(|| ex.needs_value(format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled (stowage iterates it when it runs it)")))?;
         }
         states = produced[1..=n].to_vec();
         for (j, v) in produced[n + 1..].iter().enumerate() {
