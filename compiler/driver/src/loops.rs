@@ -11,12 +11,16 @@
 //!    `i < M` and c; the body's condition output is the next c where the loop has a condition input and is ignored
 //!    otherwise (as the ONNX spec and the unrolled form do). Reading c is one download per iteration where the body
 //!    leaves it on a device (in the ledger).
-//! 3. **Carried values stay where they are made.** The body adopts the devices the earlier parts opened, and an
-//!    iteration's carried outputs are the next iteration's inputs as they are: a value a device made is found
-//!    there (no copy per iteration).
-//! 4. **Scan outputs** are each iteration's values stacked along a new first axis, on the host (each read once);
-//!    they must agree in type and shape. A loop that runs no iteration and has scan outputs is an error naming
-//!    the node (their shape is unknown), as in the unrolled form.
+//! 3. **Carried values stay where they are made.** The body adopts the devices the earlier parts and its own
+//!    earlier versions opened, and an iteration's carried outputs are the next iteration's inputs as they are: a
+//!    value a device made is found there (no copy per iteration). Values the body reads from around the loop are
+//!    passed each iteration as they are (a host value is uploaded each time by a device that needs it).
+//! 4. **Scan outputs** are each iteration's values stacked along a new first axis, on the host (each read as it
+//!    is made, the stack bounded by the size limit on one value); they must agree in type and shape. A loop that
+//!    runs no iteration and has scan outputs is an error naming the node (their shape is unknown), as in the
+//!    unrolled form. Errors in an iteration name the node and the iteration.
+//! 5. **Only top-level loops that end.** A loop nested in another node's subgraph keeps the import's error, and
+//!    so does one with neither a trip count nor a condition.
 
 use std::path::Path;
 use std::rc::Rc;
@@ -31,7 +35,7 @@ use stowage_runtime::{DatumType, Ledger, Tensor};
 
 use crate::error::{DriverError, Result};
 use crate::options::RunOptions;
-use crate::stages::{Ran, Stage};
+use crate::stages::{key_of, later_options, Key, Ran, Stage};
 
 /// How many versions of a body are kept.
 const MAX_KEPT: usize = 8;
@@ -57,8 +61,12 @@ pub(crate) struct LoopRun {
     names: Vec<String>,
     /// The body's inputs whose values set its shapes.
     values: Vec<String>,
-    kept: Mutex<Vec<(super::stages::Key, Rc<Stage>)>>,
-    last: Mutex<Option<super::stages::Key>>,
+    kept: Mutex<Vec<(Key, Rc<Stage>)>>,
+    last: Mutex<Option<Key>>,
+    /// The devices earlier versions of the body opened, which later versions adopt (rule 3).
+    adopted: Mutex<crate::backend::Adopted>,
+    /// The shapes the body declares for its iteration number and condition (`[]` or `[1]`).
+    counter_shapes: (Vec<usize>, Vec<usize>),
 }
 
 impl LoopRun {
@@ -131,6 +139,8 @@ impl LoopRun {
             values,
             kept: Mutex::default(),
             last: Mutex::default(),
+            adopted: Mutex::default(),
+            counter_shapes: (declared_shape(&body.input[0]), declared_shape(&body.input[1])),
         }))
     }
 
@@ -178,14 +188,19 @@ impl LoopRun {
         let mut peaks: Vec<(String, usize)> = Vec::new();
         let body_names = &self.names;
         let mut it: i64 = 0;
-        let mut cond = Tensor::from_vec(&[], vec![go]).map_err(|e| fail(e.to_string()))?;
+        let (it_shape, cond_shape) = (&self.counter_shapes.0, &self.counter_shapes.1);
+        let mut cond = Tensor::from_vec(cond_shape, vec![go]).map_err(|e| fail(e.to_string()))?;
+        let limit = options.config.value_limit();
+        let mut scanned_bytes: Vec<Vec<u8>> = vec![Vec::new(); scans];
         while it < trips && go {
-            let mut inputs = vec![Tensor::from_vec(&[], vec![it]).map_err(|e| fail(e.to_string()))?, cond.clone()];
+            let counter = Tensor::from_vec(it_shape, vec![it]).map_err(|e| fail(e.to_string()))?;
+            let mut inputs = vec![counter, cond.clone()];
             inputs.extend(carried.iter().cloned());
             inputs.extend(outer.iter().cloned());
             let named: Vec<(String, Tensor<'static>)> = body_names.iter().cloned().zip(inputs).collect();
+            let in_iteration = |e: DriverError| fail(format!("iteration {it}: {e}"));
             let stage = self.version(&named, model, options)?;
-            let (outs, p) = stage.run(&named, model, options, ledger)?;
+            let (outs, p) = stage.run(&named, model, &later_options(options), ledger).map_err(in_iteration)?;
             // Iterations run one after another in the body's arenas: the peak is the largest.
             for (space, bytes) in p {
                 match peaks.iter_mut().find(|(s, _): &&mut (String, usize)| *s == space) {
@@ -199,7 +214,15 @@ impl LoopRun {
                 go = read("condition", &cond)?.iter().any(|&b| b != 0);
             }
             carried = outs.by_ref().take(carried.len()).collect();
+            // Rule 4: each scan value read as it comes, the stack bounded by the size limit.
             for (j, t) in outs.enumerate() {
+                scanned_bytes[j].extend(read("scan output", &t)?);
+                if scanned_bytes[j].len() > limit {
+                    return Err(fail(format!(
+                        "scan output {j} passes {limit} bytes in iteration {it}: more than the limit on one value \
+                         (raise it with --max-value-bytes)"
+                    )));
+                }
                 scanned[j].push(t);
             }
             it += 1;
@@ -211,7 +234,6 @@ impl LoopRun {
                 fail("it ran no iteration and has scan outputs (of unknown shape): not supported".into())
             })?;
             let (dt, shape) = (first.dt(), first.shape().to_vec());
-            let mut bytes = Vec::new();
             for (k, t) in parts.iter().enumerate() {
                 if t.dt() != dt || t.shape() != shape.as_slice() {
                     return Err(fail(format!(
@@ -220,8 +242,8 @@ impl LoopRun {
                         t.shape()
                     )));
                 }
-                bytes.extend(read(&name, t)?);
             }
+            let bytes = std::mem::take(&mut scanned_bytes[j]);
             let mut stacked = vec![parts.len()];
             stacked.extend(shape);
             let t = Tensor::from_bytes(dt, &stacked, &bytes).map_err(|e| fail(e.to_string()))?;
@@ -232,7 +254,8 @@ impl LoopRun {
             .part_outputs
             .iter()
             .map(|o| {
-                let found = results.iter().find(|(n, _)| n == o).cloned();
+                // A part's output may be one of its inputs or held values, passed through.
+                let found = results.iter().chain(args).chain(&self.held).find(|(n, _)| n == o).cloned();
                 found.ok_or_else(|| fail(format!("'{o}' is none of its outputs")))
             })
             .collect::<Result<_>>()?;
@@ -253,16 +276,7 @@ impl LoopRun {
 
     /// The body compiled for `named`, or the version kept for them (rule 1).
     fn version(&self, named: &[(String, Tensor<'static>)], model: &Path, options: &RunOptions) -> Result<Rc<Stage>> {
-        let mut key: super::stages::Key = Vec::with_capacity(named.len());
-        for (n, t) in named {
-            let bytes = if self.values.contains(n) {
-                let packed = t.to_row_major().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
-                Some(packed.as_bytes().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?.to_vec())
-            } else {
-                None
-            };
-            key.push((t.dt(), t.shape().to_vec(), bytes));
-        }
+        let key = key_of(named, |n, _| self.values.iter().any(|v| v == n))?;
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         let stage = match kept.iter().position(|(k, _)| *k == key) {
             Some(i) => kept[i].1.clone(),
@@ -272,23 +286,43 @@ impl LoopRun {
                 if let Some(g) = body.graph.as_mut() {
                     g.input = named.iter().map(|(n, t)| value_info(n, t.dt(), t.shape())).collect();
                 }
-                let stage =
-                    Rc::new(Stage::new(&body.encode_to_vec(), model, named, options, Instant::now()).map_err(|e| {
+                let mut options = later_options(options);
+                options.adopted.0.extend(self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.iter().cloned());
+                let stage = Rc::new(
+                    Stage::new(&body.encode_to_vec(), model, named, &options, Instant::now()).map_err(|e| {
                         DriverError::Model(format!(
                             "{e} (compiling, at run time, the body of node '{}' (Loop))",
                             self.name
                         ))
-                    })?);
+                    })?,
+                );
                 kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
                 if kept.len() == MAX_KEPT {
                     kept.remove(0);
                 }
                 kept.push((key.clone(), stage.clone()));
                 self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
+                let mut adopted = RunOptions { adopted: Default::default(), ..options.clone() };
+                stage.adopt_into(&mut adopted);
+                self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.extend(adopted.adopted.0);
                 stage
             }
         };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
         Ok(stage)
+    }
+}
+
+/// The shape a body declares for its iteration number or condition: `[1]` where it says so, else a scalar.
+fn declared_shape(vi: &stowage_compiler::onnx::proto::ValueInfoProto) -> Vec<usize> {
+    use stowage_compiler::onnx::proto::tensor_shape_proto::dimension::Value;
+    use stowage_compiler::onnx::proto::type_proto;
+    let dims = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or_default(),
+        _ => &[],
+    };
+    match dims {
+        [d] if matches!(d.value, Some(Value::DimValue(1))) => vec![1],
+        _ => Vec::new(),
     }
 }

@@ -108,6 +108,11 @@ impl Stage {
         let proto = onnx::decode_within(bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
+        if !options.planning.states.is_empty() || !options.planning.input_devices.is_empty() {
+            return Err(DriverError::Plan(format!(
+                "{message}; --state and --input-device are not taken by a model compiled in stages"
+            )));
+        }
         if nodes == 1 {
             // A Loop the import could not unroll is iterated (`loops.rs`).
             if let Some(l) = LoopRun::of(&proto, options, model)? {
@@ -117,11 +122,6 @@ impl Stage {
         let Some(cut) = split::split(&proto, index).filter(|_| nodes > 1) else {
             return Err(DriverError::AtRunTime { index, message });
         };
-        if !options.planning.states.is_empty() || !options.planning.input_devices.is_empty() {
-            return Err(DriverError::Plan(format!(
-                "{message}; --state and --input-device are not taken by a model compiled in stages"
-            )));
-        }
         // Rule 3: a part's outputs are read by the parts after it, so their downloads are planned.
         let options = &RunOptions { read_outputs: true, ..options.clone() };
         let node = &proto.graph.as_ref().expect("split has a graph").node[index];
@@ -191,19 +191,11 @@ impl Stage {
                 stage.adopt_into(&mut options);
             }
         }
-        let outputs = cut
-            .outputs
-            .iter()
-            .map(|o| {
-                let found = values.iter().rev().find(|(n, _)| n == o).map(|(_, t)| t.clone());
-                found.map(|t| (o.clone(), t)).ok_or_else(|| not_made(o))
-            })
-            .collect::<Result<_>>()?;
-        Ok((outputs, peaks))
+        Ok((pick(&values, &cut.outputs)?, peaks))
     }
 
     /// Adds the targets the last run's sessions opened to those `options` adopts (rule 3).
-    fn adopt_into(&self, options: &mut RunOptions) {
+    pub(crate) fn adopt_into(&self, options: &mut RunOptions) {
         self.each_session(&mut |s| options.adopted.0.extend(s.opened.iter().filter_map(|o| o.shared())));
     }
 
@@ -304,26 +296,9 @@ impl Later {
         ledger: &Ledger,
         node: &(String, String),
     ) -> Result<Ran> {
-        let args: Vec<(String, Tensor<'static>)> = self
-            .part
-            .inputs
-            .iter()
-            .map(|n| {
-                let found = values.iter().rev().find(|(m, _)| m == n).map(|(_, t)| t.clone());
-                found.map(|t| (n.clone(), t)).ok_or_else(|| not_made(n))
-            })
-            .collect::<Result<_>>()?;
+        let args = pick(values, &self.part.inputs)?;
         let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut key: Key = Vec::with_capacity(args.len());
-        for (n, t) in &args {
-            let bytes = if self.values.contains(n) || (fix_outer && self.fixes(n, t)) {
-                let packed = t.to_row_major().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
-                Some(packed.as_bytes().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?.to_vec())
-            } else {
-                None
-            };
-            key.push((t.dt(), t.shape().to_vec(), bytes));
-        }
+        let key = key_of(&args, |n, t| self.values.iter().any(|v| v == n) || (fix_outer && self.fixes(n, t)))?;
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).iter().position(|(k, _)| *k == key);
         let stage = match kept {
             Some(i) => {
@@ -391,7 +366,7 @@ impl Later {
 
 /// The options a later part is compiled and run with: the caller's, less what names the model's inputs (their
 /// fixed values are the part's inputs, rule 2).
-fn later_options(options: &RunOptions) -> RunOptions {
+pub(crate) fn later_options(options: &RunOptions) -> RunOptions {
     let mut o = options.clone();
     // Rule 3: what a part makes is read by the parts after it (or the caller).
     o.read_outputs = true;
@@ -401,6 +376,37 @@ fn later_options(options: &RunOptions) -> RunOptions {
     o.planning.input_devices.clear();
     o.planning.states.clear();
     o
+}
+
+/// The tensors named `names`, each the last of that name in `values`.
+pub(crate) fn pick(values: &[(String, Tensor<'static>)], names: &[String]) -> Result<Vec<(String, Tensor<'static>)>> {
+    names
+        .iter()
+        .map(|n| {
+            let found = values.iter().rev().find(|(m, _)| m == n).map(|(_, t)| t.clone());
+            found.map(|t| (n.clone(), t)).ok_or_else(|| not_made(n))
+        })
+        .collect()
+}
+
+/// The key of `named` (rule 2): each one's type and shape, and the bytes of those `sets_shape` picks (read on the
+/// host: one download where one lives on a device).
+pub(crate) fn key_of(
+    named: &[(String, Tensor<'static>)],
+    sets_shape: impl Fn(&str, &Tensor<'static>) -> bool,
+) -> Result<Key> {
+    named
+        .iter()
+        .map(|(n, t)| {
+            let bytes = if sets_shape(n, t) {
+                let packed = t.to_row_major().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
+                Some(packed.as_bytes().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?.to_vec())
+            } else {
+                None
+            };
+            Ok((t.dt(), t.shape().to_vec(), bytes))
+        })
+        .collect()
 }
 
 pub(crate) fn add_peaks(peaks: &mut Vec<(String, usize)>, more: Vec<(String, usize)>) {

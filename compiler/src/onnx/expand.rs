@@ -132,7 +132,7 @@ pub(super) struct Ex<'a, 'g> {
     names: &'g mut HashMap<String, ValueId>,
     pub node: &'a NodeProto,
     pub name: &'a str,
-    at: At<'a>,
+    pub(super) at: At<'a>,
     made: Vec<String>,
     count: usize,
 }

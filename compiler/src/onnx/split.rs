@@ -122,6 +122,9 @@ pub fn split(model: &ModelProto, index: usize) -> Option<Split> {
     let initializers = g.initializer.iter().filter(|t| read.contains(t.name())).cloned().collect();
     let mut before = model.clone();
     if let Some(bg) = before.graph.as_mut() {
+        // An initializer listed as a graph input (IR < 4) that the part no longer holds is not an input either.
+        let dropped: HashSet<&str> = g.initializer.iter().map(|t| t.name()).filter(|n| !read.contains(n)).collect();
+        bg.input.retain(|i| !dropped.contains(i.name()));
         bg.initializer = initializers;
         bg.node = before_nodes.into_iter().cloned().collect();
         bg.output =

@@ -231,12 +231,18 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         return Err(ex.fail(format!("its body takes {} inputs and makes {} outputs; with {n} carried values it must take {} and make at least {}", g.input.len(), g.output.len(), n + 2, n + 1)));
     }
     // Loops that are not unrolled are iterated at run time when the driver compiles in stages (`needs_value`).
-    let trips = trips.ok_or_else(|| {
-        ex.needs_value("it has no trip count: stowage unrolls only Loops of a known trip count, and iterates the others when it runs them")
-    })?;
+    // Only a top-level Loop is iterated (a nested one would stop its holder again), and only one that ends.
+    let iterated = |ex: &Ex<'_, '_>, m: String| if ex.at.depth == 0 { ex.needs_value(m) } else { ex.fail(m) };
+    let trips = match trips {
+        Some(t) => t,
+        None if ex.optional(1).is_none() => {
+            return Err(ex.fail("it has neither a trip count nor a condition: it would never end"))
+        }
+        None => return Err(iterated(ex, "it has no trip count: stowage unrolls only Loops of a known trip count, and iterates the others when it runs them".into())),
+    };
     let initially = ex.optional(1).map(|c| truth(ex, &c) == Some(true)).unwrap_or(true);
     if !(0..=MAX_STEPS as i64).contains(&trips) {
-        return Err(ex.needs_value(format!(
+        return Err(iterated(ex, format!(
             "a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS}, and iterates the others when it runs them)"
         )));
     }
@@ -266,7 +272,7 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         let produced = iteration(ex, g, it, &inputs, &inits)?;
         cond = produced[0].clone();
         if conditioned {
-            go = truth(ex, &cond).ok_or_else(|| ex.needs_value(format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled (stowage iterates it when it runs it)")))?;
+            go = truth(ex, &cond).ok_or_else(|| iterated(ex, format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled (stowage iterates it when it runs it)")))?;
         }
         states = produced[1..=n].to_vec();
         for (j, v) in produced[n + 1..].iter().enumerate() {
