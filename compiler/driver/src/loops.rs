@@ -10,7 +10,8 @@
 //! 2. **Iterations.** With trip count M (none: no bound) and condition c (none: true), iteration i runs while
 //!    `i < M` and c; the body's condition output is the next c where the loop has a condition input and is ignored
 //!    otherwise (as the ONNX spec and the unrolled form do). Reading c is one download per iteration where the body
-//!    leaves it on a device (in the ledger).
+//!    leaves it on a device (in the ledger). At most [`MAX_ITERATIONS`] run: a larger trip count is refused at
+//!    once, a loop still going then is stopped, each an error naming the node.
 //! 3. **Carried values stay where they are made.** The body adopts the devices the earlier parts and its own
 //!    earlier versions opened, and an iteration's carried outputs are the next iteration's inputs as they are: a
 //!    value a device made is found there (no copy per iteration). Values the body reads from around the loop are
@@ -39,6 +40,10 @@ use crate::stages::{key_of, later_options, Key, Ran, Stage};
 
 /// How many versions of a body are kept.
 const MAX_KEPT: usize = 8;
+
+/// The most iterations a loop runs (rule 2): a trip count above it is refused before the first, and a loop still
+/// going when it is reached stops with an error naming it.
+pub const MAX_ITERATIONS: i64 = 1 << 20;
 
 /// A `Loop` iterated at run time.
 pub(crate) struct LoopRun {
@@ -172,11 +177,19 @@ impl LoopRun {
             Some(n) => {
                 let t = find(n)?;
                 let v = t.to_vec::<i64>().map_err(|e| fail(format!("its trip count '{n}': {e}")))?;
-                *v.first().ok_or_else(|| fail(format!("its trip count '{n}' is empty")))?
+                match v.as_slice() {
+                    [m] => *m,
+                    _ => return Err(fail(format!("its trip count '{n}' has {} elements, not one", v.len()))),
+                }
             }
             None => i64::MAX,
         };
         let conditioned = self.inputs.get(1).is_some_and(|n| !n.is_empty());
+        if trips > MAX_ITERATIONS && !conditioned {
+            return Err(fail(format!(
+                "a trip count of {trips} is more than the {MAX_ITERATIONS} iterations stowage runs"
+            )));
+        }
         let mut go = match self.inputs.get(1).filter(|n| !n.is_empty()) {
             Some(n) => read(n, &find(n)?)?.iter().any(|&b| b != 0),
             None => true,
@@ -193,6 +206,9 @@ impl LoopRun {
         let limit = options.config.value_limit();
         let mut scanned_bytes: Vec<Vec<u8>> = vec![Vec::new(); scans];
         while it < trips && go {
+            if it == MAX_ITERATIONS {
+                return Err(fail(format!("still going after {MAX_ITERATIONS} iterations, the most stowage runs")));
+            }
             let counter = Tensor::from_vec(it_shape, vec![it]).map_err(|e| fail(e.to_string()))?;
             let mut inputs = vec![counter, cond.clone()];
             inputs.extend(carried.iter().cloned());
