@@ -173,3 +173,17 @@ fn a_staged_model_refuses_state_and_input_device_naming_the_node() {
     let e = session::run(&dir.join("model.onnx"), vec![("x".into(), x)], &options).err().expect("refused").to_string();
     assert!(e.contains("node 'keep_rows' (Compress)") && e.contains("--input-device are not taken"), "{e}");
 }
+
+#[test]
+fn an_iterated_loop_takes_its_input_fixed_by_input_value() {
+    // The carried value's start fixed by --input-value: the loop is still iterated (its body computes its
+    // condition), the body compiled without the caller's fixed inputs, and the result is the reference's.
+    let dir = suite().join("loop_until");
+    let data = dir.join("test_data_set_0");
+    let mut options = stowage_cli::run_options();
+    options.config.input_values.insert("x".into(), onnx::read_tensor(data.join("input_0.pb")).unwrap());
+    let outcome = session::run(&dir.join("model.onnx"), Vec::new(), &options).unwrap();
+    assert!(outcome.cuts[0].contains("8 iterations"), "{:?}", outcome.cuts);
+    let want = onnx::read_tensor(data.join("output_1.pb")).unwrap();
+    stowage_tests::compare(&outcome.outputs[1].1, &want, 1e-5, 1e-6).unwrap();
+}
