@@ -92,7 +92,8 @@ pub(crate) type Key = Vec<(DatumType, Vec<usize>, Option<Vec<u8>>)>;
 
 impl Stage {
     /// Compiles `bytes` (the model `model` names) for `inputs` as [`Session::new`] does, cutting it where a node
-    /// needs a value known only at run time (rule 1). `whole_only`: a part of one node, which is not cut again.
+    /// needs a value known only at run time (rule 1); a part of one node is not cut again (a `Loop` is iterated,
+    /// `loops.rs`; anything else is the import's error).
     pub(crate) fn new(
         bytes: &[u8],
         model: &Path,
@@ -137,15 +138,6 @@ impl Stage {
         Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs })))
     }
 
-    /// The stage's output names, in order.
-    pub(crate) fn output_names(&self) -> Vec<String> {
-        match self {
-            Stage::Whole(s) => s.cx.graph.outputs().iter().map(|o| o.name.clone()).collect(),
-            Stage::Cut(c) => c.outputs.clone(),
-            Stage::Loop(_) => Vec::new(),
-        }
-    }
-
     /// Runs once on `inputs` (by name; extra ones are ignored), recording copies in `ledger`; the outputs by name,
     /// and the peak bytes per memory space, added up over the parts (each holds its own arenas).
     pub(crate) fn run(
@@ -164,7 +156,8 @@ impl Stage {
                     .cloned()
                     .collect();
                 let ran = s.run(&given, ledger)?;
-                return Ok((self.output_names().into_iter().zip(ran.outputs).collect(), ran.peaks));
+                let names = graph.outputs().iter().map(|o| o.name.clone());
+                return Ok((names.zip(ran.outputs).collect(), ran.peaks));
             }
             Stage::Cut(c) => c,
             Stage::Loop(l) => return l.run(inputs, model, options, ledger),
