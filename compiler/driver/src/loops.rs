@@ -36,10 +36,7 @@ use stowage_runtime::{DatumType, Ledger, Tensor};
 
 use crate::error::{DriverError, Result};
 use crate::options::RunOptions;
-use crate::stages::{key_of, later_options, Key, Ran, Stage};
-
-/// How many versions of a body are kept.
-const MAX_KEPT: usize = 8;
+use crate::stages::{key_of, later_options, Ran, Stage, Versions};
 
 /// The most iterations a loop runs (rule 2): a trip count above it is refused before the first, and a loop still
 /// going when it is reached stops with an error naming it.
@@ -55,8 +52,8 @@ pub(crate) struct LoopRun {
     outputs: Vec<String>,
     /// The part's outputs, in order (some of the node's).
     part_outputs: Vec<String>,
-    /// Iterations in the last run, and versions of the body compiled.
-    counts: Mutex<(i64, usize)>,
+    /// Iterations in the last run.
+    iterations: Mutex<i64>,
     /// Values the part holds rather than takes: its fixed inputs and the initializers the node reads directly.
     held: Vec<(String, Tensor<'static>)>,
     /// The body as a model whose inputs are untyped (rule 1), and the outer names it reads, in order.
@@ -66,8 +63,7 @@ pub(crate) struct LoopRun {
     names: Vec<String>,
     /// The body's inputs whose values set its shapes.
     values: Vec<String>,
-    kept: Mutex<Vec<(Key, Rc<Stage>)>>,
-    last: Mutex<Option<Key>>,
+    versions: Versions,
     /// The devices earlier versions of the body opened, which later versions adopt (rule 3).
     adopted: Mutex<crate::backend::Adopted>,
     /// The shapes the body declares for its iteration number and condition (`[]` or `[1]`).
@@ -136,14 +132,13 @@ impl LoopRun {
             inputs: node.input.clone(),
             outputs: node.output.clone(),
             part_outputs: g.output.iter().map(|o| o.name().to_string()).collect(),
-            counts: Mutex::default(),
+            iterations: Mutex::default(),
             held,
             body: body_model,
             outer,
             names,
             values,
-            kept: Mutex::default(),
-            last: Mutex::default(),
+            versions: Versions::default(),
             adopted: Mutex::default(),
             counter_shapes: (declared_shape(&body.input[0]), declared_shape(&body.input[1])),
         }))
@@ -151,8 +146,7 @@ impl LoopRun {
 
     /// The body's version the last iteration ran.
     pub(crate) fn last_stage(&self) -> Option<Rc<Stage>> {
-        let last = self.last.lock().ok()?.clone()?;
-        self.kept.lock().ok()?.iter().find(|(k, _)| *k == last).map(|(_, s)| s.clone())
+        self.versions.last()
     }
 
     /// Runs the loop on `args` (its part's inputs by name), rules 2 to 4.
@@ -265,7 +259,7 @@ impl LoopRun {
             let t = Tensor::from_bytes(dt, &stacked, &bytes).map_err(|e| fail(e.to_string()))?;
             results.push((name, t));
         }
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 = it;
+        *self.iterations.lock().unwrap_or_else(|p| p.into_inner()) = it;
         let ordered = self
             .part_outputs
             .iter()
@@ -280,7 +274,8 @@ impl LoopRun {
 
     /// The line `stowage run` shows for the loop.
     pub(crate) fn line(&self) -> String {
-        let (iterations, versions) = *self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let iterations = *self.iterations.lock().unwrap_or_else(|p| p.into_inner());
+        let versions = self.versions.compiled();
         format!(
             "node '{}' (Loop) is iterated at run time: {iterations} iteration{} in the last run, {versions} version{} \
              of its body compiled",
@@ -293,39 +288,22 @@ impl LoopRun {
     /// The body compiled for `named`, or the version kept for them (rule 1).
     fn version(&self, named: &[(String, Tensor<'static>)], model: &Path, options: &RunOptions) -> Result<Rc<Stage>> {
         let key = key_of(named, |n, _| self.values.iter().any(|v| v == n))?;
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let stage = match kept.iter().position(|(k, _)| *k == key) {
-            Some(i) => kept[i].1.clone(),
-            None => {
-                drop(kept);
-                let mut body = self.body.clone();
-                if let Some(g) = body.graph.as_mut() {
-                    g.input = named.iter().map(|(n, t)| value_info(n, t.dt(), t.shape())).collect();
-                }
-                let mut options = later_options(options);
-                options.adopted.0.extend(self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.iter().cloned());
-                let stage = Rc::new(
-                    Stage::new(&body.encode_to_vec(), model, named, &options, Instant::now()).map_err(|e| {
-                        DriverError::Model(format!(
-                            "{e} (compiling, at run time, the body of node '{}' (Loop))",
-                            self.name
-                        ))
-                    })?,
-                );
-                kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-                if kept.len() == MAX_KEPT {
-                    kept.remove(0);
-                }
-                kept.push((key.clone(), stage.clone()));
-                self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
-                let mut adopted = RunOptions { adopted: Default::default(), ..options.clone() };
-                stage.adopt_into(&mut adopted);
-                self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.extend(adopted.adopted.0);
-                stage
+        self.versions.get(key, || {
+            let mut body = self.body.clone();
+            if let Some(g) = body.graph.as_mut() {
+                g.input = named.iter().map(|(n, t)| value_info(n, t.dt(), t.shape())).collect();
             }
-        };
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
-        Ok(stage)
+            let mut options = later_options(options);
+            options.adopted.0.extend(self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.iter().cloned());
+            let stage = Stage::new(&body.encode_to_vec(), model, named, &options, Instant::now()).map_err(|e| {
+                DriverError::Model(format!("{e} (compiling, at run time, the body of node '{}' (Loop))", self.name))
+            })?;
+            // Rule 3: later versions adopt the devices this one opened.
+            let mut adopted = RunOptions { adopted: Default::default(), ..options.clone() };
+            stage.adopt_into(&mut adopted);
+            self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.extend(adopted.adopted.0);
+            Ok(stage)
+        })
     }
 }
 

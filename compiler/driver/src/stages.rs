@@ -76,12 +76,7 @@ struct Later {
     /// as values, and part of the key, once compiling without them stopped for a value (`fix_outer`).
     outer: Vec<String>,
     fix_outer: Mutex<bool>,
-    /// Compiled versions by key, the most recently used last.
-    kept: Mutex<Vec<(Key, Rc<Stage>)>>,
-    /// The key of the last run.
-    last: Mutex<Option<Key>>,
-    /// Compilations so far.
-    compiled: Mutex<usize>,
+    versions: Versions,
 }
 
 /// What a run of a stage gives: the outputs by name, and the peak bytes per memory space.
@@ -226,8 +221,7 @@ impl Stage {
             Stage::Whole(_) => return Vec::new(),
         };
         let mut lines = c.before.as_ref().map(Stage::cuts).unwrap_or_default();
-        let compiled: Vec<String> =
-            c.later.iter().map(|l| l.compiled.lock().map(|n| n.to_string()).unwrap_or_default()).collect();
+        let compiled: Vec<String> = c.later.iter().map(|l| l.versions.compiled().to_string()).collect();
         lines.push(format!(
             "node '{}' ({}) needs a value known only at run time: it and what follows it were compiled at run time \
              ({} version{} of the node, {} of the rest)",
@@ -257,15 +251,7 @@ impl Later {
                 }
             }
         }
-        Later {
-            part,
-            values,
-            outer,
-            fix_outer: Mutex::default(),
-            kept: Mutex::default(),
-            last: Mutex::default(),
-            compiled: Mutex::default(),
-        }
+        Later { part, values, outer, fix_outer: Mutex::default(), versions: Versions::default() }
     }
 
     /// Whether the outer value `n` is fixed as a value once `fix_outer` is set: those small enough to set shapes
@@ -276,8 +262,7 @@ impl Later {
 
     /// The version the last run used.
     fn last_stage(&self) -> Option<Rc<Stage>> {
-        let last = self.last.lock().ok()?.clone()?;
-        self.kept.lock().ok()?.iter().find(|(k, _)| *k == last).map(|(_, s)| s.clone())
+        self.versions.last()
     }
 
     /// Runs the part on its inputs from `values`, compiling it for them first unless a version for them is kept.
@@ -292,34 +277,14 @@ impl Later {
         let args = pick(values, &self.part.inputs)?;
         let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
         let key = key_of(&args, |n, t| self.values.iter().any(|v| v == n) || (fix_outer && self.fixes(n, t)))?;
-        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).iter().position(|(k, _)| *k == key);
-        let stage = match kept {
-            Some(i) => {
-                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-                let entry = kept.remove(i);
-                let stage = entry.1.clone();
-                kept.push(entry);
-                stage
+        let stage = match self.versions.get(key, || self.compile(&args, model, options, node, fix_outer)) {
+            // Rule 2: the subgraphs' shapes hang on what they read from around the node.
+            Err(DriverError::AtRunTime { .. }) if !fix_outer && !self.outer.is_empty() => {
+                *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                return self.run(values, model, options, ledger, node);
             }
-            None => {
-                let stage = match self.compile(&args, model, options, node, fix_outer) {
-                    // Rule 2: the subgraphs' shapes hang on what they read from around the node.
-                    Err(DriverError::AtRunTime { .. }) if !fix_outer && !self.outer.is_empty() => {
-                        *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner()) = true;
-                        return self.run(values, model, options, ledger, node);
-                    }
-                    stage => Rc::new(stage?),
-                };
-                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-                if kept.len() == MAX_KEPT {
-                    kept.remove(0);
-                }
-                kept.push((key.clone(), stage.clone()));
-                *self.compiled.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-                stage
-            }
+            stage => stage?,
         };
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
         stage.run(&args, model, &later_options(options), ledger)
     }
 
@@ -369,6 +334,54 @@ pub(crate) fn later_options(options: &RunOptions) -> RunOptions {
     o.planning.input_devices.clear();
     o.planning.states.clear();
     o
+}
+
+/// Compiled versions of a part by key (rule 2): at most [`MAX_KEPT`], the most recently used last, and the key the
+/// last run used.
+#[derive(Default)]
+pub(crate) struct Versions {
+    kept: Mutex<Vec<(Key, Rc<Stage>)>>,
+    last: Mutex<Option<Key>>,
+    compiled: Mutex<usize>,
+}
+
+impl Versions {
+    /// The version for `key`, made by `compile` unless one is kept (an error keeps nothing); it is the last used.
+    pub(crate) fn get(&self, key: Key, compile: impl FnOnce() -> Result<Stage>) -> Result<Rc<Stage>> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).iter().position(|(k, _)| *k == key);
+        let stage = match kept {
+            Some(i) => {
+                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                let entry = kept.remove(i);
+                let stage = entry.1.clone();
+                kept.push(entry);
+                stage
+            }
+            None => {
+                let stage = Rc::new(compile()?);
+                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.len() == MAX_KEPT {
+                    kept.remove(0);
+                }
+                kept.push((key.clone(), stage.clone()));
+                *self.compiled.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                stage
+            }
+        };
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
+        Ok(stage)
+    }
+
+    /// The version the last run used.
+    pub(crate) fn last(&self) -> Option<Rc<Stage>> {
+        let last = self.last.lock().ok()?.clone()?;
+        self.kept.lock().ok()?.iter().find(|(k, _)| *k == last).map(|(_, s)| s.clone())
+    }
+
+    /// How many versions were compiled.
+    pub(crate) fn compiled(&self) -> usize {
+        *self.compiled.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The tensors named `names`, each the last of that name in `values`.
