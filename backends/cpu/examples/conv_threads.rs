@@ -9,6 +9,10 @@ fn main() {
     // (input channels, output channels, kernel, stride, pad, input height = width)
     let shapes: &[(usize, usize, usize, usize, usize, usize)] = &[
         (3, 64, 3, 2, 0, 224),
+        (3, 16, 3, 2, 1, 224),
+        (1, 32, 3, 1, 1, 128),
+        (2, 32, 3, 1, 1, 128),
+        (3, 32, 3, 2, 1, 224),
         (64, 16, 1, 1, 0, 55),
         (16, 64, 1, 1, 0, 55),
         (16, 64, 3, 1, 1, 55),

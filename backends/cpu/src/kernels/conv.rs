@@ -12,7 +12,10 @@
 
 use rayon::prelude::*;
 
+use super::cols::Cols;
 use super::depthwise::{depthwise, Plane};
+use super::gemm::{gemm_packed, gemm_packed_cols, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
+use super::shifted;
 
 /// A convolution of one input channel per group runs direct ([`depthwise`]) when each input channel has at most
 /// this many output channels, or at most [`DIRECT_TAPS`] taps: silero's STFT (258 outputs of 256 taps) took
@@ -20,9 +23,11 @@ use super::depthwise::{depthwise, Plane};
 const DIRECT_OUTPUTS: usize = 8;
 /// See [`DIRECT_OUTPUTS`].
 const DIRECT_TAPS: usize = 9;
-use super::cols::Cols;
-use super::gemm::{gemm_packed, gemm_packed_cols, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
-use super::shifted;
+/// The fewest weights per output channel for which a convolution with packed weights reads its input in place
+/// (`shifted.rs`) rather than unfolding it: an RGB stem's 27 (3 channels × 3×3) took 0.53–0.96 ms there against
+/// 0.76–1.36 by im2col (64 outputs of 224² at stride 2, one thread, this project's AVX-512 VM), a grey image's 9
+/// 0.25 against 0.32 ms.
+const MIN_K: usize = 9;
 
 /// `max(0, v)` over `y`, NaN kept (a select, so that the loop vectorises).
 fn relu_pass<T: Float>(y: &mut [T]) {
@@ -361,8 +366,7 @@ pub fn conv_packed<T: Float>(
     let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
     debug_assert!(!pointwise || p_in == p_out);
     // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead.
-    // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead.
-    let shifted = plane.filter(|_| packed.is_some() && !pointwise && kdim >= 32 && shifted::available());
+    let shifted = plane.filter(|_| packed.is_some() && !pointwise && kdim >= MIN_K && shifted::available());
 
     // Output columns c0..c1 of group gi (input x_g) into `out`, row r at `r·out_rs`: the bias, the product over
     // im2col tiles of those columns (or the input itself, pointwise), and the ReLU when the product did not.

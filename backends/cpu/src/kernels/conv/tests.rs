@@ -155,6 +155,32 @@ fn conv_matches_direct() {
             group: 3,
         },
         Case { xs: vec![1, 2, 11], ws: vec![2, 1, 3], strides: vec![1], dil: vec![1], pads: vec![1, 1], group: 2 },
+        // Column strides of 3, 4 (each split into phases by its own loop) and 5 (the general loop), with begin
+        // padding wider than one phase's share and planes reused across channels.
+        Case {
+            xs: vec![2, 3, 10, 23],
+            ws: vec![3, 1, 3, 3],
+            strides: vec![1, 3],
+            dil: vec![1, 1],
+            pads: vec![1, 2, 1, 0],
+            group: 3,
+        },
+        Case {
+            xs: vec![1, 4, 6, 37],
+            ws: vec![4, 1, 2, 5],
+            strides: vec![2, 4],
+            dil: vec![1, 2],
+            pads: vec![0, 5, 1, 3],
+            group: 4,
+        },
+        Case {
+            xs: vec![1, 2, 5, 31],
+            ws: vec![2, 1, 1, 3],
+            strides: vec![1, 5],
+            dil: vec![1, 1],
+            pads: vec![0, 1, 0, 2],
+            group: 2,
+        },
         // One input channel read by many outputs through a long window (an STFT's filters): a product, not the
         // direct kernel.
         Case { xs: vec![1, 1, 600], ws: vec![20, 1, 64], strides: vec![32], dil: vec![1], pads: vec![0, 0], group: 1 },

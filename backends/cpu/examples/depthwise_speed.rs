@@ -1,0 +1,36 @@
+//! Times the direct depthwise kernel on MobileNet-style shapes, one thread:
+//! `cargo run --release -p stowage-cpu --example depthwise_speed`. Each line gives the fastest and the median of
+//! 300 calls.
+use std::time::Instant;
+
+use stowage_cpu::kernels::depthwise::{depthwise, Plane};
+
+fn main() {
+    // (channels, input height = width, kernel, stride)
+    let shapes: &[(usize, usize, usize, usize)] = &[
+        (32, 112, 3, 2),
+        (16, 112, 3, 1),
+        (64, 56, 3, 2),
+        (64, 56, 3, 1),
+        (256, 14, 5, 1),
+        (256, 14, 5, 2),
+        (512, 7, 5, 1),
+    ];
+    for &(c, h, k, s) in shapes {
+        let pad = k / 2;
+        let o = (h + 2 * pad - k) / s + 1;
+        let x: Vec<f32> = (0..c * h * h).map(|i| (i % 7) as f32 * 0.1).collect();
+        let w: Vec<f32> = (0..c * k * k).map(|i| (i % 5) as f32 * 0.1).collect();
+        let mut y = vec![0f32; c * o * o];
+        let p = Plane { ih: h, iw: h, oh: o, ow: o, kh: k, kw: k, stride: (s, s), dilation: (1, 1), pad: (pad, pad) };
+        let mut times: Vec<f64> = (0..300)
+            .map(|_| {
+                let t = Instant::now();
+                depthwise(&x, &w, None, c, 1, &p, false, &mut y, 1);
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        println!("{c} channels of {h}², {k}×{k}/{s}: fastest {:.4} ms, median {:.4} ms", times[0], times[150]);
+    }
+}
