@@ -89,6 +89,7 @@ impl Context {
         self.fold_constants()?;
         self.remove_identities()?;
         self.fold_batchnorm()?;
+        self.recognize_activations()?;
         self.canonicalize_gemm()?;
         self.eliminate_dead_code()
     }
@@ -106,6 +107,11 @@ impl Context {
     /// Folds BatchNormalization into the Conv before it ([`passes::batchnorm`]).
     pub fn fold_batchnorm(&mut self) -> Result<(), Error> {
         self.run("fold_batchnorm", passes::batchnorm::run)
+    }
+
+    /// Rewrites activations spelled out in several ops as the one op ([`passes::activations`]).
+    pub fn recognize_activations(&mut self) -> Result<(), Error> {
+        self.run("recognize_activations", passes::activations::run)
     }
 
     /// Turns MatMul + Add (and Gemm without C + Add) into one Gemm ([`passes::gemm`]).

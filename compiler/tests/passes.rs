@@ -360,3 +360,93 @@ fn old_opset_attributes_become_constant_inputs() {
     }
     insta::assert_snapshot!(text);
 }
+
+/// The nodes' op names, in order.
+fn ops(cx: &Context) -> Vec<&'static str> {
+    cx.graph.order().iter().map(|&n| cx.graph.node(n).op.name()).collect()
+}
+
+#[test]
+fn hard_swish_spelled_out_becomes_one_node() {
+    // Paddle2ONNX's form, x · Clip(x + 3, 0, 6) / 6, behind a Relu that also reads x; and the 1/6 form.
+    let m = build::model(
+        13,
+        vec![
+            node("Relu", &["x"], &["r"], vec![]),
+            node("Add", &["three", "r"], &["a"], vec![]),
+            node("Clip", &["a", "zero", "six"], &["c"], vec![]),
+            node("Mul", &["c", "r"], &["m"], vec![]),
+            node("Div", &["m", "six"], &["y"], vec![]),
+            node("Add", &["y", "three"], &["a2"], vec![]),
+            node("Clip", &["a2", "zero", "six"], &["c2"], vec![]),
+            node("Mul", &["y", "c2"], &["m2"], vec![]),
+            node("Mul", &["sixth", "m2"], &["z"], vec![]),
+        ],
+        vec![value("x", &[2, 3])],
+        vec![value("z", &[2, 3]), value("r", &[2, 3])],
+        vec![
+            build::floats("three", &[], &[3.0]),
+            build::floats("zero", &[], &[0.0]),
+            build::floats("six", &[], &[6.0]),
+            build::floats("sixth", &[1], &[1.0 / 6.0]),
+        ],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.recognize_activations());
+    insta::assert_snapshot!(text);
+    assert_eq!(ops(&cx), ["Relu", "HardSwish", "HardSwish"]);
+    assert_eq!(cx.graph.outputs()[0].name, "z");
+}
+
+#[test]
+fn hard_swish_needs_its_exact_form_and_private_parts() {
+    let form = |add: f32, extra_reader: bool| {
+        let mut nodes = vec![
+            node("Add", &["x", "k"], &["a"], vec![]),
+            node("Clip", &["a", "zero", "six"], &["c"], vec![]),
+            node("Mul", &["x", "c"], &["m"], vec![]),
+            node("Div", &["m", "six"], &["y"], vec![]),
+        ];
+        let mut outputs = vec![value("y", &[4])];
+        if extra_reader {
+            nodes.push(node("Neg", &["c"], &["n"], vec![]));
+            outputs.push(value("n", &[4]));
+        }
+        build::model(
+            13,
+            nodes,
+            vec![value("x", &[4])],
+            outputs,
+            vec![
+                build::floats("k", &[], &[add]),
+                build::floats("zero", &[], &[0.0]),
+                build::floats("six", &[], &[6.0]),
+            ],
+        )
+    };
+    let (cx, _) = before_after(&form(3.0, false), |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx), ["HardSwish"]);
+    // x + 2 is not HardSwish's; a Clip another node reads must stay.
+    let (cx, _) = before_after(&form(2.0, false), |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx), ["Add", "Clip", "Mul", "Div"]);
+    let (cx, _) = before_after(&form(3.0, true), |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx), ["Add", "Clip", "Mul", "Div", "Neg"]);
+}
+
+#[test]
+fn x_times_its_hard_sigmoid_is_hard_swish() {
+    let m = build::model(
+        13,
+        vec![
+            node("HardSigmoid", &["x"], &["h"], vec![float("alpha", 1.0 / 6.0), float("beta", 0.5)]),
+            node("Mul", &["x", "h"], &["y"], vec![]),
+            node("HardSigmoid", &["y"], &["h2"], vec![float("alpha", 0.2), float("beta", 0.5)]),
+            node("Mul", &["h2", "y"], &["z"], vec![]),
+        ],
+        vec![value("x", &[3])],
+        vec![value("z", &[3])],
+        vec![],
+    );
+    let (cx, _) = before_after(&m, |cx| cx.recognize_activations());
+    // The second HardSigmoid's α is ONNX's default 0.2, not 1/6: it stays.
+    assert_eq!(ops(&cx), ["HardSwish", "HardSigmoid", "Mul"]);
+}

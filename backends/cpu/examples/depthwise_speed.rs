@@ -3,6 +3,7 @@
 //! 300 calls.
 use std::time::Instant;
 
+use stowage_cpu::kernels::act::Act;
 use stowage_cpu::kernels::depthwise::{depthwise, Plane};
 
 fn main() {
@@ -26,7 +27,7 @@ fn main() {
         let mut times: Vec<f64> = (0..300)
             .map(|_| {
                 let t = Instant::now();
-                depthwise(&x, &w, None, c, 1, &p, false, &mut y, 1);
+                depthwise(&x, &w, None, c, 1, &p, Act::HardSwish, &mut y, 1);
                 t.elapsed().as_secs_f64() * 1e3
             })
             .collect();

@@ -2,7 +2,8 @@
 //!
 //! - [`fuse`]: runs of f32 elementwise nodes as one fused chain each;
 //! - [`unary_fn`], [`binary_fn`]: the kernel function of an IR elementwise op;
-//! - [`conv_relu_pairs`]: the ReLUs a convolution's epilogue takes;
+//! - [`conv_relu_pairs`], [`conv_epilogue_pairs`]: the ReLUs (or other activations) a convolution's epilogue
+//!   takes;
 //! - [`resize_spec`]: a Resize node's attributes resolved for the interpolation tables.
 //!
 //! A backend lowers what the planner gave it with these, so that a chain is the same kernel on every target.
@@ -19,6 +20,12 @@ pub mod fuse;
 
 /// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.
 pub fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
+    conv_epilogue_pairs(graph, |node| matches!(node.op, Op::Unary(ir::Unary::Relu)))
+}
+
+/// Conv nodes whose f32 output is read only by a node that `takes` accepts, as that node's first input (and is
+/// no graph output), with that node: the activations a backend's convolution epilogue applies in its registers.
+pub fn conv_epilogue_pairs(graph: &Graph, takes: impl Fn(&ir::NodeData) -> bool) -> HashMap<ir::NodeId, ir::NodeId> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let mut reader: HashMap<ValueId, ir::NodeId> = HashMap::new();
@@ -35,7 +42,8 @@ pub fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
             continue;
         }
         if let Some(&r) = reader.get(v) {
-            if matches!(graph.node(r).op, Op::Unary(ir::Unary::Relu)) {
+            let after = graph.node(r);
+            if after.inputs.first() == Some(&Some(*v)) && takes(after) {
                 pairs.insert(n, r);
             }
         }

@@ -12,6 +12,7 @@
 
 use rayon::prelude::*;
 
+use super::act::Act;
 use super::cols::Cols;
 use super::depthwise::{depthwise, Plane};
 use super::gemm::{gemm_packed, gemm_packed_cols, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
@@ -28,13 +29,6 @@ const DIRECT_TAPS: usize = 9;
 /// 0.76–1.36 by im2col (64 outputs of 224² at stride 2, one thread, this project's AVX-512 VM), a grey image's 9
 /// 0.25 against 0.32 ms.
 const MIN_K: usize = 9;
-
-/// `max(0, v)` over `y`, NaN kept (a select, so that the loop vectorises).
-fn relu_pass<T: Float>(y: &mut [T]) {
-    for v in y {
-        *v = if *v < T::ZERO { T::ZERO } else { *v };
-    }
-}
 
 /// Convolution attributes, already resolved by the caller (no `auto_pad`): one entry per spatial axis, except
 /// `pads`, which holds the begin padding of every spatial axis followed by the end padding of every spatial axis
@@ -214,11 +208,11 @@ pub fn conv<T: Float>(
 /// What [`conv_packed`] adds to a plain convolution.
 #[derive(Clone, Copy, Default)]
 pub struct Post<'a> {
-    /// The weights packed by [`PackedWeights::new`], used when `T` is f32: then the bias and the ReLU are applied
-    /// in the product's registers.
+    /// The weights packed by [`PackedWeights::new`], used when `T` is f32: then the bias and the activation are
+    /// applied in the product's registers.
     pub packed: Option<&'a PackedWeights>,
-    /// `max(0, y)` on the result (NaN stays NaN).
-    pub relu: bool,
+    /// The activation applied to the result (`act.rs`).
+    pub act: Act,
 }
 
 /// ONNX `Conv` (see the module doc for layouts): `y[n, m, o] = bias[m] + Σ_{c, k} w[m, c, k] · x[n, g·C/G + c,
@@ -228,7 +222,7 @@ pub struct Post<'a> {
 ///
 /// # Panics
 /// On inconsistent shapes, attributes or slice lengths.
-/// With `post`: weights packed ahead of time and a ReLU on the output.
+/// With `post`: weights packed ahead of time and an activation on the output.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_packed<T: Float>(
     x: &[T],
@@ -242,7 +236,7 @@ pub fn conv_packed<T: Float>(
     threads: usize,
     post: Post<'_>,
 ) {
-    let (packed, relu) = (post.packed, post.relu);
+    let (packed, act) = (post.packed, post.act);
     assert!(x_shape.len() >= 2, "conv: input must have rank ≥ 2, got {x_shape:?}");
     let s = x_shape.len() - 2;
     assert_eq!(w_shape.len(), s + 2, "conv: weight rank");
@@ -338,7 +332,7 @@ pub fn conv_packed<T: Float>(
                         bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
                     )
                 };
-                let epilogue = Epilogue { bias, relu };
+                let epilogue = Epilogue { bias, act };
                 gemm_packed(&pw.groups[gi], width, y, y_rs, false, cols, cols_rs, 1, threads, epilogue)
             }
             None => {
@@ -360,7 +354,7 @@ pub fn conv_packed<T: Float>(
     // where AVX-512 is missing and the weights are not packed) are a product, and take the product below.
     let direct = cg == 1 && kk > 1 && packed.is_none() && (mg <= DIRECT_OUTPUTS || kk <= DIRECT_TAPS);
     if let (true, Some(plane)) = (direct, &plane) {
-        depthwise(x, w, bias, c, mg, plane, relu, y, threads);
+        depthwise(x, w, bias, c, mg, plane, act, y, threads);
         return;
     }
     let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
@@ -408,8 +402,8 @@ pub fn conv_packed<T: Float>(
                 product(gi, cols, width, width, &mut out[p0 - c0..], out_rs, read, threads);
             }
         }
-        if relu && packed.is_none() {
-            rows(out, &mut |_, row| relu_pass(row));
+        if !act.is_none() && packed.is_none() {
+            rows(out, &mut |_, row| act.over(row));
         }
     };
 
@@ -424,9 +418,7 @@ pub fn conv_packed<T: Float>(
                 Some(b) => y_blk.chunks_mut(p_out).enumerate().for_each(|(r, row)| row.fill(b[gi * mg + r])),
                 None => y_blk.fill(T::ZERO),
             }
-            if relu {
-                relu_pass(y_blk);
-            }
+            act.over(y_blk);
             return;
         }
         if let (Some(pw), Some(g2)) = (packed, &shifted) {
@@ -439,7 +431,7 @@ pub fn conv_packed<T: Float>(
                     bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
                 )
             };
-            shifted::conv2d(x_g, cg, g2, &pw.groups[gi], bias, relu, y_blk, threads);
+            shifted::conv2d(x_g, cg, g2, &pw.groups[gi], bias, act, y_blk, threads);
             return;
         }
         // A pointwise product with packed weights splits itself (rows or columns, `gemm::column_bands`).
@@ -476,7 +468,7 @@ pub fn conv_packed<T: Float>(
                         }
                         geo.im2col_row(&x_g[ci * p_in..][..p_in], &kidx, c0 + p0, c0 + p0 + w, row);
                     }
-                    let epilogue = Epilogue { bias, relu };
+                    let epilogue = Epilogue { bias, act };
                     gemm_packed_cols(&pw.groups[gi], band.narrow(p0, w), false, cols, w, 1, epilogue);
                 }
             });

@@ -12,6 +12,7 @@
 
 use rayon::prelude::*;
 
+use super::act::Act;
 use super::gemm::Float;
 
 /// The geometry of one spatial plane (1-D convolutions are planes of height 1).
@@ -38,7 +39,7 @@ pub struct Plane {
 }
 
 /// `y[n, m] = bias[m] + Σ_taps w[m, tap] · x[n, m / mult, …]` for every batch item `n` and output channel `m`
-/// (`mult` = output channels per input channel), ReLU'd when `relu`. `x` is `[N, C, ih, iw]`, `w` `[M, kh·kw]`,
+/// (`mult` = output channels per input channel), `act` applied to each. `x` is `[N, C, ih, iw]`, `w` `[M, kh·kw]`,
 /// `y` `[N, M, oh, ow]`, all packed. Planes run in parallel over `threads` when there are enough of them.
 ///
 /// # Panics
@@ -51,7 +52,7 @@ pub fn depthwise<T: Float>(
     channels: usize,
     mult: usize,
     p: &Plane,
-    relu: bool,
+    act: Act,
     y: &mut [T],
     threads: usize,
 ) {
@@ -64,7 +65,7 @@ pub fn depthwise<T: Float>(
         let (ni, mi) = (pi / m, pi % m);
         let src = &x[(ni * channels + mi / mult) * p_in..][..p_in];
         let b = bias.map_or(T::ZERO, |b| b[mi]);
-        one_plane(src, &w[mi * taps..][..taps], b, p, relu, out, scratch);
+        one_plane(src, &w[mi * taps..][..taps], b, p, act, out, scratch);
     };
     if threads > 1 && y.len() / p_out >= 2 * threads && y.len() >= 1 << 14 {
         y.par_chunks_mut(p_out).enumerate().for_each_init(Scratch::default, plane);
@@ -97,12 +98,12 @@ const LANES: usize = 16;
 /// so that their adds overlap: wide rows take four vectors of one row, narrow ones one vector of four rows. For
 /// f32 on a CPU with AVX-512F the sums are `zmm` registers (`sum_avx512`), with AVX2 and FMA pairs of `ymm`
 /// registers (`sum_avx2`); otherwise plain loops (`sum_plain`).
-fn one_plane<T: Float>(x: &[T], k: &[T], bias: T, p: &Plane, relu: bool, y: &mut [T], scratch: &mut Scratch<T>) {
+fn one_plane<T: Float>(x: &[T], k: &[T], bias: T, p: &Plane, act: Act, y: &mut [T], scratch: &mut Scratch<T>) {
     match p.ow.div_ceil(LANES) {
-        1 => blocks::<T, 4, 1>(x, k, bias, p, relu, y, scratch),
-        2 => blocks::<T, 2, 2>(x, k, bias, p, relu, y, scratch),
-        3 => blocks::<T, 1, 3>(x, k, bias, p, relu, y, scratch),
-        _ => blocks::<T, 1, 4>(x, k, bias, p, relu, y, scratch),
+        1 => blocks::<T, 4, 1>(x, k, bias, p, act, y, scratch),
+        2 => blocks::<T, 2, 2>(x, k, bias, p, act, y, scratch),
+        3 => blocks::<T, 1, 3>(x, k, bias, p, act, y, scratch),
+        _ => blocks::<T, 1, 4>(x, k, bias, p, act, y, scratch),
     }
 }
 
@@ -188,7 +189,7 @@ fn blocks<T: Float, const R: usize, const G: usize>(
     k: &[T],
     bias: T,
     p: &Plane,
-    relu: bool,
+    act: Act,
     y: &mut [T],
     scratch: &mut Scratch<T>,
 ) {
@@ -238,7 +239,7 @@ fn blocks<T: Float, const R: usize, const G: usize>(
                     let block = &*(&block as *const Block<'_, T, R> as *const Block<'_, f32, R>);
                     let k = &*(k as *const [T] as *const [f32]);
                     let sums = &mut *(sums.as_mut_slice() as *mut [T] as *mut [f32]);
-                    sum_avx512::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), relu, sums);
+                    sum_avx512::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), act, sums);
                 }
             } else if avx2 {
                 // SAFETY: as above, with AVX2 and FMA available (checked with the type).
@@ -246,13 +247,13 @@ fn blocks<T: Float, const R: usize, const G: usize>(
                     let block = &*(&block as *const Block<'_, T, R> as *const Block<'_, f32, R>);
                     let k = &*(k as *const [T] as *const [f32]);
                     let sums = &mut *(sums.as_mut_slice() as *mut [T] as *mut [f32]);
-                    sum_avx2::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), relu, sums);
+                    sum_avx2::<R, G>(block, k, p.kw, *(&bias as *const T as *const f32), act, sums);
                 }
             } else {
-                sum_plain::<T, R, G>(&block, k, p.kw, bias, relu, sums);
+                sum_plain::<T, R, G>(&block, k, p.kw, bias, act, sums);
             }
             #[cfg(not(target_arch = "x86_64"))]
-            sum_plain::<T, R, G>(&block, k, p.kw, bias, relu, sums);
+            sum_plain::<T, R, G>(&block, k, p.kw, bias, act, sums);
             let width = (p.ow - c0).min(span);
             for (rr, sum) in sums.chunks(span).enumerate().take(here) {
                 y[(oy + rr) * p.ow + c0..][..width].copy_from_slice(&sum[..width]);
@@ -267,7 +268,7 @@ fn sum_plain<T: Float, const R: usize, const G: usize>(
     k: &[T],
     kw: usize,
     bias: T,
-    relu: bool,
+    act: Act,
     out: &mut [T],
 ) {
     let span = G * LANES;
@@ -281,9 +282,7 @@ fn sum_plain<T: Float, const R: usize, const G: usize>(
             }
         }
     }
-    if relu {
-        out.iter_mut().for_each(|v| *v = if *v < T::ZERO { T::ZERO } else { *v });
-    }
+    act.over(out);
 }
 
 /// [`sum_plain`] for f32 in `zmm` registers, with fused multiply-adds.
@@ -294,7 +293,7 @@ fn sum_avx512<const R: usize, const G: usize>(
     k: &[f32],
     kw: usize,
     bias: f32,
-    relu: bool,
+    act: Act,
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
@@ -315,8 +314,8 @@ fn sum_avx512<const R: usize, const G: usize>(
     let out = &mut out[..R * span];
     for (r, acc) in acc.iter().enumerate() {
         for (g, &a) in acc.iter().enumerate() {
-            // `max` gives its second operand when either is NaN: a NaN sum stays NaN, as in `sum_plain`.
-            let v = if relu { _mm512_max_ps(_mm512_setzero_ps(), a) } else { a };
+            // SAFETY: AVX-512F is enabled for this function.
+            let v = unsafe { act.avx512(a) };
             // SAFETY: `out` holds `R·G·LANES` elements (checked by the slice above), and this block is within it.
             unsafe { _mm512_storeu_ps(out.as_mut_ptr().add((r * G + g) * LANES), v) };
         }
@@ -332,7 +331,7 @@ fn sum_avx2<const R: usize, const G: usize>(
     k: &[f32],
     kw: usize,
     bias: f32,
-    relu: bool,
+    act: Act,
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
@@ -358,8 +357,8 @@ fn sum_avx2<const R: usize, const G: usize>(
     for (r, acc) in acc.iter().enumerate() {
         for (g, halves) in acc.iter().enumerate() {
             for (h, &a) in halves.iter().enumerate() {
-                // `max` gives its second operand when either is NaN: a NaN sum stays NaN, as in `sum_plain`.
-                let v = if relu { _mm256_max_ps(_mm256_setzero_ps(), a) } else { a };
+                // SAFETY: AVX2 and FMA are enabled for this function.
+                let v = unsafe { act.avx2(a) };
                 // SAFETY: `out` holds `R·G·LANES` elements (checked by the slice above), and this half is within it.
                 unsafe { _mm256_storeu_ps(out.as_mut_ptr().add((r * G + g) * LANES + h * HALF), v) };
             }

@@ -1,6 +1,7 @@
 //! Kernels: functions over packed row-major data and their shapes. They take their attributes as plain numbers,
 //! so a generated binary can call them without the compiler.
 
+pub mod act;
 pub mod broadcast;
 pub mod cast;
 pub mod cols;

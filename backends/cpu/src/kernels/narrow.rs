@@ -42,8 +42,7 @@ pub(crate) fn narrow(
             for (j, &v) in row.iter().enumerate().take(n) {
                 let o = &mut dst[r * dst_rs + j];
                 let v = if read_dst { *o + v } else { v + bias };
-                // NaN is not below 0, so it passes through as ReLU keeps it.
-                *o = if epilogue.relu && v < 0.0 { 0.0 } else { v };
+                *o = epilogue.act.scalar(v);
             }
         }
     }
@@ -106,6 +105,7 @@ fn panel_sums_avx512(a: &PackedA, q: usize, cols: &[[f32; MAX_COLUMNS]], n: usiz
 
 #[cfg(test)]
 mod tests {
+    use super::super::act::Act;
     use super::super::sgemm512::{Epilogue, PackedA};
 
     #[test]
@@ -120,15 +120,16 @@ mod tests {
             .flat_map(|p| (1..=4).map(move |n| (p, n)))
         {
             let b: Vec<f32> = (0..k * 5).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
-            for (read, relu) in [(false, false), (false, true), (true, false)] {
+            let leaky = Act::LeakyRelu { alpha: 0.25 };
+            for (read, act) in [(false, Act::None), (false, Act::Relu), (true, Act::None), (false, leaky)] {
                 let mut dst = vec![0.5f32; m * 6];
-                let epilogue = Epilogue { bias: (!read).then_some(&bias[..]), relu };
+                let epilogue = Epilogue { bias: (!read).then_some(&bias[..]), act };
                 super::narrow(packed, 0, m, n, &mut dst, 6, read, &b, (5, 1), epilogue);
                 for i in 0..m {
                     for j in 0..n {
                         let s: f64 = (0..k).map(|l| f64::from(a[i * k + l]) * f64::from(b[l * 5 + j])).sum();
                         let want = if read { 0.5 + s } else { s + f64::from(bias[i]) };
-                        let want = if relu { want.max(0.0) } else { want };
+                        let want = act.apply(want);
                         let got = f64::from(dst[i * 6 + j]);
                         assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "n {n} [{i}, {j}]: {got} vs {want}");
                     }

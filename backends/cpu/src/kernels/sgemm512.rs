@@ -11,6 +11,7 @@ use std::arch::x86_64::{
     __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
 };
 
+use super::act::Act;
 use super::cols::Cols;
 
 const MR: usize = 12;
@@ -250,14 +251,14 @@ pub fn sgemm_packed_cols(
 }
 
 /// What the tiles do besides the sum: a per-row bias added once (the first block of K, when the destination is
-/// not read) and a ReLU after the last block, while the tile is still in registers. A convolution's bias and the
-/// ReLU after it cost no pass over the output.
+/// not read) and an activation after the last block, while the tile is still in registers. A convolution's bias
+/// and the activation after it cost no pass over the output.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Epilogue<'a> {
     /// One value per row of the product, added to every element of the row.
     pub bias: Option<&'a [f32]>,
-    /// `max(0, x)` on the result (NaN stays NaN).
-    pub relu: bool,
+    /// The activation applied to the result (`act.rs`).
+    pub act: Act,
 }
 
 /// The left operand of the blocked product.
@@ -323,7 +324,7 @@ fn blocked(
             let accumulate = read_dst || pc > 0;
             let tile_epilogue = |row: usize| TileEpilogue {
                 bias: epilogue.bias.filter(|_| !accumulate).map(|b| b[row..].as_ptr()),
-                relu: epilogue.relu && pc + kc == k,
+                act: if pc + kc == k { epilogue.act } else { Act::None },
             };
             if !direct && packed_pc != Some(pc) {
                 packed_pc = Some(pc);
@@ -476,7 +477,7 @@ fn micro(
 #[derive(Clone, Copy)]
 struct TileEpilogue {
     bias: Option<*const f32>,
-    relu: bool,
+    act: Act,
 }
 
 type MicroArgs = (usize, *const f32, *const f32, usize, *mut f32, usize, bool, u32, TileEpilogue);
@@ -484,7 +485,7 @@ type MicroArgs = (usize, *const f32, *const f32, usize, *mut f32, usize, bool, u
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask, epi): MicroArgs) {
-    use std::arch::x86_64::{__mmask16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_max_ps};
+    use std::arch::x86_64::{__mmask16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps};
     let (m0, m1) = (mask as __mmask16, (mask >> 16) as __mmask16);
     let mut acc: [[__m512; 2]; R] = [[_mm512_setzero_ps(); 2]; R];
     for l in 0..kc {
@@ -519,11 +520,8 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
                 v0 = _mm512_add_ps(v0, bi);
                 v1 = _mm512_add_ps(v1, bi);
             }
-            if epi.relu {
-                // max(0, v) returns its second operand when either is NaN, so NaN passes through.
-                v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
-                v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
-            }
+            v0 = epi.act.avx512(v0);
+            v1 = epi.act.avx512(v1);
             if mask == u32::MAX {
                 _mm512_storeu_ps(p, v0);
                 _mm512_storeu_ps(p.add(16), v1);

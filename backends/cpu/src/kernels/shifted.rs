@@ -28,6 +28,7 @@
 //!    block (ResNet-50's last 3×3 convolutions hold 9.4 MB of them, more than a core's L2), the planes once per
 //!    panel, from the cache.
 
+use super::act::Act;
 use super::depthwise::Plane;
 use super::sgemm512::{PackedA, KC, PANEL_ROWS as MR};
 use rayon::prelude::*;
@@ -149,7 +150,7 @@ impl Out {
     }
 }
 
-/// `y[m, (y, x)] = relu?(bias[m] + Σ_{c,i,j} W[m, (c, i, j)] · x[c, y·sh + i·dh − pad_top, x·sw + j·dw −
+/// `y[m, (y, x)] = act(bias[m] + Σ_{c,i,j} W[m, (c, i, j)] · x[c, y·sh + i·dh − pad_top, x·sw + j·dw −
 /// pad_left])` for one group: `x` is `[cg, ih, iw]`, `w` its packed `[M, cg·Kh·Kw]` weights, `y` is `[M, Oh·Ow]`.
 /// The caller has checked that [`available`] is true.
 ///
@@ -162,7 +163,7 @@ pub fn conv2d(
     g: &Plane,
     w: &PackedA,
     bias: Option<&[f32]>,
-    relu: bool,
+    act: Act,
     y: &mut [f32],
     threads: usize,
 ) {
@@ -213,7 +214,7 @@ pub fn conv2d(
             }
             for q in q0..q1 {
                 let rows = MR.min(m - q * MR);
-                let epi = Epi { bias: bias.map(|b| &b[q * MR..q * MR + rows]), relu };
+                let epi = Epi { bias: bias.map(|b| &b[q * MR..q * MR + rows]), act };
                 for (p0, range) in &tiles_here {
                     let runs = &segs[range.clone()];
                     // A tile whose 32 columns are one run of one output row is stored straight from registers.
@@ -251,11 +252,11 @@ pub fn conv2d(
     }
 }
 
-/// What a tile adds before it is stored: the bias of its rows, and the ReLU.
+/// What a tile adds before it is stored: the bias of its rows, and the activation.
 #[derive(Clone, Copy)]
 struct Epi<'a> {
     bias: Option<&'a [f32]>,
-    relu: bool,
+    act: Act,
 }
 
 /// Where a tile goes: the scratch tile, or the output itself (row `i` at `at + i·ld`, 32 columns each).
@@ -264,7 +265,7 @@ enum Dest<'a> {
     Out { at: *mut f32, ld: usize },
 }
 
-/// One tile: `relu?(bias[i] + Σₗ W[q·12 + i, l] · buf[offs[l] + p0 + t])` for `i < rows`, `t < 32`, over the
+/// One tile: `act(bias[i] + Σₗ W[q·12 + i, l] · buf[offs[l] + p0 + t])` for `i < rows`, `t < 32`, over the
 /// whole inner dimension, stored to `dest`.
 ///
 /// # Safety
@@ -307,7 +308,7 @@ unsafe fn product(rows: usize, w: &PackedA, q: usize, planes: &Planes, p0: usize
     }
     for (i, row) in sums.iter().enumerate().take(rows) {
         let bias = epi.bias.map_or(0.0, |b| b[i]);
-        let vals = row.map(|v| if epi.relu && v + bias < 0.0 { 0.0 } else { v + bias });
+        let vals = row.map(|v| epi.act.scalar(v + bias));
         match &dest {
             Dest::Tile(_) => {}
             // SAFETY: the caller's promise: 32 writable floats at `at + i·ld`.
@@ -329,7 +330,7 @@ unsafe fn tile_avx512<const R: usize>(
     epi: Epi<'_>,
     dest: Dest<'_>,
 ) {
-    use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_max_ps};
+    use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps};
     use std::arch::x86_64::{_mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps};
     let k = w.cols();
     let mut acc: [[__m512; 2]; R] = [[_mm512_setzero_ps(); 2]; R];
@@ -355,11 +356,8 @@ unsafe fn tile_avx512<const R: usize>(
             v0 = _mm512_add_ps(v0, bi);
             v1 = _mm512_add_ps(v1, bi);
         }
-        if epi.relu {
-            // max(0, v) returns its second operand when either is NaN, so NaN passes through.
-            v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
-            v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
-        }
+        // SAFETY: AVX-512F is enabled for this function.
+        (v0, v1) = unsafe { (epi.act.avx512(v0), epi.act.avx512(v1)) };
         let p = match &mut tile {
             Dest::Tile(t) => t[i].as_mut_ptr(),
             Dest::Out { at, ld } => at.wrapping_add(i * *ld),
@@ -374,7 +372,7 @@ unsafe fn tile_avx512<const R: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::{conv2d, Plane};
+    use super::{conv2d, Act, Plane};
     use crate::kernels::sgemm512::PackedA;
 
     fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -444,11 +442,11 @@ mod tests {
             let k = cg * g.kh * g.kw;
             let packed = PackedA::by_panels(m, k, &w, (k, 1));
             for threads in [1, 2] {
-                for relu in [false, true] {
+                for act in [Act::None, Act::Relu, Act::HardSwish, Act::Clip { lo: -0.5, hi: 0.5 }] {
                     let mut y = vec![f32::NAN; m * g.oh * g.ow];
-                    pool.install(|| conv2d(&x, cg, &g, &packed, Some(&bias), relu, &mut y, threads));
+                    pool.install(|| conv2d(&x, cg, &g, &packed, Some(&bias), act, &mut y, threads));
                     for (i, (&got, &v)) in y.iter().zip(&want).enumerate() {
-                        let v = if relu { v.max(0.0) } else { v };
+                        let v = act.scalar(v);
                         assert!(
                             (got - v).abs() <= 1e-4 * (1.0 + v.abs()),
                             "case {case}, {threads} threads, [{i}]: {got} vs {v}"
@@ -464,7 +462,7 @@ mod tests {
         let w = values(12 * 36, 3);
         let packed = PackedA::by_panels(12, 36, &w, (36, 1));
         let mut y = vec![0f32; 12 * 16];
-        conv2d(&x, 4, &g, &packed, None, true, &mut y, 1);
+        conv2d(&x, 4, &g, &packed, None, Act::Relu, &mut y, 1);
         assert!(y[0].is_nan() && y[15].is_finite(), "the taps reading x[5] give NaN, the others not");
     }
 }

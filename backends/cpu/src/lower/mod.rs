@@ -10,6 +10,7 @@ use stowage_runtime::{DatumType, Tensor};
 
 use crate::error::{CpuError, Result};
 use crate::jit::{Jit, JitCode, Loops};
+use crate::kernels::act::Act;
 use crate::kernels::elementwise::{self, BinaryFn};
 use crate::kernels::{cast, cumulative, movement, scatter};
 use crate::program::{Binding, Kernel, Program, Step};
@@ -17,7 +18,7 @@ use crate::program::{Binding, Kernel, Program, Step};
 mod nn;
 mod recurrent;
 
-pub use stowage_compiler::lowering::{binary_fn, conv_relu_pairs, fuse, resize_spec, unary_fn};
+pub use stowage_compiler::lowering::{binary_fn, conv_epilogue_pairs, conv_relu_pairs, fuse, resize_spec, unary_fn};
 
 /// How to lower.
 #[derive(Clone, Debug)]
@@ -125,11 +126,12 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
             }
             _ => {
                 let step_err = |e| CpuError::Step { node: node.name.clone(), op: node.op.name(), source: Box::new(e) };
-                match (&node.op, gen.relu_after.contains_key(&n)) {
-                    (Op::Conv(c), true) => {
+                match (&node.op, gen.relu_after.get(&n)) {
+                    (Op::Conv(c), Some(&r)) => {
                         let out = out_shape(graph, &node.outputs, 0);
-                        let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, true).map_err(step_err)?;
-                        ("Conv+Relu", k)
+                        let act = activation(graph, graph.node(r)).unwrap_or_default();
+                        let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act).map_err(step_err)?;
+                        (conv_step_name(act), k)
                     }
                     _ => (node.op.name(), kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(step_err)?),
                 }
@@ -273,9 +275,9 @@ pub fn memory_steps(graph: &Graph, options: &LowerOptions) -> Vec<stowage_compil
 
 /// What lowering generates code for, before generating it.
 struct Generated {
-    /// Conv nodes with the ReLU that runs inside their step.
+    /// Conv nodes with the activation that runs inside their step ([`activation`]).
     relu_after: HashMap<ir::NodeId, ir::NodeId>,
-    /// Those ReLUs.
+    /// Those activations.
     absorbed: std::collections::HashSet<ir::NodeId>,
     /// Byte strides of the graph inputs held in a caller's layout.
     strided: HashMap<ValueId, Vec<usize>>,
@@ -286,10 +288,13 @@ struct Generated {
 }
 
 fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
-    // A ReLU that is the only reader of an f32 Conv's output runs inside the Conv's step, on its output while it
-    // is still in cache; the Conv's step writes the ReLU's value.
-    let relu_after: HashMap<ir::NodeId, ir::NodeId> =
-        if options.fuse { conv_relu_pairs(graph) } else { HashMap::new() };
+    // An activation that is the only reader of an f32 Conv's output runs inside the Conv's step, on each tile while
+    // it is in registers; the Conv's step writes the activation's value.
+    let relu_after: HashMap<ir::NodeId, ir::NodeId> = if options.fuse {
+        conv_epilogue_pairs(graph, |node| activation(graph, node).is_some())
+    } else {
+        HashMap::new()
+    };
     let absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
     let strided: HashMap<ValueId, Vec<usize>> = graph
         .inputs()
@@ -312,6 +317,38 @@ fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
 /// what `stowage build` compiles ahead of time into an object file ([`crate::jit::compile_object`]).
 pub fn kernel_specs(graph: &Graph, options: &LowerOptions) -> Vec<(String, Loops)> {
     generated(graph, options).kernels.into_iter().map(|(n, l)| (graph.node(n).name.clone(), l)).collect()
+}
+
+/// The activation a convolution's epilogue applies for `node` (`kernels/act.rs`), when it is one: Relu,
+/// HardSwish, HardSigmoid, LeakyRelu, or a Clip whose bounds are constant scalars (or absent).
+fn activation(graph: &Graph, node: &ir::NodeData) -> Option<Act> {
+    let bound = |i: usize, none: f32| -> Option<f32> {
+        let Some(v) = node.inputs.get(i).copied().flatten() else { return Some(none) };
+        match &graph.value(v).def {
+            ValueDef::Const(t) => t.as_slice::<f32>().ok().filter(|s| s.len() == 1).map(|s| s[0]),
+            _ => None,
+        }
+    };
+    Some(match &node.op {
+        Op::Unary(ir::Unary::Relu) => Act::Relu,
+        Op::Unary(ir::Unary::HardSwish) => Act::HardSwish,
+        Op::Unary(ir::Unary::HardSigmoid { alpha, beta }) => Act::HardSigmoid { alpha: *alpha, beta: *beta },
+        Op::Unary(ir::Unary::LeakyRelu { alpha }) => Act::LeakyRelu { alpha: *alpha },
+        Op::Clip => Act::Clip { lo: bound(1, f32::NEG_INFINITY)?, hi: bound(2, f32::INFINITY)? },
+        _ => return None,
+    })
+}
+
+/// The name a Conv step with its activation shows in the profile.
+fn conv_step_name(act: Act) -> &'static str {
+    match act {
+        Act::None => "Conv",
+        Act::Relu => "Conv+Relu",
+        Act::Clip { .. } => "Conv+Clip",
+        Act::HardSigmoid { .. } => "Conv+HardSigmoid",
+        Act::HardSwish => "Conv+HardSwish",
+        Act::LeakyRelu { .. } => "Conv+LeakyRelu",
+    }
 }
 
 /// The datum type of a node's first output (f32 if it has none).

@@ -194,7 +194,7 @@ pub(super) fn packs_weights(graph: &Graph, c: &ir::Conv, inputs: &[Option<ValueI
     dt == DatumType::F32 && is_f32_const && conv::PackedWeights::applies(&graph.ty(w).shape, c.group)
 }
 
-/// A Conv's kernel; with `relu`, the ReLU that is its output's only reader runs inside it (on f32, in the product's
+/// A Conv's kernel; with `act`, the activation that is its output's only reader runs inside it (on f32, in the product's
 /// registers when the weights are packed).
 pub(super) fn conv_kernel(
     graph: &Graph,
@@ -202,7 +202,7 @@ pub(super) fn conv_kernel(
     inputs: &[Option<ValueId>],
     out: Vec<usize>,
     dt: DatumType,
-    relu: bool,
+    act: crate::kernels::act::Act,
 ) -> Result<Kernel> {
     let in_shape = |i: usize| inputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone()).unwrap_or_default();
     let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { dt };
@@ -226,7 +226,7 @@ pub(super) fn conv_kernel(
             let mut yt = crate::storage::output_for_overwrite(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
             let y = yt.as_slice_mut::<T>()?;
             let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
-            let post = conv::Post { packed: packed.as_ref(), relu };
+            let post = conv::Post { packed: packed.as_ref(), act };
             conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, post);
             one(yt)
         })
@@ -251,7 +251,7 @@ pub(super) fn kernel(
         }
     }
     let k: Kernel = match op {
-        Op::Conv(c) => return conv_kernel(graph, c, inputs, out, dt, false),
+        Op::Conv(c) => return conv_kernel(graph, c, inputs, out, dt, Default::default()),
         Op::Pool(p) => {
             let xs = in_shape(0);
             let (w, kind, col) = (p.window.clone(), p.kind, p.column_major_indices);

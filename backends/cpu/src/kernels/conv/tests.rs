@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// The activations the cases take in turn (`act.rs`), over the values' range of about ±1.
+const ACTS: [Act; 5] = [
+    Act::Relu,
+    Act::HardSwish,
+    Act::Clip { lo: -0.25, hi: 0.5 },
+    Act::HardSigmoid { alpha: 0.7, beta: 0.4 },
+    Act::LeakyRelu { alpha: 0.3 },
+];
+
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
@@ -288,6 +297,7 @@ fn conv_matches_direct() {
         let w = values(case.ws.iter().product(), 20 + ci as u64);
         let b = values(case.ws[0], 30 + ci as u64);
         let want = naive(&x, &case.xs, &w, &case.ws, Some(&b), &case.strides, &case.dil, &case.pads, case.group, &ys);
+        let act = ACTS[ci % ACTS.len()];
         let p = ConvParams {
             kernel: &case.ws[2..],
             strides: &case.strides,
@@ -306,19 +316,19 @@ fn conv_matches_direct() {
                 assert_eq!(packed.bytes(), PackedWeights::bytes_for(&case.ws, case.group));
                 let mut y = vec![f32::NAN; want.len()];
                 let (xs, ws) = (&case.xs, &case.ws);
-                let post = Post { packed: Some(&packed), relu: false };
+                let post = Post { packed: Some(&packed), act: Act::None };
                 pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
                 close(&y, &want);
-                // And with the ReLU in the product's epilogue.
-                let post = Post { packed: Some(&packed), relu: true };
+                // And with an activation in the product's epilogue (each case another).
+                let post = Post { packed: Some(&packed), act };
                 pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
-                close(&y, &want.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
+                close(&y, &want.iter().map(|&v| act.scalar(v)).collect::<Vec<_>>());
             }
         }
-        // ReLU after the plain product.
+        // The activation after the plain product (or in the depthwise kernel's registers).
         let mut y = vec![f32::NAN; want.len()];
-        conv_packed(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, 1, Post { packed: None, relu: true });
-        close(&y, &want.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
+        conv_packed(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, 1, Post { packed: None, act });
+        close(&y, &want.iter().map(|&v| act.scalar(v)).collect::<Vec<_>>());
         // f64 and no bias.
         let want = naive(&x, &case.xs, &w, &case.ws, None, &case.strides, &case.dil, &case.pads, case.group, &ys);
         let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
@@ -362,7 +372,7 @@ fn conv_tiles_columns() {
     let packed = PackedWeights::new(&w, &ws, 1);
     for packed in [None, packed.as_ref()] {
         let mut y = vec![f32::NAN; want.len()];
-        let post = Post { packed, relu: true };
+        let post = Post { packed, act: Act::Relu };
         pool.install(|| conv_packed(&x, &xs, &w, &ws, Some(&b), &p, &mut y, &ys, 2, post));
         close(&y, &want);
     }
@@ -396,7 +406,7 @@ fn packed_products_split_by_columns_write_in_place() {
             naive(&x, xs, &w, ws, Some(&b), strides, &dil, pads, 1, &ys).into_iter().map(|v| v.max(0.0)).collect();
         let Some(packed) = PackedWeights::new(&w, ws, 1) else { continue };
         let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group: 1 };
-        let post = Post { packed: Some(&packed), relu: true };
+        let post = Post { packed: Some(&packed), act: Act::Relu };
         let mut runs = Vec::new();
         for threads in [1, 2] {
             let mut y = vec![f32::NAN; want.len()];
