@@ -450,3 +450,35 @@ fn x_times_its_hard_sigmoid_is_hard_swish() {
     // The second HardSigmoid's α is ONNX's default 0.2, not 1/6: it stays.
     assert_eq!(ops(&cx), ["HardSwish", "HardSigmoid", "Mul"]);
 }
+
+#[test]
+fn a_scale_and_shift_per_channel_fold_into_the_conv() {
+    // Paddle2ONNX's batch norm: Mul by [M, 1, 1] then Add of [1, M, 1, 1]; then a scalar scale on a second Conv
+    // whose output another node also reads, which stays.
+    let m = build::model(
+        13,
+        vec![
+            node("Conv", &["x", "w", "b"], &["c"], vec![]),
+            node("Mul", &["s", "c"], &["p"], vec![]),
+            node("Add", &["p", "t"], &["y"], vec![]),
+            node("Conv", &["x", "w"], &["c2"], vec![]),
+            node("Mul", &["c2", "half"], &["z"], vec![]),
+            node("Relu", &["c2"], &["r"], vec![]),
+        ],
+        vec![value("x", &[1, 1, 2, 2])],
+        vec![value("y", &[1, 2, 2, 2]), value("z", &[1, 2, 2, 2]), value("r", &[1, 2, 2, 2])],
+        vec![
+            build::floats("w", &[2, 1, 1, 1], &[1.0, 2.0]),
+            build::floats("b", &[2], &[0.5, -1.0]),
+            build::floats("s", &[2, 1, 1], &[4.0, 3.0]),
+            build::floats("t", &[1, 2, 1, 1], &[1.0, 0.25]),
+            build::floats("half", &[], &[0.5]),
+        ],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.fold_batchnorm());
+    insta::assert_snapshot!(text);
+    assert_eq!(ops(&cx), ["Conv", "Conv", "Mul", "Relu"]);
+    // W' = W·s = [4, 6]; B' = B·s + t = [3, -2.75].
+    assert_eq!(consts_of(&cx, 1), [4.0, 6.0]);
+    assert_eq!(consts_of(&cx, 2), [3.0, -2.75]);
+}

@@ -2,6 +2,11 @@
 //! become `W * s` (per output channel) and its bias `(B - mean) * s + beta`. Applies when the Conv's output feeds
 //! only the BatchNorm, and weights, bias and the BatchNorm's parameters are constants of a float type.
 //!
+//! A per-channel scale or shift after a Conv, `Mul(conv, s)` or `Add(conv, t)` with a constant `s` or `t` of one
+//! value per output channel (shape `[M, 1, …]`, `[1, M, 1, …]`) or one value in all, is folded the same way: `W·s`
+//! and `B·s`, or `B + t` (Paddle2ONNX writes PP-OCR's batch norms so). It applies under the same conditions, and
+//! when the Mul or Add gives the Conv's own shape and type.
+//!
 //! An inference BatchNormalization with constant parameters that cannot be folded (DenseNet's, after a Concat)
 //! becomes `x * s + t` with per-channel constants `s` and `t = beta - mean * s` of shape `[C, 1, …]`: two
 //! elementwise ops that a backend can fuse with what follows (a ReLU, usually).
@@ -13,7 +18,103 @@ use crate::ir::{Binary, Edit, Graph, Op};
 
 /// Folds every eligible Conv + BatchNormalization pair, then turns the other constant ones into a scale and shift.
 pub fn run(g: &mut Graph) -> usize {
-    fold_into_conv(g) + decompose(g)
+    fold_into_conv(g) + fold_affine_into_conv(g) + decompose(g)
+}
+
+/// Folds each `Mul(conv, s)` and `Add(conv, t)` with per-output-channel constants into the Conv before it.
+fn fold_affine_into_conv(g: &mut Graph) -> usize {
+    let mut folded = 0;
+    let mut edit = Edit::new(g);
+    for n in g.order().to_vec() {
+        let node = g.node(n);
+        let scale = match node.op {
+            Op::Binary(Binary::Mul) => true,
+            Op::Binary(Binary::Add) => false,
+            _ => continue,
+        };
+        let (Some(a), Some(b), Some(Some(y))) = (node.inputs[0], node.inputs[1], node.outputs.first().copied()) else {
+            continue;
+        };
+        // The Conv's output (read by this node alone) and the per-channel constant, in either order.
+        let pick = [(a, b), (b, a)].into_iter().find_map(|(x, c)| {
+            let conv = g.producer(x)?;
+            let ok = matches!(g.node(conv).op, Op::Conv(_)) && edit.uses(x) == 1 && g.ty(x) == g.ty(y);
+            let per = per_channel(g, c, g.ty(x).rank(), *g.ty(x).shape.get(1)?)?;
+            ok.then_some((x, conv, per))
+        });
+        let Some((x, conv, per)) = pick else { continue };
+        let cn = g.node(conv);
+        let Some(w) = cn.inputs[1].and_then(|v| g.const_value(v)) else { continue };
+        let m = per.len();
+        let bias = match cn.inputs.get(2).copied().flatten() {
+            Some(bv) => match g.const_value(bv).and_then(|t| consts::to_f64s(t).ok()) {
+                Some(bias) => bias,
+                None => continue,
+            },
+            None => vec![0.0; m],
+        };
+        if !w.dt().is_float() || w.shape().first() != Some(&m) || bias.len() != m {
+            continue;
+        }
+        let (new_w, new_b): (Option<Tensor<'static>>, Vec<f64>) = if scale {
+            let Some(w2) = scaled(w, &per) else { continue };
+            (Some(w2), bias.iter().zip(&per).map(|(b, s)| b * s).collect())
+        } else {
+            (None, bias.iter().zip(&per).map(|(b, t)| b + t).collect())
+        };
+        let Ok(new_b) = consts::from_f64s(w.dt(), &[m], &new_b) else { continue };
+        let name = cn.name.clone();
+        let mut inputs = cn.inputs.clone();
+        inputs.truncate(2);
+        if let Some(w2) = new_w {
+            inputs[1] = Some(g.add_const(format!("{name}.weight_scaled"), w2));
+        }
+        inputs.push(Some(g.add_const(format!("{name}.bias_{}", if scale { "scaled" } else { "shifted" }), new_b)));
+        edit.set_inputs(g, conv, inputs);
+        edit.replace_uses(g, y, x);
+        edit.remove(g, n);
+        folded += 1;
+    }
+    edit.finish(g);
+    folded
+}
+
+/// The `m` values of a float constant `c` that gives one value per channel (axis 1) of a rank-`rank` output: one
+/// value in all, or `m` along the channel axis and 1 on every other (shapes `[M, 1, …]` right-aligned).
+fn per_channel(g: &Graph, c: crate::ir::ValueId, rank: usize, m: usize) -> Option<Vec<f64>> {
+    let t = g.const_value(c)?;
+    if !t.dt().is_float() {
+        return None;
+    }
+    let values = consts::to_f64s(t).ok()?;
+    if values.len() == 1 {
+        return Some(vec![values[0]; m]);
+    }
+    let shape = t.shape();
+    if shape.len() > rank || shape.len() + 1 < rank || values.len() != m {
+        return None;
+    }
+    let channel_axis = 1 + shape.len() - rank;
+    let fits = shape.iter().enumerate().all(|(j, &d)| d == if j == channel_axis { m } else { 1 });
+    fits.then_some(values)
+}
+
+/// `w` (first axis the output channels) times `s` per output channel, rounded once from f64.
+fn scaled(w: &Tensor<'static>, s: &[f64]) -> Option<Tensor<'static>> {
+    let per = w.len() / s.len().max(1);
+    if let (DatumType::F32, Ok(src)) = (w.dt(), w.as_slice::<f32>()) {
+        let out: Vec<f32> = src
+            .chunks(per.max(1))
+            .zip(s)
+            .flat_map(|(row, &k)| row.iter().map(move |&x| (f64::from(x) * k) as f32))
+            .collect();
+        return Tensor::from_vec(w.shape(), out).ok();
+    }
+    let mut wv = consts::to_f64s(w).ok()?;
+    for (i, x) in wv.iter_mut().enumerate() {
+        *x *= s[i / per.max(1)];
+    }
+    consts::from_f64s(w.dt(), w.shape(), &wv).ok()
 }
 
 fn decompose(g: &mut Graph) -> usize {
