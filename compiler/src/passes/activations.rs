@@ -5,7 +5,7 @@
 //!
 //! 1. **Exact forms only.** `Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)`, the same with `Mul(…, 1/6)` in place of the
 //!    division, and `Mul(x, HardSigmoid(x))` with `α = 1/6`, `β = 1/2`; the operands of Add and Mul in either
-//!    order; every constant a float scalar (one element) of that value (1/6 within one f32 rounding).
+//!    order; every constant a float scalar (one element) of that value (1/6 within one f32 step, 2⁻²⁶).
 //! 2. **Nothing else reads the parts.** Every value between `x` and the last node has that chain's next node as
 //!    its only reader and is no graph output; `x` itself may have other readers.
 //! 3. **Same type and shape.** `x` and the last node's output have the same float type and shape; the new node
@@ -123,7 +123,7 @@ fn scalar(g: &Graph, v: ValueId) -> Option<f64> {
     crate::consts::to_f64s(t).ok().map(|s| s[0])
 }
 
-/// 1/6 as an f32 or f64 constant holds it.
+/// 1/6 as an f32 or f64 constant holds it: within one f32 step there (2⁻²⁶ ≈ 1.5e-8).
 fn is_sixth(v: f64) -> bool {
-    (v - 1.0 / 6.0).abs() <= 1e-7
+    (v - 1.0 / 6.0).abs() <= 1.5e-8
 }

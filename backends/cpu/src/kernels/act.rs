@@ -11,7 +11,9 @@
 //! 2. **NaN stays NaN.** The vector forms order each `max`/`min`'s operands so that a NaN operand is the one
 //!    returned (`_mm512_max_ps` returns its second operand when either is NaN), as ONNX's reference does.
 //! 3. **Vector and scalar agree.** The AVX-512 and AVX2 forms make the same operations in the same order as
-//!    `scalar`, so a tile computed in registers and a tail computed in plain code give the same bits.
+//!    `scalar`, so a tile computed in registers and a tail computed in plain code give the same bits. Products
+//!    and sums are separate (no fused multiply-add): the scalar form then needs no `fmaf` call where the CPU has
+//!    no FMA.
 //!
 //! Tests: `vector_forms_match_scalar` (rules 2 and 3) here; the convolution tests run every variant through
 //! each kernel path (`conv/tests.rs`).
@@ -63,8 +65,8 @@ impl Act {
             Act::None => v,
             Act::Relu => max(0.0, v),
             Act::Clip { lo, hi } => min(hi, max(lo, v)),
-            Act::HardSigmoid { alpha, beta } => max(0.0, min(1.0, alpha.mul_add(v, beta))),
-            Act::HardSwish => v * max(0.0, min(1.0, (1.0f32 / 6.0).mul_add(v, 0.5))),
+            Act::HardSigmoid { alpha, beta } => max(0.0, min(1.0, alpha * v + beta)),
+            Act::HardSwish => v * max(0.0, min(1.0, v * (1.0f32 / 6.0) + 0.5)),
             Act::LeakyRelu { alpha } => {
                 if v < 0.0 {
                     alpha * v
@@ -88,8 +90,8 @@ impl Act {
             Act::None => x,
             Act::Relu => max(0.0, x),
             Act::Clip { lo, hi } => min(hi as f64, max(lo as f64, x)),
-            Act::HardSigmoid { alpha, beta } => max(0.0, min(1.0, (alpha as f64).mul_add(x, beta as f64))),
-            Act::HardSwish => x * max(0.0, min(1.0, (1.0f64 / 6.0).mul_add(x, 0.5))),
+            Act::HardSigmoid { alpha, beta } => max(0.0, min(1.0, alpha as f64 * x + beta as f64)),
+            Act::HardSwish => x * max(0.0, min(1.0, x / 6.0 + 0.5)),
             Act::LeakyRelu { alpha } => {
                 if x < 0.0 {
                     alpha as f64 * x
@@ -115,11 +117,11 @@ impl Act {
             Act::Relu => _mm512_max_ps(zero, v),
             Act::Clip { lo, hi } => _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), v)),
             Act::HardSigmoid { alpha, beta } => {
-                let t = _mm512_fmadd_ps(_mm512_set1_ps(alpha), v, _mm512_set1_ps(beta));
+                let t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(alpha), v), _mm512_set1_ps(beta));
                 _mm512_max_ps(zero, _mm512_min_ps(one, t))
             }
             Act::HardSwish => {
-                let t = _mm512_fmadd_ps(_mm512_set1_ps(1.0 / 6.0), v, _mm512_set1_ps(0.5));
+                let t = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.0 / 6.0)), _mm512_set1_ps(0.5));
                 _mm512_mul_ps(v, _mm512_max_ps(zero, _mm512_min_ps(one, t)))
             }
             Act::LeakyRelu { alpha } => {
@@ -144,11 +146,11 @@ impl Act {
             Act::Relu => _mm256_max_ps(zero, v),
             Act::Clip { lo, hi } => _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v)),
             Act::HardSigmoid { alpha, beta } => {
-                let t = _mm256_fmadd_ps(_mm256_set1_ps(alpha), v, _mm256_set1_ps(beta));
+                let t = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(alpha), v), _mm256_set1_ps(beta));
                 _mm256_max_ps(zero, _mm256_min_ps(one, t))
             }
             Act::HardSwish => {
-                let t = _mm256_fmadd_ps(_mm256_set1_ps(1.0 / 6.0), v, _mm256_set1_ps(0.5));
+                let t = _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.0 / 6.0)), _mm256_set1_ps(0.5));
                 _mm256_mul_ps(v, _mm256_max_ps(zero, _mm256_min_ps(one, t)))
             }
             Act::LeakyRelu { alpha } => {

@@ -203,9 +203,11 @@ pub fn sgemm_packed(
         return;
     }
     if a.k == 0 {
-        if !read_dst {
-            for i in 0..m {
-                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
+        // An empty sum: the destination (when read) or the bias, then the activation, as a tile's epilogue.
+        for i in 0..m {
+            let bias = epilogue.bias.map_or(0.0, |b| b[i]);
+            for v in &mut dst[i * dst_rs..i * dst_rs + n] {
+                *v = epilogue.act.scalar(if read_dst { *v } else { bias });
             }
         }
         return;
@@ -291,9 +293,11 @@ fn blocked(
         }
     }
     if k == 0 {
-        if !read_dst {
-            for i in 0..m {
-                dst.row(i)[..n].fill(0.0);
+        // An empty sum: the destination (when read) or the bias, then the activation, as a tile's epilogue.
+        for i in 0..m {
+            let bias = epilogue.bias.map_or(0.0, |b| b[i]);
+            for v in &mut dst.row(i)[..n] {
+                *v = epilogue.act.scalar(if read_dst { *v } else { bias });
             }
         }
         return;
