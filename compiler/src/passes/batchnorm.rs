@@ -99,7 +99,8 @@ fn per_channel(g: &Graph, c: crate::ir::ValueId, rank: usize, m: usize) -> Optio
     fits.then_some(values)
 }
 
-/// `w` (first axis the output channels) times `s` per output channel, rounded once from f64.
+/// `w` (first axis the output channels) times `s` per output channel, rounded once from f64 (for f32, in one pass
+/// and without an f64 copy of the weights).
 fn scaled(w: &Tensor<'static>, s: &[f64]) -> Option<Tensor<'static>> {
     let per = w.len() / s.len().max(1);
     if let (DatumType::F32, Ok(src)) = (w.dt(), w.as_slice::<f32>()) {
@@ -233,24 +234,9 @@ fn fold(
     if !w.dt().is_float() || scale.len() != m {
         return None;
     }
-    let per = w.len() / m.max(1);
     let s: Vec<f64> = (0..m).map(|c| scale[c] / (var[c] + eps).sqrt()).collect();
     let b = bias.unwrap_or_else(|| vec![0.0; m]);
     let bv: Vec<f64> = (0..m).map(|c| (b[c] - mean[c]) * s[c] + beta[c]).collect();
     let new_b = consts::from_f64s(w.dt(), &[m], &bv).ok()?;
-    if let (DatumType::F32, Ok(src)) = (w.dt(), w.as_slice::<f32>()) {
-        // The common case, in one pass and without an f64 copy of the weights (the same rounding: the product
-        // in f64, then to f32).
-        let out: Vec<f32> = src
-            .chunks(per.max(1))
-            .zip(&s)
-            .flat_map(|(row, &k)| row.iter().map(move |&x| (f64::from(x) * k) as f32))
-            .collect();
-        return Some((Tensor::from_vec(w.shape(), out).ok()?, new_b));
-    }
-    let mut wv = consts::to_f64s(w).ok()?;
-    for (i, x) in wv.iter_mut().enumerate() {
-        *x *= s[i / per];
-    }
-    Some((consts::from_f64s(w.dt(), w.shape(), &wv).ok()?, new_b))
+    Some((scaled(w, &s)?, new_b))
 }
