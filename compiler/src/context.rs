@@ -17,6 +17,9 @@ pub enum Error {
     /// The model or the options are wrong; the message names the file, node, input or attribute.
     #[error(transparent)]
     Import(#[from] ImportError),
+    /// The graph cannot be stored in the precision asked (`--precision fp16`): the message names the node.
+    #[error(transparent)]
+    Storage(#[from] passes::storage::StorageError),
     /// A pass broke an invariant: a bug in stowage.
     #[error("after {pass}: {source}")]
     Verifier {
@@ -122,6 +125,17 @@ impl Context {
     /// Removes nodes no output depends on ([`passes::dce`]).
     pub fn eliminate_dead_code(&mut self) -> Result<(), Error> {
         self.run("eliminate_dead_code", passes::dce::run)
+    }
+
+    /// Stores every f32 value in `dt` (f16 or bf16) for a plan at `--precision fp16` or `bf16`
+    /// ([`passes::storage`]), then verifies the graph whatever the verifier setting: the rewrite touches every
+    /// value's type.
+    pub fn store_floats_in(&mut self, dt: stowage_runtime::DatumType) -> Result<passes::storage::Stored, Error> {
+        let start = Instant::now();
+        let stored = passes::storage::run(&mut self.graph, dt)?;
+        self.timings.push(PassTiming { pass: "store_floats", duration: start.elapsed(), changes: stored.retyped });
+        verify(&self.graph).map_err(|source| Error::Verifier { pass: "store_floats", source })?;
+        Ok(stored)
     }
 
     fn run(&mut self, pass: &'static str, f: impl FnOnce(&mut Graph) -> usize) -> Result<(), Error> {

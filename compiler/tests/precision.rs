@@ -5,7 +5,8 @@ use stowage_compiler::ir::{Graph, NodeId, Op, Unary, ValueType};
 use stowage_compiler::plan::{self, Accepts, Backend, Granted, PlanOptions, Precision, TargetSpec};
 use stowage_runtime::{DatumType, MemoryKind, StorageDescriptor};
 
-/// A made-up target: `tensor_cores` grants tf32 as asked, else tf32 falls back to fp32; fp16 and bf16 refused.
+/// A made-up target: `tensor_cores` grants tf32 as asked, else tf32 falls back to fp32; fp16 and bf16 refused
+/// (granted by [`Half`]).
 struct Fake {
     spec: TargetSpec,
     tensor_cores: bool,
@@ -36,6 +37,24 @@ impl Backend for Fake {
             Precision::Tf32 => Ok(Granted { asked, computed: Precision::Fp32, how: "no tensor cores".into() }),
             _ => Err("no half-precision kernels".into()),
         }
+    }
+}
+
+/// A made-up target that stores values in fp16 or bf16 when asked, as the OpenCL backend does.
+struct Half(TargetSpec);
+
+impl Backend for Half {
+    fn spec(&self) -> &TargetSpec {
+        &self.0
+    }
+    fn supports(&self, _: &Graph, _: NodeId) -> Result<(), String> {
+        Ok(())
+    }
+    fn accepts(&self, _: &Graph, _: NodeId, _: usize) -> Accepts {
+        Accepts::PACKED
+    }
+    fn precision(&self, asked: Precision) -> Result<Granted, String> {
+        Ok(Granted::as_asked(asked, "stored as asked"))
     }
 }
 
@@ -160,4 +179,25 @@ fn words_read_and_print_alike() {
         assert_eq!(p.to_string(), p.word());
     }
     assert_eq!("fp64".parse::<Precision>(), Err("'fp64' is no precision (one of fp32, tf32, fp16, bf16)".into()));
+}
+
+/// Rule 5: fp16 and bf16 are the plan's storage, asked of every target alike.
+#[test]
+fn storage_is_asked_of_every_target() {
+    let (cpu, a, b) = (cpu(), Half(gpu().spec.clone()), Half(target("gpu2", "gpu:1", MemoryKind::Device, false).spec));
+    let storage = |targets: &[&dyn Backend], whole: Option<Precision>, per: &[(String, Precision)]| {
+        let asked = plan::precision::resolve(targets, whole, per).expect("resolves");
+        let granted = plan::precision::grant(targets, &asked).expect("granted");
+        plan::precision::storage(targets, &granted)
+    };
+    assert_eq!(storage(&[&a, &b], Some(Precision::Fp16), &[]).expect("one storage"), Some(DatumType::F16));
+    assert_eq!(storage(&[&a], Some(Precision::Bf16), &[]).expect("one storage"), Some(DatumType::BF16));
+    assert_eq!(storage(&[&a, &cpu], Some(Precision::Tf32), &[]).expect("f32 storage"), None);
+    let err = storage(&[&a, &b], Some(Precision::Fp16), &[("gpu2".into(), Precision::Bf16)]).expect_err("disagree");
+    assert!(err.to_string().starts_with("--precision gpu2=bf16: fp16 and bf16 store the plan's values"), "{err}");
+    let err = storage(&[&a, &cpu], None, &[("gpu".into(), Precision::Fp16)]).expect_err("disagree");
+    assert!(
+        err.to_string().contains("gpu computes in fp16, cpu in fp32 (ask it of every target: --precision fp16)"),
+        "{err}"
+    );
 }

@@ -148,3 +148,41 @@ fn tf32_products_run_on_tensor_cores_where_there_are_some_and_in_fp32_elsewhere(
         assert!(rounded, "no output shows TF32's rounding: the products did not run in TF32");
     }
 }
+
+/// The same products in a plan at fp16 and at bf16 (every value stored in the type, `passes::storage`), against
+/// the CPU in fp32: on tensor cores (`mma.sync … m16n8k16 …f16` or `…bf16`) where the device has them, in the
+/// tiled kernels reading halves elsewhere, within the type's rounding of the operands, of each stored product and
+/// of the outputs.
+#[test]
+fn half_products_run_on_tensor_cores_where_there_are_some() {
+    let (g, x) = products();
+    let want = stowage_cpu::lower(&g, 1).expect("CPU lowers").run(vec![x.clone()]).expect("CPU runs").outputs;
+    let target = Target::open("opencl").unwrap_or_else(|e| panic!("{e}"));
+    let cores = target.info().tensor_cores();
+    for (precision, dt, word, tolerance) in
+        [(Precision::Fp16, DatumType::F16, "f16", 4e-3f32), (Precision::Bf16, DatumType::BF16, "bf16", 3e-2)]
+    {
+        let mut cx = stowage_compiler::Context::new(g.clone());
+        cx.store_floats_in(dt).unwrap_or_else(|e| panic!("{e}"));
+        let granted = stowage_opencl::precision_on(target.info(), precision).expect("granted");
+        assert_eq!(granted.computed, precision, "{}", granted.describe());
+        let program = stowage_opencl::lower_planned(&cx.graph, &target, &Ledger::off(), &|_: &str| false, precision)
+            .expect("lowers");
+        let on_cores = program.kernel_notes().iter().filter(|n| n.contains(&format!("{word} tensor cores"))).count();
+        assert_eq!(on_cores, if cores { 8 } else { 0 }, "{precision}: {:?}", program.kernel_notes());
+        let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
+        assert!(ops.contains(&"Conv+Add+Relu"), "{precision}: {ops:?}");
+        let got = program.run(vec![x.clone()], &Ledger::off()).expect("runs");
+        for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+            let (got, want) = (got.to_vec::<f32>().expect("f32 out"), want.to_vec::<f32>().expect("reads"));
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= tolerance * scale,
+                    "{precision}: output y{k}[{i}]: {a} against the CPU's {b} (bound {})",
+                    tolerance * scale
+                );
+            }
+        }
+    }
+}

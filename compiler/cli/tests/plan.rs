@@ -221,8 +221,13 @@ fn a_precision_is_asked_per_target_shown_in_the_plan_and_reported() {
     // What cannot be done is refused, naming the target and what it lacks; unknown targets and words too.
     let err = fails(&["plan", &mlp(), "--precision", "fp16"]);
     assert!(err.contains("--precision cpu=fp16: target cpu cannot compute in fp16: its kernels store fp32"), "{err}");
-    let err = fails(&["plan", &mlp(), "--target", "opencl", "--precision", "bf16"]);
-    assert!(err.contains("target opencl cannot compute in bf16: the OpenCL backend has no bf16 plans yet"), "{err}");
+    // fp16 and bf16 store the plan's values: asked of one target beside an fp32 one, refused naming both.
+    let err = fails(&["plan", &mlp(), "--target", "opencl,cpu", "--precision", "opencl=bf16"]);
+    assert!(err.contains("--precision cpu=fp32: fp16 and bf16 store the plan's values, so every target must compute in the same one: opencl computes in bf16, cpu in fp32 (ask it of every target: --precision bf16)"), "{err}");
+    // On OpenCL alone, an fp16 plan stores every value in f16 between one cast in and one cast out.
+    let text = plan(&[&mlp(), "--target", "opencl", "--precision", "fp16"]);
+    assert!(text.contains("    precision: fp16 (values stored in fp16"), "{text}");
+    assert!(text.contains("x.to_fp16") && text.contains("logits.to_f32"), "{text}");
     let err = fails(&["plan", &mlp(), "--precision", "opencl=tf32"]);
     assert!(err.contains("--precision opencl=tf32: 'opencl' is none of the targets (cpu)"), "{err}");
     let (code, _, err) = stowage(&["plan", &mlp(), "--precision", "fp64"]);

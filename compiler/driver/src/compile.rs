@@ -127,6 +127,22 @@ pub(crate) fn built_graph(built: &BuiltGraph, inputs: &[(String, Tensor<'static>
     Ok(Context::new(graph))
 }
 
+/// Stores the graph's f32 values in f16 or bf16 when the plan asks every target for fp16 or bf16
+/// ([`plan::precision::storage`], rule 5; [`stowage_compiler::passes::storage`]): before planning, so that the
+/// planner sizes and copies the values as they are stored. Built code's graph was stored when it was built.
+pub(crate) fn store_precision(cx: &mut Context, opened: &[Box<dyn OpenedTarget>], options: &RunOptions) -> Result<()> {
+    let plan_options = options.planning.plan_options(&cx.graph)?;
+    let backends = targets::backends(opened);
+    let plan_error = |e: plan::PlanError| DriverError::Plan(e.to_string());
+    let asked = plan::precision::resolve(&backends, plan_options.precision, &plan_options.target_precisions)
+        .map_err(plan_error)?;
+    let granted = plan::precision::grant(&backends, &asked).map_err(plan_error)?;
+    if let Some(dt) = plan::precision::storage(&backends, &granted).map_err(plan_error)? {
+        cx.store_floats_in(dt).map_err(|e| DriverError::Plan(e.to_string()))?;
+    }
+    Ok(())
+}
+
 /// Lays the constants out where a unified device among `opened` imports them in place
 /// ([`stowage_compiler::ir::serial::align_constants`], as built code's image does), so that a plan reads them in
 /// place there whatever addresses the allocator gave; nothing to do for other targets.

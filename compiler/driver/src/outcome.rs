@@ -9,7 +9,7 @@ use stowage_compiler::plan::Plan;
 use stowage_compiler::Context;
 use stowage_runtime::{Ledger, Move, Tensor};
 
-use crate::compile::{compile, make_plan, place_constants};
+use crate::compile::{compile, make_plan, place_constants, store_precision};
 use crate::error::{DriverError, Result};
 use crate::options::RunOptions;
 use crate::prepare::in_model;
@@ -325,6 +325,7 @@ fn plan_bytes(bytes: &[u8], model: &Path, options: &RunOptions) -> Result<(Conte
     let progress = Progress::start(model);
     let mut cx = compile(bytes, model, &[], options, &progress, false)?;
     let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
+    store_precision(&mut cx, &opened, options).map_err(|e| in_model(model, e))?;
     place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;
     progress.finish();

@@ -7,7 +7,7 @@ use stowage_compiler::plan::{self, Plan};
 use stowage_compiler::Context;
 
 use crate::backend::{KindSource, ObjectCode, OpenedTarget};
-use crate::compile::{compile, make_plan, place_constants};
+use crate::compile::{compile, make_plan, place_constants, store_precision};
 use crate::error::{DriverError, Result};
 use crate::options::RunOptions;
 use crate::progress::Progress;
@@ -63,6 +63,7 @@ pub fn prepare_build(bytes: &[u8], model: &Path, options: &RunOptions, prefix: &
     progress.phase("planning");
     let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
     // Planned as built code holds it: constants where the image puts them.
+    store_precision(&mut cx, &opened, options).map_err(|e| in_model(model, e))?;
     place_constants(&mut cx.graph, &opened)?;
     let plan = make_plan(&cx.graph, &opened, &[], options).map_err(|e| in_model(model, e))?;
     let segments = plan::segments(&cx.graph, &plan);

@@ -10,7 +10,7 @@ use stowage_compiler::Context;
 use stowage_runtime::{Accepts as RuntimeAccepts, LayoutNeed, Ledger, LedgerTag, Tensor};
 
 use crate::backend::{Executable, OpenedTarget};
-use crate::compile::{built_graph, compile, make_plan, place_constants};
+use crate::compile::{built_graph, compile, make_plan, place_constants, store_precision};
 use crate::error::{DriverError, Result};
 use crate::options::{BuiltPlan, RunOptions};
 use crate::prepare::in_model;
@@ -64,6 +64,7 @@ impl Session {
         progress.phase("planning");
         let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
         if options.built_graph.is_none() {
+            store_precision(&mut cx, &opened, options).map_err(|e| in_model(model, e))?;
             place_constants(&mut cx.graph, &opened)?;
         }
         let graph = &cx.graph;

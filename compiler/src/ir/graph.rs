@@ -215,6 +215,12 @@ impl Graph {
         self.order.retain(|&n| keep(n));
     }
 
+    /// A value to change in place (its type or name), by a pass that keeps the graph's invariants itself
+    /// ([`crate::passes::storage`] retypes every value it stores in half precision).
+    pub(crate) fn value_mut(&mut self, v: ValueId) -> &mut ValueData {
+        &mut self.values[v]
+    }
+
     /// Turns a node output into a constant holding `tensor` and detaches it from the node.
     /// The caller removes the node once all its outputs are folded.
     pub fn make_const(&mut self, v: ValueId, tensor: Tensor<'static>) {

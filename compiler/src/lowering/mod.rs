@@ -20,12 +20,17 @@ pub mod fuse;
 
 /// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.
 pub fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {
-    conv_epilogue_pairs(graph, |node| matches!(node.op, Op::Unary(ir::Unary::Relu)))
+    conv_epilogue_pairs(graph, &[DatumType::F32], |node| matches!(node.op, Op::Unary(ir::Unary::Relu)))
 }
 
-/// Conv nodes whose f32 output is read only by a node that `takes` accepts, as that node's first input (and is
-/// no graph output), with that node: the activations a backend's convolution epilogue applies in its registers.
-pub fn conv_epilogue_pairs(graph: &Graph, takes: impl Fn(&ir::NodeData) -> bool) -> HashMap<ir::NodeId, ir::NodeId> {
+/// Conv nodes whose output, of one of the types `types` (the backend's convolutions' own), is read only by a node
+/// that `takes` accepts, as that node's first input (and is no graph output), with that node: the activations a
+/// backend's convolution epilogue applies in its registers.
+pub fn conv_epilogue_pairs(
+    graph: &Graph,
+    types: &[DatumType],
+    takes: impl Fn(&ir::NodeData) -> bool,
+) -> HashMap<ir::NodeId, ir::NodeId> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let mut reader: HashMap<ValueId, ir::NodeId> = HashMap::new();
@@ -38,7 +43,7 @@ pub fn conv_epilogue_pairs(graph: &Graph, takes: impl Fn(&ir::NodeData) -> bool)
     for &n in graph.order() {
         let node = graph.node(n);
         let (Op::Conv(_), Some(Some(v))) = (&node.op, node.outputs.first()) else { continue };
-        if uses[*v] != 1 || outputs.contains(v) || graph.ty(*v).dt != DatumType::F32 {
+        if uses[*v] != 1 || outputs.contains(v) || !types.contains(&graph.ty(*v).dt) {
             continue;
         }
         if let Some(&r) = reader.get(v) {

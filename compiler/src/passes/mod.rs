@@ -7,3 +7,4 @@ pub mod dce;
 pub mod fold;
 pub mod gemm;
 pub mod identity;
+pub mod storage;

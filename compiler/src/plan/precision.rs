@@ -14,6 +14,10 @@
 //! 4. Built code stores what was asked and asks the targets it opens again ([`super::serial`]), so a built
 //!    executable on another device gets that device's answer, never a precision its device cannot do
 //!    (`a_written_plan_asks_its_targets_again`).
+//! 5. fp16 and bf16 are how the plan's values are stored, so they are asked of the whole plan: when every target
+//!    computes in one of them, the graph's f32 values are stored in it before planning
+//!    ([`crate::passes::storage`], run by the driver), and when the targets disagree (an fp16 target beside an
+//!    fp32 one), the plan is refused naming both ([`storage`]; `storage_is_asked_of_every_target`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -129,4 +133,32 @@ pub fn grant(targets: &[&dyn Backend], asked: &[Precision]) -> Result<Vec<Grante
             })
         })
         .collect()
+}
+
+/// The type the plan's float values are stored in (rule 5): f16 or bf16 when every target computes in fp16 or
+/// bf16 alike, `None` when none does (fp32 and tf32 store f32), an error naming two targets that disagree.
+pub fn storage(targets: &[&dyn Backend], granted: &[Granted]) -> Result<Option<stowage_runtime::DatumType>, PlanError> {
+    use stowage_runtime::DatumType;
+    let dt = |p: Precision| match p {
+        Precision::Fp16 => DatumType::F16,
+        Precision::Bf16 => DatumType::BF16,
+        Precision::Fp32 | Precision::Tf32 => DatumType::F32,
+    };
+    let Some(first) = granted.first() else { return Ok(None) };
+    if let Some(i) = granted.iter().position(|g| dt(g.computed) != dt(first.computed)) {
+        let name = |k: usize| targets.get(k).map_or("?", |t| t.spec().name.as_str());
+        return Err(PlanError::BadOption {
+            option: format!("--precision {}={}", name(i), granted[i].asked),
+            message: format!(
+                "fp16 and bf16 store the plan's values, so every target must compute in the same one: {} computes \
+                 in {}, {} in {} (ask it of every target: --precision {})",
+                name(0),
+                first.computed,
+                name(i),
+                granted[i].computed,
+                if dt(first.computed) == DatumType::F32 { granted[i].computed } else { first.computed }
+            ),
+        });
+    }
+    Ok(Some(dt(first.computed)).filter(|&d| d != DatumType::F32))
 }

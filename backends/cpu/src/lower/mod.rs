@@ -291,7 +291,7 @@ fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
     // An activation that is the only reader of an f32 Conv's output runs inside the Conv's step, on each tile while
     // it is in registers; the Conv's step writes the activation's value.
     let relu_after: HashMap<ir::NodeId, ir::NodeId> = if options.fuse {
-        conv_epilogue_pairs(graph, |node| activation(graph, node).is_some())
+        conv_epilogue_pairs(graph, &[stowage_runtime::DatumType::F32], |node| activation(graph, node).is_some())
     } else {
         HashMap::new()
     };

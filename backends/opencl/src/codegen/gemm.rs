@@ -37,14 +37,14 @@ pub struct Gemm {
     /// (an implicit product: no im2col buffer or launch); the batch axes are then (batch item, group).
     pub im2col: Option<(super::Window, usize, usize)>,
     /// How A, B, C and the added term are stored ([`super::dt_storage`]: `float`, `half` or `bf16`); products are
-    /// summed in float whatever it is. Implicit convolutions are `float` only.
+    /// summed in float whatever it is (the implicit convolution's input `X` too).
     pub elem: &'static str,
     /// Work-groups the device needs to be busy (twice its compute units): [`division`] splits K until the product
     /// makes this many, and takes a smaller block where a larger one would leave it far short.
     pub min_groups: usize,
-    /// Computed on tensor cores in TF32 ([`super::mma`]): a plan at `--precision tf32` on a device that has them,
-    /// for `float` operands.
-    pub tf32: bool,
+    /// Computed on tensor cores ([`super::mma`]): in TF32 for `float` operands (a plan at `--precision tf32`), in
+    /// f16 or bf16 for `half` or `bf16` ones (a plan at `fp16` or `bf16`), on a device that has them.
+    pub tensor_cores: bool,
     /// An elementwise chain that reads the product and stores in its place (after the terms and ReLU above, which
     /// a product with a chain does not have): `lower/epilogue.rs` decides when.
     pub chain: Option<Epilogue>,
@@ -93,7 +93,7 @@ impl Division {
     /// The global size of the product's launch (its local size is [`Division::local`]).
     /// A batch of none gives a global size of 0, which is not launched.
     pub fn global(&self, g: &Gemm) -> Vec<usize> {
-        if g.tf32 {
+        if g.tensor_cores {
             return super::mma::mma_global(g, self);
         }
         let batch: usize = g.batch.iter().product();
@@ -103,7 +103,7 @@ impl Division {
 
     /// The local size of the product's launch: `[16, 16, 1]`, or `[256, 1, 1]` on tensor cores.
     pub fn local(&self, g: &Gemm) -> Vec<usize> {
-        if g.tf32 {
+        if g.tensor_cores {
             vec![super::mma::mma_items(), 1, 1]
         } else {
             vec![TILE, TILE, 1]
@@ -164,11 +164,15 @@ pub fn division(g: &Gemm) -> Division {
     // 62.0 against 50.5 µs; 512 × 2048 × 2048 98.1 against 90.3 µs), while 4 to 32 ranges won on long K (a 3×3
     // conv of 64 channels at 56 × 56: 21.8 µs in 4 against 36.8): two ranges are taken as one.
     let sought = |r: usize| target.div_ceil(groups(r)).min(most_splits);
-    let splits = |r: usize| forced_splits.unwrap_or_else(|| if g.tf32 && sought(r) == 2 { 1 } else { sought(r) });
+    let splits =
+        |r: usize| forced_splits.unwrap_or_else(|| if g.tensor_cores && sought(r) == 2 { 1 } else { sought(r) });
     let fills = |r: usize| r == 1 || (g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r);
     // Tensor cores take tiles of 64 × 64, the size of a block of 4.
-    let forced =
-        if g.tf32 { Some(4) } else { env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4)) };
+    let forced = if g.tensor_cores {
+        Some(4)
+    } else {
+        env_usize("STOWAGE_OPENCL_GEMM_BLOCK").filter(|r| matches!(r, 1 | 2 | 4))
+    };
     let r = forced.unwrap_or_else(|| {
         let candidates = [4, 2, 1].into_iter().filter(|&r| fills(r));
         let enough = candidates.clone().find(|&r| 4 * groups(r) * splits(r) >= target);
@@ -180,7 +184,11 @@ pub fn division(g: &Gemm) -> Division {
 /// `g`'s dimensions and division in a few words, for a profile.
 pub fn describe(g: &Gemm) -> String {
     let implicit = if g.im2col.is_some() { " implicit conv" } else { "" };
-    let implicit = if g.tf32 { format!("{implicit} tf32 tensor cores") } else { implicit.to_string() };
+    let implicit = if g.tensor_cores {
+        format!("{implicit} {} tensor cores", super::mma::word(g.elem))
+    } else {
+        implicit.to_string()
+    };
     let d = division(g);
     let split = if d.splits > 1 { format!(" split{}x{}", d.splits, d.chunk) } else { String::new() };
     format!("gemm m{} n{} k{} batch{:?} block{}{split}{implicit}", g.m, g.n, g.k, g.batch, d.block)
@@ -269,7 +277,7 @@ pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str) {
         }
         Some((w, channels, groups)) => {
             let _ = writeln!(s, "        float v = 0.0f;\n        if (gk < kend && gc < {}) {{", g.n);
-            s.push_str(&super::window::im2col_value(w, *channels, *groups, "gk", "gc", "bi", "v"));
+            s.push_str(&super::window::im2col_value(w, *channels, *groups, g.elem, "gk", "gc", "bi", "v"));
             let _ = writeln!(s, "        }}\n        {dst} = v; }}");
         }
     }
@@ -287,8 +295,8 @@ pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str) {
 /// item's outputs are a contiguous `R` × `R` block. A block of 1 reads scalars from `As[row][k]`.
 pub fn gemm(name: &str, g: &Gemm) -> String {
     let d = division(g);
-    if g.tf32 {
-        return super::mma::gemm_tf32(name, g, &d);
+    if g.tensor_cores {
+        return super::mma::gemm_mma(name, g, &d);
     }
     let r = d.block;
     let (bm, bn) = (TILE * r, TILE * r);

@@ -1,14 +1,17 @@
-//! The batched product on NVIDIA's tensor cores, in TF32: OpenCL C whose inner step is inline PTX
-//! (`mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`), for plans at `--precision tf32` on devices with tensor
-//! cores ([`crate::DeviceInfo::tensor_cores`]). What NVIDIA's OpenCL compiler takes of PTX, and the fragment
+//! The batched product on NVIDIA's tensor cores: OpenCL C whose inner step is inline PTX, in TF32
+//! (`mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`) for `float` operands in plans at `--precision tf32`, and
+//! in f16 or bf16 (`mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`, `….bf16.bf16.f32`) for `half` or `bf16`
+//! operands in plans at `fp16` or `bf16`, on devices with tensor cores ([`crate::DeviceInfo::tensor_cores`]). What NVIDIA's OpenCL compiler takes of PTX, and the fragment
 //! layouts, were checked element by element on the H200 (`examples/tensor_core_probe.rs`, docs/opencl.md).
 //!
 //! The kernel computes what [`super::gemm`] computes for the same [`Gemm`] (operands through strides, the
-//! implicit convolution, the epilogue, a split K finished by its last work-group, [`super::gemm::split_tail`]), with the operands rounded to TF32
-//! (`cvt.rna`: to nearest, ties away) as they are staged and the sums in fp32:
+//! implicit convolution, the epilogue, a split K finished by its last work-group, [`super::gemm::split_tail`]), with
+//! the sums in fp32 and the operands rounded to TF32 as they are staged (`cvt.rna`: to nearest, ties away), or,
+//! for `half` and `bf16` operands (read as float, so exact), staged as floats and packed in pairs into the
+//! fragments' registers as they are read (`cvt.rn.f16x2.f32`, `cvt.rn.bf16x2.f32`: exact for values of the type):
 //! - a work-group of 256 items (8 warps, [`mma_warps`]) computes a tile of 64 × 64 outputs, each warp 32 × 16 of
 //!   it as 2 × 2 `m16n8` fragments whose 16 sums stay in registers;
-//! - K advances `BK` (32, [`bk`]) at a time: each item loads its share of A's 64 × BK tile and of B's BK × 64
+//! - K advances `BK` (32, [`bk`]) at a time, 8 per `mma` in TF32 and 16 in f16 and bf16: each item loads its share of A's 64 × BK tile and of B's BK × 64
 //!   (8 elements each with 256 items) into registers for the next step while the warps multiply the current one
 //!   out of local memory;
 //! - local memory rows are padded (A's to BK + 4 words, 36; B's to 72) so that every fragment read of a warp falls
@@ -51,16 +54,27 @@ pub fn mma_global(g: &Gemm, d: &Division) -> Vec<usize> {
     vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]
 }
 
+/// What the tensor cores compute in for operands stored as `elem`: `tf32` for `float`, else `f16` or `bf16`.
+pub fn word(elem: &str) -> &'static str {
+    match elem {
+        "half" => "f16",
+        "bf16" => "bf16",
+        _ => "tf32",
+    }
+}
+
 /// Kernel `name(A, B, C[, bias])` (or `name(A, B, P, N, C[, bias])` for a split product) for `g` divided as `d`,
-/// on tensor cores in TF32. `g.elem` must be `float`.
-pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
+/// on tensor cores: TF32 for `float` operands, f16 or bf16 for `half` or `bf16` ones ([`word`]).
+pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
+    let ty = word(g.elem);
+    let t = super::param_type(g.elem);
     let mut s = String::new();
     let out = outputs(g, d);
     let b_name = if g.im2col.is_some() { "X" } else { "B" };
     let batch: usize = g.batch.iter().product::<usize>().max(1);
     let _ = writeln!(
         s,
-        "__kernel void {name}(__global const float* restrict A, __global const float* restrict {b_name}, {out}) {{"
+        "__kernel void {name}(__global const {t}* restrict A, __global const {t}* restrict {b_name}, {out}) {{"
     );
     s.push_str("  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;\n");
     let (items, warps_n, bk) = (mma_items(), mma_warps() / 2, bk());
@@ -89,7 +103,7 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
     let _ = writeln!(s, "  float pa[{per_item}], pb[{per_item}];");
     let load = |s: &mut String, t: &str| {
         for u in 0..per_item {
-            let a = format!("A[ao + (size_t)gr * {} + (size_t)gk * {}]", g.a.1, g.a.2);
+            let a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2));
             let _ = writeln!(
                 s,
                 "    {{ const int e = tid + {}, gr = row0 + e / {bk}, gk = {t} + e % {bk}; pa[{u}] = (gr < {} && gk < kend) ? {a} : 0.0f; }}",
@@ -104,10 +118,12 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
     };
     load(&mut s, "k0");
     let _ = writeln!(s, "  for (int t = k0; t < kend; t += {bk}) {{");
+    // TF32 words, or the floats' own bits (packed into pairs as the fragments are read).
+    let stage = if ty == "tf32" { "tf32" } else { "as_uint" };
     for u in 0..per_item {
         let _ = writeln!(
             s,
-            "    {{ const int e = tid + {}; As[e / {bk}][e % {bk}] = tf32(pa[{u}]); Bs[e >> 6][e & 63] = tf32(pb[{u}]); }}",
+            "    {{ const int e = tid + {}; As[e / {bk}][e % {bk}] = {stage}(pa[{u}]); Bs[e >> 6][e & 63] = {stage}(pb[{u}]); }}",
             u * items
         );
     }
@@ -115,24 +131,45 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
     let _ = writeln!(s, "    if (t + {bk} < kend) {{");
     load(&mut s, &format!("(t + {bk})"));
     s.push_str("    }\n");
-    for ks in (0..bk).step_by(8) {
+    let (step, shape) = if ty == "tf32" { (8, "m16n8k8") } else { (16, "m16n8k16") };
+    for ks in (0..bk).step_by(step) {
         s.push_str("    {\n");
         for mi in 0..2 {
             let r = format!("wm + {} + gq", mi * 16);
-            let _ = writeln!(
-                s,
-                "      const uint a{mi}0 = As[{r}][{ks} + tq], a{mi}1 = As[{r} + 8][{ks} + tq], a{mi}2 = As[{r}][{ks} + tq + 4], a{mi}3 = As[{r} + 8][{ks} + tq + 4];"
-            );
+            if ty == "tf32" {
+                let _ = writeln!(
+                    s,
+                    "      const uint a{mi}0 = As[{r}][{ks} + tq], a{mi}1 = As[{r} + 8][{ks} + tq], a{mi}2 = As[{r}][{ks} + tq + 4], a{mi}3 = As[{r} + 8][{ks} + tq + 4];"
+                );
+            } else {
+                // Registers of two halves, the lower K first: rows gq and gq + 8, K 2tq and 2tq + 8.
+                let pair = |row: &str, k: usize| {
+                    format!("{ty}x2(As[{row}][{} + tq * 2], As[{row}][{} + tq * 2])", ks + k, ks + k + 1)
+                };
+                let _ = writeln!(
+                    s,
+                    "      const uint a{mi}0 = {}, a{mi}1 = {}, a{mi}2 = {}, a{mi}3 = {};",
+                    pair(&r, 0),
+                    pair(&format!("{r} + 8"), 0),
+                    pair(&r, 8),
+                    pair(&format!("{r} + 8"), 8)
+                );
+            }
         }
         for ni in 0..frags_n {
             let c = format!("wn + {} + gq", ni * 8);
-            let _ = writeln!(s, "      const uint b{ni}0 = Bs[{ks} + tq][{c}], b{ni}1 = Bs[{ks} + tq + 4][{c}];");
+            if ty == "tf32" {
+                let _ = writeln!(s, "      const uint b{ni}0 = Bs[{ks} + tq][{c}], b{ni}1 = Bs[{ks} + tq + 4][{c}];");
+            } else {
+                let pair = |k: usize| format!("{ty}x2(Bs[{} + tq * 2][{c}], Bs[{} + tq * 2][{c}])", ks + k, ks + k + 1);
+                let _ = writeln!(s, "      const uint b{ni}0 = {}, b{ni}1 = {};", pair(0), pair(8));
+            }
         }
         for (mi, ni) in &frags {
             let c = |i: usize| format!("\"+f\"(c{mi}{ni}_{i})");
             let _ = writeln!(
                 s,
-                "      asm(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : {}, {}, {}, {} : \"r\"(a{mi}0), \"r\"(a{mi}1), \"r\"(a{mi}2), \"r\"(a{mi}3), \"r\"(b{ni}0), \"r\"(b{ni}1));",
+                "      asm(\"mma.sync.aligned.{shape}.row.col.f32.{ty}.{ty}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : {}, {}, {}, {} : \"r\"(a{mi}0), \"r\"(a{mi}1), \"r\"(a{mi}2), \"r\"(a{mi}3), \"r\"(b{ni}0), \"r\"(b{ni}1));",
                 c(0),
                 c(1),
                 c(2),
@@ -167,7 +204,71 @@ pub fn gemm_tf32(name: &str, g: &Gemm, d: &Division) -> String {
     s
 }
 
-/// The helper [`gemm_tf32`]'s kernels call: `x` rounded to TF32 (`cvt.rna.tf32.f32`), as the 32-bit word an
-/// `mma.sync` operand register takes. Written once at the top of a program that has such kernels.
-pub const TF32_HELPER: &str =
-    "uint tf32(float x) { uint u; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(u) : \"f\"(x)); return u; }\n";
+/// The helpers [`gemm_mma`]'s kernels call, written once at the top of a program that has such kernels: `tf32(x)`,
+/// `x` rounded to TF32 (`cvt.rna.tf32.f32`), as the 32-bit word an `mma.sync` operand register takes; `f16x2(lo,
+/// hi)` and `bf16x2(lo, hi)`, two floats' bits (as staged) packed into one register of two halves, `lo` in the
+/// lower (`cvt.rn.f16x2.f32 d, a, b` puts `a` in the upper half).
+pub const MMA_HELPERS: &str = "uint tf32(float x) { uint u; asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(u) : \"f\"(x)); return u; }\n\
+uint f16x2(uint lo, uint hi) { uint u; asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(u) : \"f\"(as_float(hi)), \"f\"(as_float(lo))); return u; }\n\
+uint bf16x2(uint lo, uint hi) { uint u; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u) : \"f\"(as_float(hi)), \"f\"(as_float(lo))); return u; }\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn product(elem: &'static str) -> Gemm {
+        Gemm {
+            m: 128,
+            n: 96,
+            k: 40,
+            batch: vec![],
+            a: (vec![], 40, 1),
+            b: (vec![], 96, 1),
+            c: (vec![], 96, 1),
+            alpha: 1.0,
+            bias: None,
+            residual: None,
+            relu: true,
+            im2col: None,
+            elem,
+            min_groups: 1,
+            tensor_cores: true,
+            chain: None,
+            ptx: true,
+        }
+    }
+
+    /// Each operand type takes its instruction, and halves are packed in pairs along K, the lower K first, as the
+    /// fragment layout checked on the H200 (`examples/tensor_core_probe.rs`) has them.
+    #[test]
+    fn each_type_takes_its_instruction_and_fragments() {
+        let g = product("float");
+        let src = gemm_mma("k", &g, &super::super::division(&g));
+        assert!(src.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") && src.contains("= tf32(pa[0])"));
+        for (elem, ty) in [("half", "f16"), ("bf16", "bf16")] {
+            let g = product(elem);
+            let src = gemm_mma("k", &g, &super::super::division(&g));
+            let t = super::super::param_type(elem);
+            assert!(src.contains(&format!("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32")), "{src}");
+            assert!(src.contains(&format!("__global const {t}* restrict A")), "{src}");
+            assert!(src.contains("= as_uint(pa[0])") && !src.contains("tf32("), "{src}");
+            // A's registers: rows gq and gq + 8, K 2tq (+1) and 2tq + 8 (+9); B's: K 2tq and 2tq + 8.
+            assert!(
+                src.contains(&format!("a00 = {ty}x2(As[wm + 0 + gq][0 + tq * 2], As[wm + 0 + gq][1 + tq * 2])")),
+                "{src}"
+            );
+            assert!(
+                src.contains(&format!(
+                    "a03 = {ty}x2(As[wm + 0 + gq + 8][8 + tq * 2], As[wm + 0 + gq + 8][9 + tq * 2])"
+                )),
+                "{src}"
+            );
+            assert!(
+                src.contains(&format!("b01 = {ty}x2(Bs[8 + tq * 2][wn + 0 + gq], Bs[9 + tq * 2][wn + 0 + gq])")),
+                "{src}"
+            );
+            // Two steps of 16 per 32 columns of K staged.
+            assert_eq!(src.matches("m16n8k16").count(), 2 * 2 * MMA_TILE / (mma_warps() / 2) / 8, "{src}");
+        }
+    }
+}

@@ -26,7 +26,7 @@ use stowage_kir::{BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
 
 pub use gemm::{describe, division, gemm, gemv, Division, Epilogue, Gemm, Strides, GEMV_GROUP, TILE};
 pub use index::{index_map, IndexMap};
-pub use mma::{MMA_TILE, TF32_HELPER};
+pub use mma::{MMA_HELPERS, MMA_TILE};
 pub use resize::resize_axis;
 pub use rows::{batch_norm, layer_norm, layer_norm_grouped, lrn, reduce, softmax, softmax_grouped, ROW_GROUP};
 pub use window::{average_pool, global_pool, im2col, max_pool, Window};

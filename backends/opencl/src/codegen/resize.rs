@@ -8,10 +8,10 @@ use stowage_kir::resize::AxisPlan;
 
 use super::lit;
 
-/// Interpolation along one axis of a packed `[outer, in_len, inner]` f32 tensor into `[outer, out_len, inner]`:
-/// kernel `name(X, Y)`, one work item per output element. An output coordinate outside the input (`tf_crop_and_
-/// resize`) gets `extrapolation`.
-pub fn resize_axis(name: &str, plan: &AxisPlan, in_len: usize, inner: usize, extrapolation: f32) -> String {
+/// Interpolation along one axis of a packed `[outer, in_len, inner]` tensor stored as `t` ([`super::dt_storage`],
+/// interpolated in float) into `[outer, out_len, inner]`: kernel `name(X, Y)`, one work item per output element. An
+/// output coordinate outside the input (`tf_crop_and_resize`) gets `extrapolation`.
+pub fn resize_axis(name: &str, plan: &AxisPlan, in_len: usize, inner: usize, extrapolation: f32, t: &str) -> String {
     let out_len = plan.extrapolate.len();
     let taps = plan.taps.max(1);
     let mut idx = String::new();
@@ -27,12 +27,15 @@ pub fn resize_axis(name: &str, plan: &AxisPlan, in_len: usize, inner: usize, ext
     }
     format!(
         "__constant int {name}_idx[{n}] = {{{idx}}};\n__constant float {name}_coef[{n}] = {{{coef}}};\n\
-         __kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  \
+         __kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict Y) {{\n  \
          const size_t g = get_global_id(0), i = g % {inner}, o = g / {inner} % {out_len}, b = g / ({inner} * {out_len});\n  \
-         if ({name}_idx[o * {taps}] < 0) {{ Y[g] = {extra}; return; }}\n  float acc = 0.0f;\n  \
-         for (int j = 0; j < {taps}; ++j) acc = fma({name}_coef[o * {taps} + j], X[(b * {in_len} + {name}_idx[o * {taps} + j]) * {inner} + i], acc);\n  \
-         Y[g] = acc;\n}}\n",
+         if ({name}_idx[o * {taps}] < 0) {{ {extra} return; }}\n  float acc = 0.0f;\n  \
+         for (int j = 0; j < {taps}; ++j) acc = fma({name}_coef[o * {taps} + j], {x}, acc);\n  \
+         {y}\n}}\n",
         n = out_len * taps,
-        extra = lit(extrapolation),
+        pt = super::param_type(t),
+        extra = super::store(t, "Y", "g", &lit(extrapolation)),
+        x = super::load(t, "X", &format!("(b * {in_len} + {name}_idx[o * {taps} + j]) * {inner} + i")),
+        y = super::store(t, "Y", "g", "acc"),
     )
 }

@@ -44,15 +44,36 @@ pub fn softmax(name: &str, t: &str, len: usize, inner: usize, log: bool) -> Stri
 }
 
 /// Local response normalisation across `channels` channels of `plane` elements: kernel `name(X, Y)`, one work item
-/// per element.
-pub fn lrn(name: &str, channels: usize, plane: usize, size: usize, alpha: f32, beta: f32, bias: f32) -> String {
+/// per element; X and Y stored as `t` ([`super::dt_storage`]), computed in float.
+#[allow(clippy::too_many_arguments)]
+pub fn lrn(
+    name: &str,
+    channels: usize,
+    plane: usize,
+    size: usize,
+    alpha: f32,
+    beta: f32,
+    bias: f32,
+    t: &str,
+) -> String {
     let (lo, hi) = ((size - 1) / 2, (size - 1).div_ceil(2));
+    let pt = super::param_type(t);
+    let x = super::load(t, "X", &format!("(n * {channels} + j) * {plane} + p"));
+    let y = super::store(
+        t,
+        "Y",
+        "g",
+        &format!(
+            "{} / pow({} + {} * sum, {})",
+            super::load(t, "X", "g"),
+            lit(bias),
+            lit(alpha / size as f32),
+            lit(beta)
+        ),
+    );
     format!(
-        "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0), p = g % {plane}, c = g / {plane} % {channels}, n = g / ({plane} * {channels});\n  const int c0 = max((int)c - {lo}, 0), c1 = min((int)c + {hi}, {last});\n  float sum = 0.0f;\n  for (int j = c0; j <= c1; ++j) {{ const float x = X[(n * {channels} + j) * {plane} + p]; sum += x * x; }}\n  Y[g] = X[g] / pow({bias} + {scale} * sum, {beta});\n}}\n",
+        "__kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict Y) {{\n  const size_t g = get_global_id(0), p = g % {plane}, c = g / {plane} % {channels}, n = g / ({plane} * {channels});\n  const int c0 = max((int)c - {lo}, 0), c1 = min((int)c + {hi}, {last});\n  float sum = 0.0f;\n  for (int j = c0; j <= c1; ++j) {{ const float x = {x}; sum += x * x; }}\n  {y}\n}}\n",
         last = channels as i64 - 1,
-        bias = lit(bias),
-        scale = lit(alpha / size as f32),
-        beta = lit(beta),
     )
 }
 
@@ -69,11 +90,26 @@ fn group_sum() -> String {
 /// statistics outputs (one value per row) are written when asked for. `grouped` ([`layer_norm_grouped`]): a
 /// work-group of [`ROW_GROUP`] items per row (global size `rows · 64`, local 64), the mean and the variance each
 /// summed through local memory in one pass over the row's stride; else one item per row (global size: the rows).
-pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool, grouped: bool) -> String {
+/// X, the scale, the bias and Y are stored as `t` ([`super::dt_storage`]), the row's sums and the result computed in
+/// float; the statistics are f32.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    name: &str,
+    len: usize,
+    epsilon: f32,
+    bias: bool,
+    mean: bool,
+    inv: bool,
+    grouped: bool,
+    t: &str,
+) -> String {
     if grouped {
-        return layer_norm_per_group(name, len, epsilon, bias, mean, inv);
+        return layer_norm_per_group(name, len, epsilon, bias, mean, inv, t);
     }
-    let (param, add) = if bias { (", __global const float* restrict B", " + B[j]") } else { ("", "") };
+    let pt = super::param_type(t);
+    let (param, add) = norm_bias(bias, t);
+    let (x, xj) = (super::load(t, "X", "base + j"), super::load(t, "S", "j"));
+    let y = super::store(t, "Y", "base + j", &format!("({x} - mean) * inv * {xj}{add}"));
     let stats = format!(
         "{}{}",
         if mean { ", __global float* restrict M" } else { "" },
@@ -85,7 +121,7 @@ pub fn layer_norm(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, 
         if inv { "  V[get_global_id(0)] = inv;\n" } else { "" }
     );
     format!(
-        "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y{stats}) {{\n  const size_t base = get_global_id(0) * {len};\n  float mean = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) mean += X[base + j];\n  mean /= {lenf};\n  float var = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) {{ const float d = X[base + j] - mean; var += d * d; }}\n  const float inv = 1.0f / sqrt(var / {lenf} + {eps});\n  for (size_t j = 0; j < {len}; ++j) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n{store}}}\n",
+        "__kernel void {name}(__global const {pt}* restrict X, __global const {pt}* restrict S{param}, __global {pt}* restrict Y{stats}) {{\n  const size_t base = get_global_id(0) * {len};\n  float mean = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) mean += {x};\n  mean /= {lenf};\n  float var = 0.0f;\n  for (size_t j = 0; j < {len}; ++j) {{ const float d = {x} - mean; var += d * d; }}\n  const float inv = 1.0f / sqrt(var / {lenf} + {eps});\n  for (size_t j = 0; j < {len}; ++j) {y}\n{store}}}\n",
         lenf = lit(len as f32),
         eps = lit(epsilon)
     )
@@ -96,10 +132,22 @@ pub fn layer_norm_grouped(len: usize, device_groups: bool) -> bool {
     device_groups && len >= ROW_GROUP
 }
 
+/// The bias parameter of a normalisation kernel over data stored as `t`, and the term adding it.
+fn norm_bias(bias: bool, t: &str) -> (String, String) {
+    if bias {
+        (format!(", __global const {}* restrict B", super::param_type(t)), format!(" + {}", super::load(t, "B", "j")))
+    } else {
+        (String::new(), String::new())
+    }
+}
+
 /// [`layer_norm`] with a work-group per row.
-fn layer_norm_per_group(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool) -> String {
+fn layer_norm_per_group(name: &str, len: usize, epsilon: f32, bias: bool, mean: bool, inv: bool, t: &str) -> String {
     let w = ROW_GROUP;
-    let (param, add) = if bias { (", __global const float* restrict B", " + B[j]") } else { ("", "") };
+    let pt = super::param_type(t);
+    let (param, add) = norm_bias(bias, t);
+    let (x, xj) = (super::load(t, "X", "base + j"), super::load(t, "S", "j"));
+    let y = super::store(t, "Y", "base + j", &format!("({x} - mean) * inv * {xj}{add}"));
     let stats = format!(
         "{}{}",
         if mean { ", __global float* restrict M" } else { "" },
@@ -109,15 +157,16 @@ fn layer_norm_per_group(name: &str, len: usize, epsilon: f32, bias: bool, mean: 
         format!("{}{}", if mean { "    M[row] = mean;\n" } else { "" }, if inv { "    V[row] = inv;\n" } else { "" });
     let sum = group_sum();
     format!(
-        "__kernel void {name}(__global const float* restrict X, __global const float* restrict S{param}, __global float* restrict Y{stats}) {{\n  const size_t row = get_group_id(0), base = row * {len}; const int t = get_local_id(0);\n  __local float red[{w}];\n  float v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) v += X[base + j];\n{sum}  const float mean = red[0] / {lenf}; barrier(CLK_LOCAL_MEM_FENCE);\n  v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) {{ const float d = X[base + j] - mean; v += d * d; }}\n{sum}  const float inv = 1.0f / sqrt(red[0] / {lenf} + {eps});\n  for (size_t j = t; j < {len}; j += {w}) Y[base + j] = (X[base + j] - mean) * inv * S[j]{add};\n  if (t == 0) {{\n{store}  }}\n}}\n",
+        "__kernel void {name}(__global const {pt}* restrict X, __global const {pt}* restrict S{param}, __global {pt}* restrict Y{stats}) {{\n  const size_t row = get_group_id(0), base = row * {len}; const int t = get_local_id(0);\n  __local float red[{w}];\n  float v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) v += {x};\n{sum}  const float mean = red[0] / {lenf}; barrier(CLK_LOCAL_MEM_FENCE);\n  v = 0.0f;\n  for (size_t j = t; j < {len}; j += {w}) {{ const float d = {x} - mean; v += d * d; }}\n{sum}  const float inv = 1.0f / sqrt(red[0] / {lenf} + {eps});\n  for (size_t j = t; j < {len}; j += {w}) {y}\n  if (t == 0) {{\n{store}  }}\n}}\n",
         lenf = lit(len as f32),
         eps = lit(epsilon)
     )
 }
 
-/// A reduction of `x` (C type `t`) over the axes where `reduced` is true, one work item per output element (the kept
-/// axes' positions, row-major): `init`, then `step` for each element (`acc`, `x`, `j` its index along the reduced
-/// elements), then `finish` (over `acc`, `count`), cast to `out`.
+/// A reduction of `x` (stored as `t`, [`super::dt_storage`]: `half` and `bf16` read as float) over the axes where
+/// `reduced` is true, one work item per output element (the kept axes' positions, row-major): `init`, then `step`
+/// for each element (`acc`, `x`, `j` its index along the reduced elements), then `finish` (over `acc`, `count`),
+/// stored as `out`.
 #[allow(clippy::too_many_arguments)]
 pub fn reduce(
     name: &str,
@@ -141,7 +190,8 @@ pub fn reduce(
     let red: Vec<usize> = (0..shape.len()).filter(|&a| reduced[a]).collect();
     let count: usize = red.iter().map(|&a| shape[a]).product();
     let mut s = String::new();
-    let _ = writeln!(s, "__kernel void {name}(__global const {t}* restrict X, __global {out}* restrict Y) {{");
+    let (pt, po) = (super::param_type(t), super::param_type(out));
+    let _ = writeln!(s, "__kernel void {name}(__global const {pt}* restrict X, __global {po}* restrict Y) {{");
     let _ = writeln!(s, "  const size_t g = get_global_id(0); size_t r = g; size_t base = 0;");
     for &a in kept.iter().rev() {
         let _ = writeln!(s, "  base += (r % {}) * {}; r /= {};", shape[a], strides[a], shape[a]);
@@ -152,15 +202,16 @@ pub fn reduce(
     for &a in red.iter().rev() {
         let _ = writeln!(s, "    off += (q % {}) * {}; q /= {};", shape[a], strides[a], shape[a]);
     }
-    let _ = writeln!(s, "    const {t} x = X[off];");
+    let xt = if matches!(t, "half" | "bf16") { "float" } else { t };
+    let _ = writeln!(s, "    const {xt} x = {};", super::load(t, "X", "off"));
     let _ = writeln!(s, "    {step}");
     let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "  Y[g] = ({out})({finish});");
+    let _ = writeln!(s, "  {}", super::store(out, "Y", "g", finish));
     s.push_str("}\n");
     s
 }
 
-/// BatchNormalization of `[N, C, plane]` f32 data, channel `c` scaled by `S[c] / √(var + ε)` and shifted to `B[c]`.
+/// BatchNormalization of `[N, C, plane]` data stored as `t` (training: f32 only), channel `c` scaled by `S[c] / √(var + ε)` and shifted to `B[c]`.
 /// Inference (`training == None`): kernel `name(X, S, B, M, V, Y)`, one work item per element, with the given mean
 /// and variance. Training (`Some((momentum, running_mean, running_var))`): kernel `name(X, S, B, M, V, Y[, RM][,
 /// RV])`, one work item per channel, normalising with the batch's mean and population variance and writing the
@@ -172,12 +223,18 @@ pub fn batch_norm(
     plane: usize,
     epsilon: f32,
     training: Option<(f32, bool, bool)>,
+    t: &str,
 ) -> String {
-    let params = "__global const float* restrict X, __global const float* restrict S, __global const float* restrict B, __global const float* restrict M, __global const float* restrict V, __global float* restrict Y";
+    let pt = super::param_type(t);
+    let params = format!("__global const {pt}* restrict X, __global const {pt}* restrict S, __global const {pt}* restrict B, __global const {pt}* restrict M, __global const {pt}* restrict V, __global {pt}* restrict Y");
     let eps = lit(epsilon);
+    let ld = |p: &str, i: &str| super::load(t, p, i);
     match training {
         None => format!(
-            "__kernel void {name}({params}) {{\n  const size_t g = get_global_id(0), c = g / {plane} % {channels};\n  const float a = S[c] / sqrt(V[c] + {eps});\n  Y[g] = fma(X[g] - M[c], a, B[c]);\n}}\n"
+            "__kernel void {name}({params}) {{\n  const size_t g = get_global_id(0), c = g / {plane} % {channels};\n  const float a = {s} / sqrt({v} + {eps});\n  {y}\n}}\n",
+            s = ld("S", "c"),
+            v = ld("V", "c"),
+            y = super::store(t, "Y", "g", &format!("fma({} - {}, a, {})", ld("X", "g"), ld("M", "c"), ld("B", "c"))),
         ),
         Some((momentum, rm, rv)) => {
             let count = (n * plane).max(1);

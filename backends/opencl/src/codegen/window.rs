@@ -37,9 +37,19 @@ fn decompose_as(s: &mut String, idx: &str, dims: &[usize], prefix: &str, int_typ
 }
 
 /// A block of statements that sets `{out}` to the im2col element of row `{row}` (`c · K + k`), column `{p}` (an
-/// output position) and batch-group `{b}` (`n · groups + g`), read from `X`: 0 where the tap falls in the padding.
-/// Variables named in braces are C expressions of the caller.
-pub fn im2col_value(w: &Window, channels: usize, groups: usize, row: &str, p: &str, b: &str, out: &str) -> String {
+/// output position) and batch-group `{b}` (`n · groups + g`), read from `X` (stored as `t`, [`super::dt_storage`]):
+/// 0 where the tap falls in the padding. Variables named in braces are C expressions of the caller.
+#[allow(clippy::too_many_arguments)]
+pub fn im2col_value(
+    w: &Window,
+    channels: usize,
+    groups: usize,
+    t: &str,
+    row: &str,
+    p: &str,
+    b: &str,
+    out: &str,
+) -> String {
     let s_ = w.input.len();
     let kk: usize = w.kernel.iter().product();
     let cg = channels / groups;
@@ -74,33 +84,35 @@ pub fn im2col_value(w: &Window, channels: usize, groups: usize, row: &str, p: &s
     }
     let _ =
         writeln!(s, "  const size_t base = (({b}) / {groups} * {channels} + ({b}) % {groups} * {cg} + c_) * {plane};");
-    let _ = writeln!(s, "  {out} = inside ? X[base + off] : 0.0f; }}");
+    let _ = writeln!(s, "  {out} = inside ? {} : 0.0f; }}", super::load(t, "X", "base + off"));
     s
 }
 
 /// im2col for a convolution: `cols[b][(c·K + k), p]` for batch item and group `b` (`n · groups + g`), zero where the
-/// tap falls in the padding. Kernel `name(X, cols)`; global size `[P, C/g · K, N · groups]`.
-pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize) -> String {
+/// tap falls in the padding; both stored as `t`. Kernel `name(X, cols)`; global size `[P, C/g · K, N · groups]`.
+pub fn im2col(name: &str, w: &Window, channels: usize, groups: usize, t: &str) -> String {
     let p: usize = w.output.iter().product();
     let kk: usize = w.kernel.iter().product();
     let cg = channels / groups;
     let mut s = String::new();
-    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict cols) {{");
+    let pt = super::param_type(t);
+    let _ = writeln!(s, "__kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict cols) {{");
     let _ = writeln!(s, "  const size_t p = get_global_id(0), row = get_global_id(1), b = get_global_id(2);");
     let _ = writeln!(s, "  float v;");
-    s.push_str(&im2col_value(w, channels, groups, "row", "p", "b", "v"));
-    let _ = writeln!(s, "  cols[(b * {} + row) * {p} + p] = v;", cg * kk);
+    s.push_str(&im2col_value(w, channels, groups, t, "row", "p", "b", "v"));
+    let _ = writeln!(s, "  {}", super::store(t, "cols", &format!("(b * {} + row) * {p} + p", cg * kk), "v"));
     s.push_str("}\n");
     s
 }
 
 /// AveragePool, one work item per output element of `[N·C, O…]`: kernel `name(X, Y)`, global size `N·C·ΠO` (max
-/// pooling is [`max_pool`]).
-pub fn average_pool(name: &str, w: &Window, count_include_pad: bool) -> String {
+/// pooling is [`max_pool`]); X and Y stored as `t`, summed in float.
+pub fn average_pool(name: &str, w: &Window, count_include_pad: bool, t: &str) -> String {
     let s_ = w.input.len();
     let plane_in: usize = w.input.iter().product();
     let mut s = String::new();
-    let _ = writeln!(s, "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{");
+    let pt = super::param_type(t);
+    let _ = writeln!(s, "__kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict Y) {{");
     output_position(&mut s, w);
     let _ = writeln!(s, "  float acc = 0.0f; int count = 0;");
     let inside = window_taps(&mut s, w);
@@ -113,7 +125,7 @@ pub fn average_pool(name: &str, w: &Window, count_include_pad: bool) -> String {
     let padded: Vec<String> =
         (0..s_).map(|a| format!("i{a} < {}", w.input[a] + w.pads.get(s_ + a).copied().unwrap_or(0))).collect();
     let _ = writeln!(s, "  if ({}) {{", if inside.is_empty() { "1".into() } else { inside.join(" && ") });
-    let _ = writeln!(s, "    const float x = X[nc * {plane_in} + {off}];");
+    let _ = writeln!(s, "    const float x = {};", super::load(t, "X", &format!("nc * {plane_in} + {off}")));
     let _ = writeln!(s, "    acc += x; count++;");
     if count_include_pad {
         let _ = writeln!(
@@ -127,22 +139,25 @@ pub fn average_pool(name: &str, w: &Window, count_include_pad: bool) -> String {
     for _ in 0..s_ {
         s.push_str("  }\n");
     }
-    let _ = writeln!(s, "  Y[g] = count ? acc / (float)count : 0.0f;");
+    let _ = writeln!(s, "  {}", super::store(t, "Y", "g", "count ? acc / (float)count : 0.0f"));
     s.push_str("}\n");
     s
 }
 
-/// Global pooling over `plane` elements per `(n, c)`: kernel `name(X, Y)`, global size `N·C`.
-pub fn global_pool(name: &str, plane: usize, max: bool) -> String {
+/// Global pooling over `plane` elements per `(n, c)`, stored as `t` and summed in float: kernel `name(X, Y)`,
+/// global size `N·C`.
+pub fn global_pool(name: &str, plane: usize, max: bool, t: &str) -> String {
     let init = if max { "-INFINITY" } else { "0.0f" };
     let step = if max { "acc = (x > acc || isnan(x)) ? x : acc;" } else { "acc += x;" };
     let fin = if max { "acc".to_string() } else { format!("acc / {}", lit(plane as f32)) };
+    let (pt, x, y) =
+        (super::param_type(t), super::load(t, "X", &format!("g * {plane} + i")), super::store(t, "Y", "g", &fin));
     format!(
-        "__kernel void {name}(__global const float* restrict X, __global float* restrict Y) {{\n  const size_t g = get_global_id(0);\n  float acc = {init};\n  for (size_t i = 0; i < {plane}; ++i) {{ const float x = X[g * {plane} + i]; {step} }}\n  Y[g] = {fin};\n}}\n"
+        "__kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict Y) {{\n  const size_t g = get_global_id(0);\n  float acc = {init};\n  for (size_t i = 0; i < {plane}; ++i) {{ const float x = {x}; {step} }}\n  {y}\n}}\n"
     )
 }
 
-/// MaxPool of any ordered element type `ty` (a C type), one work item per output element of `[N·C, O…]`, with the
+/// MaxPool of any ordered element type stored as `ty` ([`super::dt_storage`]: half and bf16 compared as float), one work item per output element of `[N·C, O…]`, with the
 /// ONNX `Indices` output when `indices` says how to number them (`Some(column_major)`): kernel `name(X, Y[, I])`.
 /// As the CPU's kernel: the first largest element in row-major window order wins; a NaN loses against numbers;
 /// a window without an input element gives 0 and index −1. Indices are `(n·C + c)·ΠD + spatial`, the spatial
@@ -152,9 +167,11 @@ pub fn max_pool(name: &str, w: &Window, ty: &str, float: bool, indices: Option<b
     let plane_in: usize = w.input.iter().product();
     let mut s = String::new();
     let out_i = if indices.is_some() { ", __global long* restrict I" } else { "" };
-    let _ = writeln!(s, "__kernel void {name}(__global const {ty}* restrict X, __global {ty}* restrict Y{out_i}) {{");
+    let pt = super::param_type(ty);
+    let _ = writeln!(s, "__kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict Y{out_i}) {{");
     output_position(&mut s, w);
-    let _ = writeln!(s, "  {ty} acc = 0; long best = -1; int found = 0;");
+    let acc_t = if matches!(ty, "half" | "bf16") { "float" } else { ty };
+    let _ = writeln!(s, "  {acc_t} acc = 0; long best = -1; int found = 0;");
     let inside = window_taps(&mut s, w);
     let (mut row, mut col, mut step) = (String::from("0"), String::from("0"), 1usize);
     for a in 0..s_ {
@@ -165,7 +182,7 @@ pub fn max_pool(name: &str, w: &Window, ty: &str, float: bool, indices: Option<b
     let position = if indices == Some(true) { col } else { row.clone() };
     let nan = if float { " || (isnan(acc) && !isnan(x))" } else { "" };
     let _ = writeln!(s, "  if ({}) {{", if inside.is_empty() { "1".into() } else { inside.join(" && ") });
-    let _ = writeln!(s, "    const {ty} x = X[nc * {plane_in} + {row}];");
+    let _ = writeln!(s, "    const {acc_t} x = {};", super::load(ty, "X", &format!("nc * {plane_in} + {row}")));
     let _ = writeln!(
         s,
         "    if (!found || x > acc{nan}) {{ acc = x; best = (long)(nc * {plane_in}) + {position}; found = 1; }}"
@@ -174,7 +191,7 @@ pub fn max_pool(name: &str, w: &Window, ty: &str, float: bool, indices: Option<b
     for _ in 0..s_ {
         s.push_str("  }\n");
     }
-    let _ = writeln!(s, "  Y[g] = found ? acc : 0;");
+    let _ = writeln!(s, "  {}", super::store(ty, "Y", "g", "found ? acc : 0"));
     if indices.is_some() {
         let _ = writeln!(s, "  I[g] = found ? best : -1;");
     }

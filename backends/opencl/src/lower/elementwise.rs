@@ -54,8 +54,8 @@ pub(super) fn typed(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
     Ok(cx.single(node.op.name(), k, args, vec![dims.iter().product()]))
 }
 
-/// ReduceSum, ReduceMean, ReduceMax and ReduceMin over constant axes: a work item per output element; floats
-/// accumulate in double.
+/// ReduceSum, ReduceMean, ReduceMax and ReduceMin over constant axes: a work item per output element; f32 and f64
+/// accumulate in double, f16 and bf16 (read as float) in float.
 pub(super) fn reduce(
     b: &mut Builder<'_>,
     cx: &NodeCx<'_>,
@@ -63,8 +63,8 @@ pub(super) fn reduce(
     noop_with_empty_axes: bool,
 ) -> Result<Lowered> {
     let x = cx.input(0, "input")?;
-    let t = codegen::dt_type(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
-    let out_t = codegen::dt_type(cx.out_ty.dt).ok_or_else(|| cx.unsupported(format!("{} data", cx.out_ty.dt)))?;
+    let t = codegen::dt_storage(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    let out_t = codegen::dt_storage(cx.out_ty.dt).ok_or_else(|| cx.unsupported(format!("{} data", cx.out_ty.dt)))?;
     let axes = match cx.ins.get(1).copied().flatten() {
         Some(_) => {
             let v = cx.node.inputs[1].ok_or_else(|| cx.unsupported("axes"))?;
@@ -78,8 +78,11 @@ pub(super) fn reduce(
     for a in axes {
         reduced[(if a < 0 { a + rank } else { a }) as usize] = true;
     }
-    let float = matches!(x.dt, DatumType::F32 | DatumType::F64);
-    let acc_t = if float {
+    let half = matches!(x.dt, DatumType::F16 | DatumType::BF16);
+    let float = half || matches!(x.dt, DatumType::F32 | DatumType::F64);
+    let acc_t = if half {
+        "float"
+    } else if float {
         "double"
     } else if x.dt == DatumType::Bool {
         "uchar"
@@ -110,7 +113,8 @@ pub(super) fn arg_max(
     min: bool,
 ) -> Result<Lowered> {
     let x = cx.input(0, "input")?;
-    let t = codegen::dt_type(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    let t = codegen::dt_storage(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    let best_t = if matches!(t, "half" | "bf16") { "float" } else { t };
     let axis = axis as usize;
     let reduced: Vec<bool> = (0..x.shape.len()).map(|a| a == axis).collect();
     let better = match (min, select_last_index) {
@@ -124,7 +128,7 @@ pub(super) fn arg_max(
     let k = b.kernel(|name| {
         codegen::reduce(name, &shape, &reduced, t, "long", "long", "0", &step, "acc").replacen(
             "long acc = 0;",
-            &format!("long acc = 0; {t} best = 0;"),
+            &format!("long acc = 0; {best_t} best = 0;"),
             1,
         )
     });

@@ -63,9 +63,9 @@ struct Builder<'g> {
     /// Long LayerNorm rows take a work-group each (`codegen::layer_norm`), on GPUs; a CPU device does better with
     /// an item per row. `STOWAGE_OPENCL_GROUPED_ROWS=1` or `0` overrides, for tests and measuring.
     grouped_rows: bool,
-    /// Products run on tensor cores in TF32 (`codegen::mma`): the plan asked tf32 of this target and the device
-    /// has them.
-    tf32: bool,
+    /// Products run on tensor cores (`codegen::mma`): the plan asked tf32, fp16 or bf16 of this target and the
+    /// device has them.
+    tensor_cores: bool,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
     /// Bytes of program-scope `__constant` tables so far (Resize's).
@@ -98,7 +98,7 @@ impl<'g> Builder<'g> {
             implicit_conv: choice("STOWAGE_OPENCL_IMPLICIT_CONV"),
             gemv: choice("STOWAGE_OPENCL_GEMV"),
             grouped_rows: choice("STOWAGE_OPENCL_GROUPED_ROWS"),
-            tf32: precision == Precision::Tf32 && info.tensor_cores(),
+            tensor_cores: precision != Precision::Fp32 && info.tensor_cores(),
             slot_of: HashMap::new(),
             types: Vec::new(),
             constant_bytes: 0,
@@ -195,7 +195,8 @@ pub fn lower_planned(
 
 /// What a device like `info` computes when a plan asks `asked` of it (`stowage_compiler::plan::precision`, rule
 /// 3): fp32 as asked; tf32 on tensor cores where the device has them, else fp32 (a fallback the plan shows, as
-/// PyTorch's `allow_tf32` is on a GPU without them); fp16 and bf16 plans are refused (not built yet).
+/// PyTorch's `allow_tf32` is on a GPU without them); fp16 and bf16 as asked on every device: values stored in
+/// the type, read and written by every kernel through `codegen::load`/`store`, arithmetic in fp32.
 pub fn precision_on(info: &DeviceInfo, asked: Precision) -> std::result::Result<Granted, String> {
     match asked {
         Precision::Fp32 => Ok(Granted::as_asked(asked, "fp32 arithmetic")),
@@ -207,9 +208,21 @@ pub fn precision_on(info: &DeviceInfo, asked: Precision) -> std::result::Result<
             computed: Precision::Fp32,
             how: format!("{} has no tensor cores: products in fp32", info.name),
         }),
-        Precision::Fp16 | Precision::Bf16 => Err(format!(
-            "the OpenCL backend has no {asked} plans yet (values stored in {asked} for every op); fp32 and tf32 are \
-             what it computes"
+        Precision::Fp16 if info.tensor_cores() => Ok(Granted::as_asked(
+            asked,
+            "values stored in fp16, products on tensor cores (mma.sync m16n8k16 f16), sums and other arithmetic in fp32",
+        )),
+        Precision::Fp16 => Ok(Granted::as_asked(
+            asked,
+            "values stored in fp16 (vload_half, vstore_half_rte: core OpenCL C), arithmetic and sums in fp32",
+        )),
+        Precision::Bf16 if info.tensor_cores() => Ok(Granted::as_asked(
+            asked,
+            "values stored in bf16, products on tensor cores (mma.sync m16n8k16 bf16), sums and other arithmetic in fp32",
+        )),
+        Precision::Bf16 => Ok(Granted::as_asked(
+            asked,
+            "values stored in bf16 (the upper half of an fp32, rounded to nearest even), arithmetic and sums in fp32",
         )),
     }
 }
@@ -294,7 +307,11 @@ fn translate<'g>(
     mut refused: Option<&mut Vec<(ir::NodeId, String)>>,
     precision: Precision,
 ) -> Result<Translation<'g>> {
-    let relu_after = stowage_compiler::lowering::conv_relu_pairs(graph);
+    // Convolutions in f32, f16 and bf16 apply a ReLU in their epilogue alike.
+    let floats = [DatumType::F32, DatumType::F16, DatumType::BF16];
+    let relu_after = stowage_compiler::lowering::conv_epilogue_pairs(graph, &floats, |node| {
+        matches!(node.op, Op::Unary(ir::Unary::Relu))
+    });
     let mut absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
     let residual = residual::residual_adds(graph, &absorbed);
     absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
@@ -504,8 +521,8 @@ fn build(
         if b.fp64 {
             source.push_str("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
         }
-        if b.tf32 {
-            source.push_str(codegen::TF32_HELPER);
+        if b.tensor_cores {
+            source.push_str(codegen::MMA_HELPERS);
         }
         source.push_str(&b.source);
         let program = target.program(&source, &format!("graph '{}'", graph.name))?;

@@ -183,9 +183,12 @@ fn indices(cx: &NodeCx<'_>) -> Result<(usize, &'static str)> {
 /// Resize, one launch per resized axis as the CPU does: the first reads X, each writes a scratch buffer the next
 /// reads, the last writes the output; the identity is a copy.
 pub(super) fn resize(b: &mut Builder<'_>, cx: &NodeCx<'_>, r: &ir::Resize) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let t = cx.float_storage(cx.out_ty.dt)?;
     let x = cx.input(0, "input")?;
-    cx.f32_only(x.dt)?;
+    if x.dt != cx.out_ty.dt {
+        return Err(cx.unsupported(format!("{} input to {} output", x.dt, cx.out_ty.dt)));
+    }
+    let size = x.dt.size_of();
     let rank = x.shape.len();
     let spec = stowage_compiler::lowering::resize_spec(cx.graph, r, &cx.node.inputs, rank)
         .map_err(|e| cx.unsupported(e.to_string()))?;
@@ -197,7 +200,7 @@ pub(super) fn resize(b: &mut Builder<'_>, cx: &NodeCx<'_>, r: &ir::Resize) -> Re
     let axes: Vec<_> =
         (0..rank).filter_map(|a| plan_axis(&p, a, rank, x.shape[a], out_shape[a]).map(|plan| (a, plan))).collect();
     if axes.is_empty() {
-        let l = Loops::relayout(&x.shape, 4, packed_strides(&x.shape, 4), packed_strides(&x.shape, 4));
+        let l = Loops::relayout(&x.shape, size, packed_strides(&x.shape, size), packed_strides(&x.shape, size));
         let k = b.kernel(|name| codegen::loops(name, &l, 0, &[]));
         let total = x.shape.iter().product();
         return Ok(cx.single("Resize", k, vec![cx.arg(0)?, cx.out_arg()], vec![total]));
@@ -215,13 +218,13 @@ pub(super) fn resize(b: &mut Builder<'_>, cx: &NodeCx<'_>, r: &ir::Resize) -> Re
         }
         let inner: usize = shape[a + 1..].iter().product();
         let in_len = shape[*a];
-        let kern = b.kernel(|name| codegen::resize_axis(name, plan, in_len, inner, p.extrapolation_value));
+        let kern = b.kernel(|name| codegen::resize_axis(name, plan, in_len, inner, p.extrapolation_value, t));
         shape[*a] = out_shape[*a];
         let total: usize = shape.iter().product();
         let dst = if k + 1 == axes.len() {
             cx.out_arg()
         } else {
-            scratch.push(total * 4);
+            scratch.push(total * size);
             ArgRef::Scratch(scratch.len() - 1)
         };
         launches.push(launch(kern, vec![src, dst], vec![total], None, vec![dst]));

@@ -18,11 +18,16 @@ pub(super) fn batch_norm(
     momentum: f32,
     training: bool,
 ) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let t = cx.float_storage(cx.out_ty.dt)?;
+    if training && t != "float" {
+        return Err(cx.unsupported(format!("training mode on {t} data (f32 only)")));
+    }
     let x = cx.input(0, "input")?;
     for i in 1..5 {
         let p = cx.in_ty(i).ok_or_else(|| cx.unsupported(format!("input {i} is missing")))?;
-        cx.f32_only(p.dt)?;
+        if p.dt != cx.out_ty.dt {
+            return Err(cx.unsupported(format!("input {i} is {} where the data is {}", p.dt, cx.out_ty.dt)));
+        }
     }
     if x.shape.len() < 2 {
         return Err(cx.unsupported("an input of rank below 2"));
@@ -31,7 +36,7 @@ pub(super) fn batch_norm(
     let stats: Vec<Option<usize>> =
         (1..3).map(|i| cx.node.outputs.get(i).copied().flatten().map(|v| b.slot(v))).collect();
     let mode = training.then_some((momentum, stats[0].is_some(), stats[1].is_some()));
-    let k = b.kernel(|name| codegen::batch_norm(name, n, c, plane, epsilon, mode));
+    let k = b.kernel(|name| codegen::batch_norm(name, n, c, plane, epsilon, mode, t));
     let mut args = vec![cx.arg(0)?, cx.arg(1)?, cx.arg(2)?, cx.arg(3)?, cx.arg(4)?, cx.out_arg()];
     let mut outs = vec![cx.out];
     if training {
@@ -47,8 +52,8 @@ pub(super) fn batch_norm(
 /// MaxPool of any numeric type, with its indices when asked for.
 pub(super) fn max_pool(b: &mut Builder<'_>, cx: &NodeCx<'_>, p: &ir::Pool) -> Result<Lowered> {
     let x = cx.input(0, "input")?;
-    let float = matches!(x.dt, DatumType::F32 | DatumType::F64);
-    let ty = codegen::dt_type(x.dt)
+    let float = matches!(x.dt, DatumType::F32 | DatumType::F64 | DatumType::F16 | DatumType::BF16);
+    let ty = codegen::dt_storage(x.dt)
         .filter(|_| x.dt != DatumType::Bool)
         .ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
     b.fp64 |= x.dt == DatumType::F64;
@@ -66,24 +71,24 @@ pub(super) fn max_pool(b: &mut Builder<'_>, cx: &NodeCx<'_>, p: &ir::Pool) -> Re
     Ok((cx.node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] }))
 }
 
-/// AveragePool (f32).
+/// AveragePool (f32, f16, bf16; summed in float).
 pub(super) fn average_pool(b: &mut Builder<'_>, cx: &NodeCx<'_>, p: &ir::Pool) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let t = cx.float_storage(cx.out_ty.dt)?;
     let x = cx.input(0, "input")?;
     let w = window(&p.window, &x.shape, &cx.out_ty.shape);
     let PoolKind::Average { count_include_pad } = p.kind else {
         return Err(cx.unsupported("a max pool here")); // `max_pool` takes them
     };
-    let k = b.kernel(|name| codegen::average_pool(name, &w, count_include_pad));
+    let k = b.kernel(|name| codegen::average_pool(name, &w, count_include_pad, t));
     cx.unary_launch(cx.node.op.name(), k)
 }
 
-/// GlobalAveragePool and GlobalMaxPool (f32): one work item per plane.
+/// GlobalAveragePool and GlobalMaxPool (f32, f16, bf16; summed in float): one work item per plane.
 pub(super) fn global_pool(b: &mut Builder<'_>, cx: &NodeCx<'_>, kind: PoolKind) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let t = cx.float_storage(cx.out_ty.dt)?;
     let x = cx.input(0, "input")?;
     let plane: usize = x.shape.iter().skip(2).product();
-    let k = b.kernel(|name| codegen::global_pool(name, plane, kind == PoolKind::Max));
+    let k = b.kernel(|name| codegen::global_pool(name, plane, kind == PoolKind::Max, t));
     let rows = x.shape.iter().take(2).product();
     Ok(cx.single(cx.node.op.name(), k, vec![cx.arg(0)?, cx.out_arg()], vec![rows]))
 }
@@ -112,9 +117,13 @@ pub(super) fn softmax(
     Ok((cx.node.op.name(), StepKind::Launches { outs: vec![cx.out], scratch: vec![], launches: vec![l] }))
 }
 
-/// LayerNormalization (f32) over the trailing axes from `axis`, with its mean and inverse deviation when asked for.
+/// LayerNormalization (f32, f16, bf16; summed in float) over the trailing axes from `axis`, with its mean and
+/// inverse deviation (f32) when asked for.
 pub(super) fn layer_norm(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, epsilon: f32) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let t = cx.float_storage(cx.out_ty.dt)?;
+    if (1..3).any(|i| cx.in_ty(i).is_some_and(|s| s.dt != cx.out_ty.dt)) {
+        return Err(cx.unsupported("a scale or bias of another type than the data"));
+    }
     let sh = &cx.out_ty.shape;
     let axis = (axis as usize).min(sh.len());
     let (rows, len): (usize, usize) = (sh[..axis].iter().product(), sh[axis..].iter().product());
@@ -129,7 +138,7 @@ pub(super) fn layer_norm(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, epsilo
         return Err(cx.unsupported("statistics in a type other than f32"));
     }
     let grouped = codegen::layer_norm_grouped(len, b.grouped_rows);
-    let k = b.kernel(|name| codegen::layer_norm(name, len, epsilon, bias, mean.is_some(), inv.is_some(), grouped));
+    let k = b.kernel(|name| codegen::layer_norm(name, len, epsilon, bias, mean.is_some(), inv.is_some(), grouped, t));
     let mut args = vec![cx.arg(0)?, cx.arg(1)?];
     if bias {
         args.push(cx.arg(2)?);
@@ -146,7 +155,7 @@ pub(super) fn layer_norm(b: &mut Builder<'_>, cx: &NodeCx<'_>, axis: i64, epsilo
     Ok((cx.node.op.name(), StepKind::Launches { outs, scratch: vec![], launches: vec![l] }))
 }
 
-/// LRN (f32) across channels.
+/// LRN (f32, f16, bf16; computed in float) across channels.
 pub(super) fn lrn(
     b: &mut Builder<'_>,
     cx: &NodeCx<'_>,
@@ -155,12 +164,12 @@ pub(super) fn lrn(
     beta: f32,
     bias: f32,
 ) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let t = cx.float_storage(cx.out_ty.dt)?;
     let sh = &cx.out_ty.shape;
     if sh.len() < 2 || size == 0 {
         return Err(cx.unsupported("an input of rank below 2"));
     }
     let plane: usize = sh[2..].iter().product();
-    let k = b.kernel(|name| codegen::lrn(name, sh[1], plane, size, alpha, beta, bias));
+    let k = b.kernel(|name| codegen::lrn(name, sh[1], plane, size, alpha, beta, bias, t));
     cx.unary_launch("LRN", k)
 }

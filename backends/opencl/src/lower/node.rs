@@ -64,15 +64,6 @@ impl NodeCx<'_> {
         ArgRef::Slot(self.out)
     }
 
-    /// Refuses data other than f32.
-    pub fn f32_only(&self, dt: DatumType) -> Result<()> {
-        if dt == DatumType::F32 {
-            Ok(())
-        } else {
-            Err(self.unsupported(format!("{dt} data (f32 only here)")))
-        }
-    }
-
     /// The storage type of a product's or softmax's data: they read f16 and bf16 as float and sum in float; f64
     /// would need its own kernels.
     pub fn float_storage(&self, dt: DatumType) -> Result<&'static str> {

@@ -9,14 +9,15 @@ use crate::codegen::{self, Gemm, Window, GEMV_GROUP};
 use crate::error::Result;
 use crate::exec::{ArgRef, Launch, StepKind};
 
-/// Whether a TF32 plan's product of `m` rows over `k` runs on tensor cores: their kernel's tile is 64 rows and a
+/// Whether a product of `m` rows over `k` runs on tensor cores, in a plan at tf32, fp16 or bf16 on a device that
+/// has them (TF32 for f32 operands, f16 or bf16 for those): their kernel's tile is 64 rows and a
 /// fragment 8 of K, so a product with fewer (a depthwise convolution: one row per group; a batch-1 vector product;
 /// SqueezeNet's squeeze convolutions of 16 to 64 channels; the transformer block's products of 16 rows) would compute
 /// mostly padding there, and runs in fp32 in the tiled kernel instead (more exact than asked, never less). With the
 /// threshold at 16 rows, the transformer block ran slower at TF32 than in fp32 on the H200 (0.180 against 0.133 ms),
 /// and SqueezeNet too (0.50–0.75 against 0.43–0.51 ms over a session's calls).
 fn on_tensor_cores(b: &Builder<'_>, m: usize, k: usize) -> bool {
-    b.tf32 && m >= MMA_TILE && k >= 8
+    b.tensor_cores && m >= MMA_TILE && k >= 8
 }
 
 /// MatMul and Gemm (f32, f16, bf16), the bias in the epilogue.
@@ -34,12 +35,12 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         b: cx.views[1].as_ref().map_or(g.b, |st| through_view(&bt.shape, st, g.batch.len())),
         ..g
     };
-    let tf32 = elem == "float" && on_tensor_cores(b, g.m, g.k);
+    let tensor_cores = on_tensor_cores(b, g.m, g.k);
     // `epilogue.rs` gives chains to f32 products only; the chain's nodes have no step of their own.
     if cx.chain.is_some() && elem != "float" {
         return Err(cx.unsupported(format!("a chain in the epilogue of a {elem} product")));
     }
-    let g = Gemm { min_groups: b.min_groups, elem, tf32, chain: cx.chain.clone(), ptx: b.ptx, ..g };
+    let g = Gemm { min_groups: b.min_groups, elem, tensor_cores, chain: cx.chain.clone(), ptx: b.ptx, ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
     let terms = Terms { bias, residual: None, chain: chain_args(cx) };
@@ -70,11 +71,14 @@ fn chain_args(cx: &NodeCx<'_>) -> Vec<ArgRef> {
     cx.ins.iter().skip(4).flatten().map(|&s| ArgRef::Slot(s)).collect()
 }
 
-/// Conv (f32), with the ReLU that reads it alone in the epilogue.
+/// Conv (f32, f16, bf16: read as float, summed in float), with the ReLU that reads it alone in the epilogue.
 pub(super) fn convolution(b: &mut Builder<'_>, cx: &NodeCx<'_>, c: &ir::Conv) -> Result<Lowered> {
-    cx.f32_only(cx.out_ty.dt)?;
+    let elem = cx.float_storage(cx.out_ty.dt)?;
+    if cx.chain.is_some() && elem != "float" {
+        return Err(cx.unsupported(format!("a chain in the epilogue of a {elem} product")));
+    }
     let (x, w) = (cx.input(0, "input")?, cx.input(1, "weights")?);
-    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, cx)
+    let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, cx, elem)
         .ok_or_else(|| cx.unsupported("this convolution's shape"))?;
     let op = match (cx.residual, cx.relu, cx.chain.is_some()) {
         (true, true, _) => "Conv+Add+Relu",
@@ -146,7 +150,7 @@ pub(super) fn matmul_of(a: &[usize], b: &[usize], y: &[usize]) -> Option<Gemm> {
         ptx: false,
         im2col: None,
         elem: "float",
-        tf32: false,
+        tensor_cores: false,
         residual: None,
         chain: None,
     })
@@ -189,7 +193,7 @@ pub(super) fn gemm_of(g: &ir::Gemm, a: &[usize], b: &[usize], c: Option<Vec<usiz
         ptx: false,
         im2col: None,
         elem: "float",
-        tf32: false,
+        tensor_cores: false,
         residual: None,
         chain: None,
     })
@@ -205,6 +209,7 @@ pub(super) fn conv(
     w: &[usize],
     y: &[usize],
     cx: &NodeCx<'_>,
+    elem: &'static str,
 ) -> Option<(Vec<Launch>, Vec<usize>)> {
     let (ins, out, relu, residual) = (&cx.ins, cx.out, cx.relu, cx.residual);
     let (nb, ch, m) = (*x.first()?, *x.get(1)?, *w.first()?);
@@ -232,8 +237,8 @@ pub(super) fn conv(
         relu,
         min_groups: b.min_groups,
         ptx: b.ptx,
-        elem: "float",
-        tf32: on_tensor_cores(b, mg, kdim),
+        elem,
+        tensor_cores: on_tensor_cores(b, mg, kdim),
         chain: cx.chain.clone(),
         // On a GPU the unfolding is computed as the product loads it: no im2col launch or buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),
@@ -243,8 +248,8 @@ pub(super) fn conv(
     let src = if pointwise || gemm.im2col.is_some() {
         ArgRef::Slot(ins[0]?)
     } else {
-        let k = b.kernel(|name| codegen::im2col(name, &geo, ch, g));
-        scratch.push(nb * g * kdim * p * 4);
+        let k = b.kernel(|name| codegen::im2col(name, &geo, ch, g, elem));
+        scratch.push(nb * g * kdim * p * if elem == "float" { 4 } else { 2 });
         launches.push(launch(
             k,
             vec![ArgRef::Slot(ins[0]?), ArgRef::Scratch(0)],

@@ -3,8 +3,8 @@
 //! elementwise launch that reads the product's output back.
 //!
 //! The rules, each checked by [`residual_adds`]:
-//! 1. the convolution's f32 output has one reader, the `Add`, and is no graph output;
-//! 2. the `Add` (or a `Sum` of two, as the model zoo's ResNets write it) takes two f32 values of the output's shape
+//! 1. the convolution's output (f32, f16 or bf16) has one reader, the `Add`, and is no graph output;
+//! 2. the `Add` (or a `Sum` of two, as the model zoo's ResNets write it) takes two values of the output's type and shape
 //!    (no broadcasting): the convolution's and `r`;
 //! 3. `r` exists when the convolution runs: a graph input, a constant, or made by a node before it in the graph's
 //!    order. Where both of an `Add`'s inputs are convolutions (a downsampling shortcut), the later one takes it;
@@ -48,12 +48,13 @@ pub(super) fn residual_adds(graph: &Graph, taken: &HashSet<NodeId>) -> HashMap<N
         }
     }
     let first_output = |n: NodeId| graph.node(n).outputs.first().copied().flatten();
-    let f32_value = |v: ValueId| graph.ty(v).dt == DatumType::F32;
+    // The convolution's own type (f32, f16 or bf16): every term of the addition has it (rule 2).
+    let float_value = |v: ValueId| matches!(graph.ty(v).dt, DatumType::F32 | DatumType::F16 | DatumType::BF16);
     // Rule 1: a convolution whose output only the node `a` reads.
     let conv_into = |v: ValueId, a: NodeId| -> Option<NodeId> {
         let ValueDef::Node(c, 0) = graph.value(v).def else { return None };
         let single = uses[v] == 1 && !outputs.contains(&v) && reader.get(&v) == Some(&a);
-        (matches!(graph.node(c).op, Op::Conv(_)) && single && f32_value(v) && !taken.contains(&c)).then_some(c)
+        (matches!(graph.node(c).op, Op::Conv(_)) && single && float_value(v) && !taken.contains(&c)).then_some(c)
     };
     // Rule 3: made before `c` runs.
     let ready_before = |v: ValueId, c: NodeId| match graph.value(v).def {
@@ -68,11 +69,7 @@ pub(super) fn residual_adds(graph: &Graph, taken: &HashSet<NodeId>) -> HashMap<N
             continue;
         };
         // Rule 2.
-        let shape = &graph.ty(out).shape;
-        if taken.contains(&a)
-            || !f32_value(out)
-            || [*x, *y].iter().any(|&v| !f32_value(v) || graph.ty(v).shape != *shape)
-        {
+        if taken.contains(&a) || !float_value(out) || [*x, *y].iter().any(|&v| graph.ty(v) != graph.ty(out)) {
             continue;
         }
         let candidates = [(*x, *y), (*y, *x)]
