@@ -30,6 +30,11 @@ pub enum Elem {
     I64,
     /// Bits of an element of this many bytes (1, 2, 4 or 8), for copies of any datum type.
     Bits(usize),
+    /// IEEE half precision, read as f32 and written rounded to nearest even: the operands and results of chains in
+    /// a plan that stores values in f16 (OpenCL's; the CPU's JIT refuses them).
+    F16,
+    /// bfloat16 (the upper half of an f32), as [`Elem::F16`].
+    BF16,
 }
 
 impl Elem {
@@ -37,7 +42,7 @@ impl Elem {
     pub fn size(self) -> usize {
         match self {
             Elem::U8 | Elem::I8 => 1,
-            Elem::U16 | Elem::I16 => 2,
+            Elem::U16 | Elem::I16 | Elem::F16 | Elem::BF16 => 2,
             Elem::F32 | Elem::I32 => 4,
             Elem::F64 | Elem::I64 => 8,
             Elem::Bits(n) => n,
@@ -47,6 +52,21 @@ impl Elem {
     /// True if a chain's vector loop can load it four lanes at a time.
     pub fn vector_load(self) -> bool {
         matches!(self, Elem::F32 | Elem::U8 | Elem::I8 | Elem::U16 | Elem::I16 | Elem::I32)
+    }
+
+    /// True for the half-width floats ([`Elem::F16`], [`Elem::BF16`]).
+    pub fn is_half(self) -> bool {
+        matches!(self, Elem::F16 | Elem::BF16)
+    }
+
+    /// The element a chain stores a value of `dt` in when the chain computes over `dt` ([`Elem::of`], and f16 and
+    /// bf16 as themselves).
+    pub fn stored(dt: stowage_runtime::DatumType) -> Option<Elem> {
+        match dt {
+            stowage_runtime::DatumType::F16 => Some(Elem::F16),
+            stowage_runtime::DatumType::BF16 => Some(Elem::BF16),
+            _ => Elem::of(dt, false),
+        }
     }
 
     /// The element of a datum type, for chains (numbers that convert to f32) and for copies (any type).
@@ -146,10 +166,16 @@ impl Loops {
 
     /// [`Loops::elementwise`] with each input's byte strides over `out` given (a caller's layout, a broadcast).
     pub fn elementwise_strided(out: &[usize], inputs: &[(Elem, Vec<usize>)], chain: Chain) -> Loops {
+        Loops::elementwise_into(out, inputs, chain, Elem::F32)
+    }
+
+    /// [`Loops::elementwise_strided`] writing its packed result as `output` (f32, or f16 and bf16 for chains of a
+    /// half-precision plan).
+    pub fn elementwise_into(out: &[usize], inputs: &[(Elem, Vec<usize>)], chain: Chain, output: Elem) -> Loops {
         Loops {
             dims: out.to_vec(),
             inputs: inputs.iter().map(|(elem, strides)| Operand { elem: *elem, strides: strides.clone() }).collect(),
-            output: Operand { elem: Elem::F32, strides: packed_strides(out, 4) },
+            output: Operand { elem: output, strides: packed_strides(out, output.size()) },
             body: Body::Chain(chain),
         }
         .simplify()
@@ -246,8 +272,9 @@ impl Loops {
         }
         match &self.body {
             Body::Chain(chain) => {
-                if self.output.elem != Elem::F32 || self.inputs.iter().any(|o| matches!(o.elem, Elem::Bits(_))) {
-                    return bad("a chain reads numbers and writes f32".into());
+                let written = matches!(self.output.elem, Elem::F32 | Elem::F16 | Elem::BF16);
+                if !written || self.inputs.iter().any(|o| matches!(o.elem, Elem::Bits(_))) {
+                    return bad("a chain reads numbers and writes f32, f16 or bf16".into());
                 }
                 let used = chain.insts.iter().filter_map(|i| match i {
                     Inst::Input(k) => Some(*k),

@@ -1,5 +1,6 @@
 //! Fusion: runs of f32 elementwise nodes become one [`Chain`] each, which a backend generates as one loop (the
-//! CPU's JIT, OpenCL C).
+//! CPU's JIT, OpenCL C); OpenCL also fuses runs of f16 or bf16 nodes in a plan that stores values so
+//! ([`plan_in`]: the chain computes in f32, reads and writes the half type).
 //!
 //! A node joins the chain of an input's producer when that input feeds nothing else, is not a graph output, and
 //! has the node's own shape; the chain's result is its last node's output. A chain's inputs may be of any shape
@@ -31,8 +32,9 @@ fn broadcasts(shape: &[usize], out: &[usize]) -> bool {
     shape.len() <= out.len() && shape.iter().rev().zip(out.iter().rev()).all(|(&d, &o)| d == 1 || d == o)
 }
 
-/// The function one node applies, if it can be fused: (instruction builder, its data inputs).
-fn node_fn(op: &Op) -> Option<Vec<Step>> {
+/// The function one node applies in a chain over `float` values, if it can be fused: (instruction builder, its
+/// data inputs).
+fn node_fn(op: &Op, float: DatumType) -> Option<Vec<Step>> {
     Some(match op {
         Op::Unary(u) if fusable_unary(unary_fn(*u)) => vec![Step::Unary(unary_fn(*u))],
         Op::Binary(b) if fusable_binary(binary_fn(*b)) => vec![Step::Binary(binary_fn(*b))],
@@ -43,8 +45,8 @@ fn node_fn(op: &Op) -> Option<Vec<Step>> {
             ir::Variadic::Mean => vec![Step::Fold(BinaryFn::Add), Step::Mean],
         },
         Op::Clip => vec![Step::Clip],
-        // A cast to f32 happens as its input is loaded: nothing to compute.
-        Op::Cast { to: DatumType::F32, .. } => vec![],
+        // A cast to the chain's type happens as its input is loaded: nothing to compute.
+        Op::Cast { to, .. } if *to == float => vec![],
         _ => return None,
     })
 }
@@ -62,10 +64,16 @@ enum Step {
 /// inputs (or, for a Cast, integer ones) that broadcast to it, and constant Clip bounds. Such a node's inputs are
 /// read through any strides (what the CPU backend tells the planner, `stowage_cpu::layouts`).
 pub fn fusable(graph: &Graph, n: NodeId) -> bool {
+    fusable_in(graph, n, DatumType::F32)
+}
+
+/// [`fusable`] for a chain over `float` values (f32; f16 or bf16 in a plan that stores them, which OpenCL
+/// generates: the chain computes in f32 and stores `float`).
+pub fn fusable_in(graph: &Graph, n: NodeId, float: DatumType) -> bool {
     let node = graph.node(n);
-    let f32_of = |v: ValueId| graph.ty(v).dt == DatumType::F32;
+    let f32_of = |v: ValueId| graph.ty(v).dt == float;
     let Some(Some(out)) = node.outputs.first().copied() else { return false };
-    if node.outputs.len() != 1 || node_fn(&node.op).is_none() || !f32_of(out) {
+    if node.outputs.len() != 1 || node_fn(&node.op, float).is_none() || !f32_of(out) {
         return false;
     }
     let shape = &graph.ty(out).shape;
@@ -91,6 +99,20 @@ pub fn plan_with(
     skip: &std::collections::HashSet<NodeId>,
     strided: &HashMap<ValueId, Vec<usize>>,
 ) -> HashMap<NodeId, Planned> {
+    plan_over(graph, skip, strided, DatumType::F32)
+}
+
+/// [`plan`] for chains over `float` values ([`fusable_in`]): f32, or f16 and bf16 (OpenCL's half-precision plans).
+pub fn plan_in(graph: &Graph, skip: &std::collections::HashSet<NodeId>, float: DatumType) -> HashMap<NodeId, Planned> {
+    plan_over(graph, skip, &HashMap::new(), float)
+}
+
+fn plan_over(
+    graph: &Graph,
+    skip: &std::collections::HashSet<NodeId>,
+    strided: &HashMap<ValueId, Vec<usize>>,
+    float: DatumType,
+) -> HashMap<NodeId, Planned> {
     let uses = graph.use_counts();
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     // chain id of each fused node; chains as member lists.
@@ -100,7 +122,7 @@ pub fn plan_with(
         if skip.contains(&n) {
             continue;
         }
-        if !fusable(graph, n) {
+        if !fusable_in(graph, n, float) {
             continue;
         }
         let node = graph.node(n);
@@ -125,7 +147,7 @@ pub fn plan_with(
     let mut planned = HashMap::new();
     for members in chains.into_iter().flatten() {
         let root = *members.iter().max_by_key(|m| graph.order().iter().position(|o| o == *m)).expect("a member");
-        if let Some(p) = build(graph, root, &members, strided) {
+        if let Some(p) = build(graph, root, &members, strided, float) {
             planned.insert(root, p);
         }
     }
@@ -133,8 +155,14 @@ pub fn plan_with(
 }
 
 /// Builds the instructions of the chain rooted at `root`.
-fn build(graph: &Graph, root: NodeId, members: &[NodeId], strided: &HashMap<ValueId, Vec<usize>>) -> Option<Planned> {
-    let mut b = Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), memo: HashMap::new() };
+fn build(
+    graph: &Graph,
+    root: NodeId,
+    members: &[NodeId],
+    strided: &HashMap<ValueId, Vec<usize>>,
+    float: DatumType,
+) -> Option<Planned> {
+    let mut b = Builder { graph, members, insts: Vec::new(), inputs: Vec::new(), memo: HashMap::new(), float };
     let out = graph.node(root).outputs[0]?;
     b.value(out)?;
     let shape = graph.ty(out).shape.clone();
@@ -143,7 +171,7 @@ fn build(graph: &Graph, root: NodeId, members: &[NodeId], strided: &HashMap<Valu
         .iter()
         .map(|&v| {
             let ty = graph.ty(v);
-            let elem = Elem::of(ty.dt, false)?;
+            let elem = if ty.dt == float { Elem::stored(float)? } else { Elem::of(ty.dt, false)? };
             let strides = match strided.get(&v) {
                 Some(given) => broadcast_given(&ty.shape, &shape, given),
                 None => broadcast_strides(&ty.shape, &shape, elem.size()),
@@ -151,7 +179,7 @@ fn build(graph: &Graph, root: NodeId, members: &[NodeId], strided: &HashMap<Valu
             Some((elem, strides))
         })
         .collect::<Option<_>>()?;
-    let loops = Loops::elementwise_strided(&shape, &operands, Chain { insts: b.insts });
+    let loops = Loops::elementwise_into(&shape, &operands, Chain { insts: b.insts }, Elem::stored(float)?);
     Some(Planned { loops, inputs: b.inputs, members: members.to_vec() })
 }
 
@@ -161,6 +189,8 @@ struct Builder<'g> {
     insts: Vec<Inst>,
     inputs: Vec<ValueId>,
     memo: HashMap<ValueId, usize>,
+    /// The chain's value type (f32, f16, bf16).
+    float: DatumType,
 }
 
 impl Builder<'_> {
@@ -180,7 +210,7 @@ impl Builder<'_> {
                 let node = g.node(p);
                 let args: Vec<usize> = node.inputs.iter().flatten().map(|&a| self.value(a)).collect::<Option<_>>()?;
                 let mut acc = *args.first()?; // a cast adds no instruction
-                for step in node_fn(&node.op)? {
+                for step in node_fn(&node.op, self.float)? {
                     acc = match step {
                         Step::Unary(f) => self.push(Inst::Unary(f, acc)),
                         Step::Binary(f) => self.push(Inst::Binary(f, acc, *args.get(1)?)),

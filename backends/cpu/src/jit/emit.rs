@@ -158,6 +158,9 @@ fn load_f32(b: &mut FunctionBuilder<'_>, elem: Elem, addr: Value, ty: Type) -> V
             Elem::I16 => b.ins().sload16(types::I32, f, addr, 0),
             Elem::I64 => b.ins().load(types::I64, f, addr, 0),
             Elem::I32 | Elem::Bits(_) => b.ins().load(types::I32, f, addr, 0),
+            Elem::F16 | Elem::BF16 => {
+                unreachable!("{elem:?} operands are refused by `cpu_operands` (checked by the caller)")
+            }
         };
         return b.ins().fcvt_from_sint(types::F32, int);
     }

@@ -184,6 +184,18 @@ pub struct Object {
     pub symbols: Vec<(String, u64)>,
 }
 
+/// Refuses loops with f16 or bf16 operands: OpenCL generates chains over them (plans that store values in half
+/// precision); the CPU's kernels store f32, and its generated code loads f32, f64 and integers.
+fn cpu_operands(spec: &Loops) -> std::result::Result<(), stowage_kir::KirError> {
+    match spec.inputs.iter().chain([&spec.output]).find(|o| o.elem.is_half()) {
+        Some(o) => Err(stowage_kir::KirError::Invalid(format!(
+            "{:?} operands: the CPU's generated loops take f32, f64 and integers",
+            o.elem
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Compiles `specs` into one object file, kernel `k` exported as `{prefix}{k}`. It imports no symbol (math
 /// functions come by address at the call), so it links into any executable or library.
 pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
@@ -195,6 +207,7 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
     let mut symbols = Vec::new();
     for (k, spec) in specs.iter().enumerate() {
         spec.check()?;
+        cpu_operands(spec)?;
         let banded = spec.clone().banded();
         let name = format!("{prefix}{k}");
         define(&mut module, &mut fctx, &name, Linkage::Export, &banded)?;
@@ -270,6 +283,7 @@ impl Jit {
     /// Compiles a kernel; returns its index in the finished module.
     pub fn add(&mut self, spec: &Loops) -> Result<usize> {
         spec.check()?;
+        cpu_operands(spec)?;
         let key = spec.key();
         let spec = spec.clone().banded();
         let extents = extents_of(&spec);

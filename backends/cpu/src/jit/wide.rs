@@ -245,6 +245,8 @@ unsafe fn load(elem: Elem, p: *const u8) -> f32 {
             Elem::I16 => f32::from(p.cast::<i16>().read_unaligned()),
             Elem::I32 | Elem::Bits(_) => p.cast::<i32>().read_unaligned() as f32,
             Elem::I64 => p.cast::<i64>().read_unaligned() as f32,
+            Elem::F16 => half::f16::from_bits(p.cast::<u16>().read_unaligned()).to_f32(),
+            Elem::BF16 => half::bf16::from_bits(p.cast::<u16>().read_unaligned()).to_f32(),
         }
     }
 }

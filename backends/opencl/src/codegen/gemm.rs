@@ -206,7 +206,7 @@ pub(super) fn terms(g: &Gemm) -> String {
     }
     if let Some(e) = &g.chain {
         for (k, o) in e.loops.inputs.iter().enumerate().filter(|(k, _)| *k != e.product) {
-            let _ = write!(s, ", __global const {}* restrict E{k}", super::c_type(o.elem));
+            let _ = write!(s, ", __global const {}* restrict E{k}", super::param_type(super::elem_storage(o.elem)));
         }
     }
     s
@@ -234,13 +234,13 @@ pub(super) fn epilogue(s: &mut String, g: &Gemm) {
         None => {
             let _ = writeln!(s, "    {}", super::store(g.elem, "C", &at, "v"));
         }
-        Some(e) => chain_epilogue(s, e, &at),
+        Some(e) => chain_epilogue(s, e, &at, g.elem),
     }
 }
 
-/// The chain `e` on the product's value `v`, stored at C's element `at`: C is the packed output, so `at` is the
-/// element's index there, decomposed along the chain's dimensions to read its other inputs.
-fn chain_epilogue(s: &mut String, e: &Epilogue, at: &str) {
+/// The chain `e` on the product's value `v`, stored at C's element `at` (C stored as `elem`): C is the packed
+/// output, so `at` is the element's index there, decomposed along the chain's dimensions to read its other inputs.
+fn chain_epilogue(s: &mut String, e: &Epilogue, at: &str, elem: &str) {
     let l = &e.loops;
     let _ = writeln!(s, "    {{ const size_t at_ = {at}; size_t r_ = at_;");
     let mut offsets = vec![String::from("0"); l.inputs.len()];
@@ -258,12 +258,17 @@ fn chain_epilogue(s: &mut String, e: &Epilogue, at: &str) {
         if k == e.product {
             let _ = writeln!(s, "    const float x{k} = v;");
         } else {
-            let _ = writeln!(s, "    const float x{k} = (float)E{k}[{off}];");
+            let x = super::load(super::elem_storage(l.inputs[k].elem), &format!("E{k}"), off);
+            let _ = writeln!(s, "    const float x{k} = (float){x};");
         }
     }
     if let stowage_kir::Body::Chain(chain) = &l.body {
         let result = super::chain_body(chain, s);
-        let _ = writeln!(s, "    C[at_] = {result}; }}");
+        if elem == "float" {
+            let _ = writeln!(s, "    C[at_] = {result}; }}");
+        } else {
+            let _ = writeln!(s, "    {} }}", super::store(elem, "C", "at_", &result));
+        }
     }
 }
 

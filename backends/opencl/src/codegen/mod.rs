@@ -46,6 +46,17 @@ pub fn c_type(e: Elem) -> &'static str {
         Elem::Bits(2) => "ushort",
         Elem::Bits(4) => "uint",
         Elem::Bits(_) => "ulong",
+        Elem::F16 => "half",
+        Elem::BF16 => "ushort",
+    }
+}
+
+/// How an element is stored, as [`load`] and [`store`] take it: `half` and `bf16` for the half-width floats, else
+/// its C type.
+pub fn elem_storage(e: Elem) -> &'static str {
+    match e {
+        Elem::BF16 => "bf16",
+        other => c_type(other),
     }
 }
 
@@ -257,8 +268,8 @@ pub fn loops(name: &str, l: &Loops, out_base: usize, in_base: &[usize]) -> Strin
         .inputs
         .iter()
         .enumerate()
-        .map(|(k, o)| format!("__global const {}* restrict in{k}", c_type(o.elem)))
-        .chain([format!("__global {}* restrict out", c_type(l.output.elem))])
+        .map(|(k, o)| format!("__global const {}* restrict in{k}", param_type(elem_storage(o.elem))))
+        .chain([format!("__global {}* restrict out", param_type(elem_storage(l.output.elem)))])
         .collect();
     let _ = writeln!(s, "__kernel void {name}({}) {{", params.join(", "));
     let _ = writeln!(s, "  size_t r = get_global_id(0);");
@@ -289,11 +300,16 @@ pub fn loops(name: &str, l: &Loops, out_base: usize, in_base: &[usize]) -> Strin
             let _ = writeln!(s, "  out[{out_off}] = in0[{}];", offsets[0]);
         }
         Body::Chain(chain) => {
-            for (k, off) in offsets.iter().enumerate() {
-                let _ = writeln!(s, "  const float x{k} = (float)in{k}[{off}];");
+            for (k, (off, o)) in offsets.iter().zip(&l.inputs).enumerate() {
+                let x = load(elem_storage(o.elem), &format!("in{k}"), off);
+                let _ = writeln!(s, "  const float x{k} = (float){x};");
             }
             let result = chain_body(chain, &mut s);
-            let _ = writeln!(s, "  out[{out_off}] = {result};");
+            if l.output.elem.is_half() {
+                let _ = writeln!(s, "  {}", store(elem_storage(l.output.elem), "out", &out_off, &result));
+            } else {
+                let _ = writeln!(s, "  out[{out_off}] = {result};");
+            }
         }
     }
     s.push_str("}\n");

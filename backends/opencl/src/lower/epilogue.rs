@@ -3,10 +3,11 @@
 //! product and then a launch that reads the product's output back.
 //!
 //! The rules, each checked by [`chain_epilogues`]:
-//! 1. the product is a MatMul, Gemm or Conv with one f32 output, is no graph output, and has no epilogue already
+//! 1. the product is a MatMul, Gemm or Conv with one output (f32, or f16 or bf16 in a plan storing them), is no
+//!    graph output, and has no epilogue already
 //!    (no ReLU or residual addition of its own);
 //! 2. every reader of the product's output is a member of one chain (`stowage_compiler::lowering::fuse`), whose
-//!    output has the product's shape, is f32 and packed, and reads the product at the output's own strides (no
+//!    output has the product's shape and type, is packed, and reads the product at the output's own strides (no
 //!    broadcast);
 //! 3. each other input of the chain exists when the product runs: a graph input, a constant, or made by a node
 //!    before it in the graph's order;
@@ -58,11 +59,15 @@ pub(super) fn chain_epilogues(
     for (&root, p) in planned {
         let Some(Some(out)) = graph.node(root).outputs.first().copied() else { continue };
         let l = &p.loops;
-        // Rule 2: the chain's output as the product's, packed f32.
+        // Rule 2: the chain's output as the product's, packed, of the product's float type.
         let Body::Chain(_) = &l.body else { continue };
-        if graph.ty(out).dt != DatumType::F32
-            || l.output.elem != Elem::F32
-            || l.output.strides != packed_strides(&l.dims, 4)
+        let dt = graph.ty(out).dt;
+        let Some(elem) = Elem::stored(dt).filter(|_| matches!(dt, DatumType::F32 | DatumType::F16 | DatumType::BF16))
+        else {
+            continue;
+        };
+        if l.output.elem != elem
+            || l.output.strides != packed_strides(&l.dims, elem.size())
             || p.inputs.len() > MAX_INPUTS + 1
         {
             continue;
@@ -78,14 +83,14 @@ pub(super) fn chain_epilogues(
                 || found.contains_key(&product)
                 || outputs.contains(&v)
                 || node.outputs.iter().skip(1).any(Option::is_some)
-                || graph.ty(v).dt != DatumType::F32
+                || graph.ty(v).dt != dt
                 || graph.ty(v).shape != graph.ty(out).shape
             {
                 continue;
             }
             // Rule 2: read by the chain alone, element for element.
             let alone = readers.get(&v).is_some_and(|r| r.iter().all(|n| members.contains(n)));
-            if !alone || l.inputs[k].elem != Elem::F32 || l.inputs[k].strides != l.output.strides {
+            if !alone || l.inputs[k].elem != elem || l.inputs[k].strides != l.output.strides {
                 continue;
             }
             // Rule 3.

@@ -317,7 +317,11 @@ fn translate<'g>(
     absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
     let transposed = prologue::transposed_operands(graph, &absorbed);
     absorbed.extend(transposed.values().flatten().flatten().map(|t| t.node));
-    let planned = stowage_compiler::lowering::fuse::plan(graph, &absorbed);
+    // Chains over f32, and over f16 and bf16 in a plan that stores values so (disjoint: a chain has one type).
+    let mut planned = stowage_compiler::lowering::fuse::plan(graph, &absorbed);
+    for half in [DatumType::F16, DatumType::BF16] {
+        planned.extend(stowage_compiler::lowering::fuse::plan_in(graph, &absorbed, half));
+    }
     let members = planned.values().flat_map(|p| p.members.iter().copied()).collect();
     let has_epilogue: HashSet<ir::NodeId> = relu_after.keys().chain(residual.keys()).copied().collect();
     let epilogues = epilogue::chain_epilogues(graph, &planned, &has_epilogue);

@@ -36,10 +36,6 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         ..g
     };
     let tensor_cores = on_tensor_cores(b, g.m, g.k);
-    // `epilogue.rs` gives chains to f32 products only; the chain's nodes have no step of their own.
-    if cx.chain.is_some() && elem != "float" {
-        return Err(cx.unsupported(format!("a chain in the epilogue of a {elem} product")));
-    }
     let g = Gemm { min_groups: b.min_groups, elem, tensor_cores, chain: cx.chain.clone(), ptx: b.ptx, ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
@@ -74,9 +70,6 @@ fn chain_args(cx: &NodeCx<'_>) -> Vec<ArgRef> {
 /// Conv (f32, f16, bf16: read as float, summed in float), with the ReLU that reads it alone in the epilogue.
 pub(super) fn convolution(b: &mut Builder<'_>, cx: &NodeCx<'_>, c: &ir::Conv) -> Result<Lowered> {
     let elem = cx.float_storage(cx.out_ty.dt)?;
-    if cx.chain.is_some() && elem != "float" {
-        return Err(cx.unsupported(format!("a chain in the epilogue of a {elem} product")));
-    }
     let (x, w) = (cx.input(0, "input")?, cx.input(1, "weights")?);
     let (launches, scratch) = conv(b, c, &x.shape, &w.shape, &cx.out_ty.shape, cx, elem)
         .ok_or_else(|| cx.unsupported("this convolution's shape"))?;
