@@ -194,10 +194,16 @@ fn storage_is_asked_of_every_target() {
     assert_eq!(storage(&[&a], Some(Precision::Bf16), &[]).expect("one storage"), Some(DatumType::BF16));
     assert_eq!(storage(&[&a, &cpu], Some(Precision::Tf32), &[]).expect("f32 storage"), None);
     let err = storage(&[&a, &b], Some(Precision::Fp16), &[("gpu2".into(), Precision::Bf16)]).expect_err("disagree");
-    assert!(err.to_string().starts_with("--precision gpu2=bf16: fp16 and bf16 store the plan's values"), "{err}");
-    let err = storage(&[&a, &cpu], None, &[("gpu".into(), Precision::Fp16)]).expect_err("disagree");
+    assert!(err.to_string().starts_with("--precision gpu=fp16: fp16 and bf16 store the plan's values"), "{err}");
     assert!(
-        err.to_string().contains("gpu computes in fp16, cpu in fp32 (ask it of every target: --precision fp16)"),
+        err.to_string().ends_with("gpu computes in fp16, gpu2 in bf16 (ask it of every target: --precision fp16)"),
         "{err}"
+    );
+    // A target that cannot store the type is named, with what it lacks.
+    let err = storage(&[&cpu, &a], None, &[("gpu".into(), Precision::Fp16)]).expect_err("disagree");
+    assert_eq!(
+        err.to_string(),
+        "--precision gpu=fp16: fp16 and bf16 store the plan's values, so every target must compute in the same one: \
+         gpu computes in fp16, cpu in fp32 (cpu cannot store fp16 (no half-precision kernels): leave it out of --target)"
     );
 }

@@ -79,3 +79,56 @@ fn bf16_stores_alike() {
     assert_eq!(g.node(g.order()[0]).name, "x.to_bf16");
     assert_eq!(value_named(g, "m.bf16").ty.dt, DatumType::BF16);
 }
+
+/// In a graph stored in f16, elementwise runs fuse over f16 (`fuse::plan_in`): the chain reads and writes `F16`
+/// operands (and the integer one it casts), the boundary cast from the f32 input is a chain of its own that
+/// converts on load, and no f32 chain is left.
+#[test]
+fn half_chains_are_planned_over_the_stored_type() {
+    use stowage_compiler::lowering::fuse;
+    use stowage_kir::Elem;
+    let mut cx = context();
+    cx.store_floats_in(DatumType::F16).unwrap_or_else(|e| panic!("{e}"));
+    let g = &cx.graph;
+    let none = std::collections::HashSet::new();
+    assert!(fuse::plan(g, &none).is_empty(), "no f32 chain is left");
+    let chains = fuse::plan_in(g, &none, DatumType::F16);
+    let named = |name: &str| g.order().iter().copied().find(|&n| g.node(n).name == name).expect("a node");
+    let p = chains.get(&named("Add_s")).expect("a chain rooted at the Add");
+    assert_eq!(p.members.len(), 3, "Relu, Cast and Add");
+    let elems: Vec<Elem> = p.loops.inputs.iter().map(|o| o.elem).collect();
+    assert!(elems.contains(&Elem::F16) && elems.contains(&Elem::I64), "{elems:?}");
+    assert_eq!((p.loops.output.elem, p.loops.output.strides.last().copied()), (Elem::F16, Some(2)));
+    let cast = chains.get(&named("x.to_fp16")).expect("the input's cast");
+    assert_eq!((cast.loops.inputs[0].elem, cast.loops.output.elem), (Elem::F32, Elem::F16));
+    p.loops.check().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Rules 2 and 3 at the edges: an input that is also an output stays that output untouched; a cast of integers to
+/// f32 that only an output reads stays f32 (labels keep their exactness); a constant that is an output keeps its
+/// type there while the node reading it gets a converted copy.
+#[test]
+fn outputs_keep_what_they_are() {
+    let m = build::model(
+        13,
+        vec![node("Add", &["x", "k"], &["r"], vec![]), node("Cast", &["n"], &["labels"], vec![build::int("to", 1)])],
+        vec![value("x", &[2, 3]), typed_value("n", DataType::Int64, &[2, 3])],
+        vec![value("r", &[2, 3]), value("x", &[2, 3]), value("labels", &[2, 3]), value("k", &[3])],
+        vec![build::floats("k", &[3], &[0.1, 0.2, 0.3])],
+    );
+    let g = onnx::load_bytes(&build::bytes(&m), &ImportConfig::new()).unwrap_or_else(|e| panic!("{e}"));
+    let mut cx = Context::new(g);
+    cx.store_floats_in(DatumType::F16).unwrap_or_else(|e| panic!("{e}"));
+    let g = &cx.graph;
+    let output = |name: &str| g.outputs().iter().find(|o| o.name == name).expect("an output").value;
+    assert!(matches!(g.value(output("x")).def, ValueDef::Input(0)), "x is the input itself");
+    assert_eq!(g.ty(output("labels")).dt, DatumType::F32);
+    let p = g.producer(output("labels")).expect("the cast");
+    assert_eq!(g.node(p).name, "Cast_labels");
+    assert!(matches!(g.node(p).op, Op::Cast { to: DatumType::F32, .. }), "{:?}", g.node(p).op);
+    assert_eq!(g.ty(output("k")).dt, DatumType::F32, "the constant output keeps its type");
+    let add = g.order().iter().map(|&n| g.node(n)).find(|n| n.name == "Add_r").expect("the Add");
+    assert_eq!(g.ty(add.inputs[1].expect("k's copy")).dt, DatumType::F16);
+    assert_eq!(g.value(add.inputs[1].expect("k's copy")).name, "k.fp16");
+    assert_eq!(g.ty(output("r")).dt, DatumType::F32);
+}

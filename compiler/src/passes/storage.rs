@@ -6,14 +6,16 @@
 //! 1. **Every f32 value inside is stored in `dt`.** f32 constants are converted at compile time (rounded to
 //!    nearest even), a `Cast` to f32 becomes a `Cast` to `dt`, and so does a `ConstantOfShape` of an f32 value;
 //!    every node's outputs then take the types inference gives from its retyped inputs, in graph order.
-//! 2. **What an op reads at compile time keeps its type.** A constant read only at an op's static inputs
-//!    ([`Op::static_inputs`]: Resize's scales, Pad's constant, Dropout's ratio) is left as it is, and so is a
-//!    constant that is itself a graph output.
+//! 2. **What an op reads at compile time keeps its type.** A constant read at an op's static inputs
+//!    ([`Op::static_inputs`]: Resize's scales, Dropout's ratio) keeps its type there, and a constant that is a
+//!    graph output keeps its type as the output; where such a constant is also read as data, those readers get a
+//!    converted copy (`NAME.fp16`). A `Cast` to f32 that only graph outputs read (an integer label turned into
+//!    floats) stays a cast to f32.
 //! 3. **Callers see the model's types; the boundary casts are the only ones added.** Each f32 graph input is read
-//!    through one `Cast` to `dt`, put first and named `INPUT.to_fp16` (its value `INPUT.fp16`); each graph output
-//!    that was f32 and is now `dt` is written by one `Cast` back to f32, put last, whose value takes the output
-//!    value's name (the producer's value is renamed `NAME.fp16`), so outputs, `--read-outputs` and references
-//!    read unchanged.
+//!    through one `Cast` to `dt`, put first and named `INPUT.to_fp16` (its value `INPUT.fp16`), an input that is
+//!    also a graph output staying that output as it is; each graph output that was f32 and is now `dt` is written
+//!    by one `Cast` back to f32, put last, whose value takes the output value's name (the producer's value is
+//!    renamed `NAME.fp16`), so outputs, `--read-outputs` and references read unchanged.
 //! 4. **A node that cannot take `dt` is an error naming it**: inference refusing the retyped inputs (an op with
 //!    no half-precision form in the IR) fails the rewrite with the node, its op and inference's reason, never a
 //!    silent f32 island. Values that stay f32 whatever their inputs (an op whose attribute fixes its type) are
@@ -87,28 +89,26 @@ pub fn run(g: &mut Graph, dt: DatumType) -> Result<Stored, StorageError> {
     let mut stored = Stored::default();
     let outputs: HashSet<ValueId> = g.outputs().iter().map(|o| o.value).collect();
     let was_f32: Vec<bool> = g.outputs().iter().map(|o| g.ty(o.value).dt == DatumType::F32).collect();
-    // Rule 2: constants read somewhere other than a static input.
+    // Rule 2: constants read as data (`computed`), and those also read where their type must stay (`kept`).
     let mut computed: HashSet<ValueId> = HashSet::new();
+    let mut kept: HashSet<ValueId> = outputs.clone();
     for &n in g.order() {
         let node = g.node(n);
         let fixed = node.op.static_inputs();
         for (i, v) in node.inputs.iter().enumerate() {
             if let Some(v) = *v {
-                if !fixed.contains(&i) {
+                if fixed.contains(&i) {
+                    kept.insert(v);
+                } else {
                     computed.insert(v);
                 }
             }
         }
     }
-    // Rule 1: constants.
+    // Rule 1: constants, converted in place, or copied for their data readers where rule 2 keeps them.
     let constants: Vec<ValueId> = g
         .values()
-        .filter(|(v, d)| {
-            matches!(d.def, ValueDef::Const(_))
-                && d.ty.dt == DatumType::F32
-                && computed.contains(v)
-                && !outputs.contains(v)
-        })
+        .filter(|(v, d)| matches!(d.def, ValueDef::Const(_)) && d.ty.dt == DatumType::F32 && computed.contains(v))
         .map(|(v, _)| v)
         .collect();
     for v in constants {
@@ -116,8 +116,25 @@ pub fn run(g: &mut Graph, dt: DatumType) -> Result<Stored, StorageError> {
         let converted = consts::to_f64s(t)
             .and_then(|xs| consts::from_f64s(dt, t.shape(), &xs))
             .map_err(|e| StorageError::Constant { word, dt, value: g.value(v).name.clone(), message: e.to_string() })?;
-        g.make_const(v, converted);
+        if kept.contains(&v) {
+            let copy = g.add_const(format!("{}.{word}", g.value(v).name), converted);
+            for n in g.order().to_vec() {
+                let fixed = g.node(n).op.static_inputs();
+                for (i, input) in g.node_mut(n).inputs.iter_mut().enumerate() {
+                    if *input == Some(v) && !fixed.contains(&i) {
+                        *input = Some(copy);
+                    }
+                }
+            }
+        } else {
+            g.make_const(v, converted);
+        }
         stored.retyped += 1;
+    }
+    // Rule 2: casts to f32 that only graph outputs read.
+    let mut read: HashSet<ValueId> = HashSet::new();
+    for &n in g.order() {
+        read.extend(g.node(n).inputs.iter().flatten().copied());
     }
     // Rule 3: the inputs, each through one cast put first.
     let first = g.order().first().copied();
@@ -136,6 +153,12 @@ pub fn run(g: &mut Graph, dt: DatumType) -> Result<Stored, StorageError> {
         let half = g.node(cast).outputs[0].expect("the cast's output");
         g.replace_uses(v, half);
         g.node_mut(cast).inputs[0] = Some(v);
+        // An input that is also an output stays that output, in f32.
+        for i in 0..g.outputs().len() {
+            if g.outputs()[i].value == half {
+                g.set_output_value(i, v);
+            }
+        }
         if let Some(first) = first {
             g.move_before(cast, first);
         }
@@ -144,7 +167,9 @@ pub fn run(g: &mut Graph, dt: DatumType) -> Result<Stored, StorageError> {
     // Rule 1: every node in order takes the types its retyped inputs give.
     for n in g.order().to_vec() {
         let node = g.node(n);
+        let to_outputs_only = node.outputs.iter().flatten().all(|v| !read.contains(v));
         let mut op = match &node.op {
+            Op::Cast { to: DatumType::F32, .. } if to_outputs_only => node.op.clone(),
             Op::Cast { to: DatumType::F32, mode } => Op::Cast { to: dt, mode: *mode },
             Op::ConstantOfShape { value } if value.dt() == DatumType::F32 => {
                 let xs = consts::to_f64s(value).and_then(|xs| consts::from_f64s(dt, value.shape(), &xs));

@@ -147,16 +147,21 @@ pub fn storage(targets: &[&dyn Backend], granted: &[Granted]) -> Result<Option<s
     let Some(first) = granted.first() else { return Ok(None) };
     if let Some(i) = granted.iter().position(|g| dt(g.computed) != dt(first.computed)) {
         let name = |k: usize| targets.get(k).map_or("?", |t| t.spec().name.as_str());
+        // The target asked for a half type, and the one that disagrees with it.
+        let (h, o) = if dt(first.computed) == DatumType::F32 { (i, 0) } else { (0, i) };
+        let half = granted[h].computed;
+        let advice = match targets.get(o).map(|t| t.precision(half)) {
+            Some(Err(why)) => format!("{} cannot store {half} ({why}): leave it out of --target", name(o)),
+            _ => format!("ask it of every target: --precision {half}"),
+        };
         return Err(PlanError::BadOption {
-            option: format!("--precision {}={}", name(i), granted[i].asked),
+            option: format!("--precision {}={}", name(h), granted[h].asked),
             message: format!(
                 "fp16 and bf16 store the plan's values, so every target must compute in the same one: {} computes \
-                 in {}, {} in {} (ask it of every target: --precision {})",
-                name(0),
-                first.computed,
-                name(i),
-                granted[i].computed,
-                if dt(first.computed) == DatumType::F32 { granted[i].computed } else { first.computed }
+                 in {half}, {} in {} ({advice})",
+                name(h),
+                name(o),
+                granted[o].computed,
             ),
         });
     }

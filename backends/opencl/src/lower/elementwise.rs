@@ -89,11 +89,15 @@ pub(super) fn reduce(
     } else {
         t
     };
-    b.fp64 |= float;
+    // f16 and bf16 are read and summed as float: no double precision (a device without fp64 runs them).
+    b.fp64 |= float && !half;
     let (init, step, finish) = match kind {
         ir::Reduce::Sum => ("0", "acc += x;", "acc"),
         ir::Reduce::Prod => ("1", "acc *= x;", "acc"),
+        ir::Reduce::Mean if half => ("0", "acc += x;", "acc / (float)count"),
         ir::Reduce::Mean => ("0", "acc += x;", "acc / (double)count"),
+        ir::Reduce::Max if half => ("-INFINITY", "acc = (isnan(x) || x > acc) ? x : acc;", "acc"),
+        ir::Reduce::Min if half => ("INFINITY", "acc = (isnan(x) || x < acc) ? x : acc;", "acc"),
         ir::Reduce::Max if float => ("-INFINITY", "acc = (isnan((double)x) || x > acc) ? x : acc;", "acc"),
         ir::Reduce::Min if float => ("INFINITY", "acc = (isnan((double)x) || x < acc) ? x : acc;", "acc"),
         ir::Reduce::Max => ("0", "acc = (j == 0 || x > acc) ? x : acc;", "acc"),

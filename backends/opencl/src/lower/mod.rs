@@ -66,6 +66,8 @@ struct Builder<'g> {
     /// Products run on tensor cores (`codegen::mma`): the plan asked tf32, fp16 or bf16 of this target and the
     /// device has them.
     tensor_cores: bool,
+    /// The plan asked tf32: f32 products may run on tensor cores (in an fp16 or bf16 plan only half ones do).
+    tf32: bool,
     slot_of: HashMap<ValueId, usize>,
     types: Vec<(DatumType, Vec<usize>)>,
     /// Bytes of program-scope `__constant` tables so far (Resize's).
@@ -99,6 +101,7 @@ impl<'g> Builder<'g> {
             gemv: choice("STOWAGE_OPENCL_GEMV"),
             grouped_rows: choice("STOWAGE_OPENCL_GROUPED_ROWS"),
             tensor_cores: precision != Precision::Fp32 && info.tensor_cores(),
+            tf32: precision == Precision::Tf32,
             slot_of: HashMap::new(),
             types: Vec::new(),
             constant_bytes: 0,

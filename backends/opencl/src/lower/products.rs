@@ -16,8 +16,10 @@ use crate::exec::{ArgRef, Launch, StepKind};
 /// mostly padding there, and runs in fp32 in the tiled kernel instead (more exact than asked, never less). With the
 /// threshold at 16 rows, the transformer block ran slower at TF32 than in fp32 on the H200 (0.180 against 0.133 ms),
 /// and SqueezeNet too (0.50–0.75 against 0.43–0.51 ms over a session's calls).
-fn on_tensor_cores(b: &Builder<'_>, m: usize, k: usize) -> bool {
-    b.tensor_cores && m >= MMA_TILE && k >= 8
+/// f32 operands go to them only in a tf32 plan: an fp16 plan's f32 values (rule 4 of `passes::storage`) keep fp32
+/// products.
+fn on_tensor_cores(b: &Builder<'_>, elem: &str, m: usize, k: usize) -> bool {
+    b.tensor_cores && (elem != "float" || b.tf32) && m >= MMA_TILE && k >= 8
 }
 
 /// MatMul and Gemm (f32, f16, bf16), the bias in the epilogue.
@@ -35,7 +37,7 @@ pub(super) fn matmul(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         b: cx.views[1].as_ref().map_or(g.b, |st| through_view(&bt.shape, st, g.batch.len())),
         ..g
     };
-    let tensor_cores = on_tensor_cores(b, g.m, g.k);
+    let tensor_cores = on_tensor_cores(b, elem, g.m, g.k);
     let g = Gemm { min_groups: b.min_groups, elem, tensor_cores, chain: cx.chain.clone(), ptx: b.ptx, ..g };
     let bias = if g.bias.is_some() { Some(cx.arg(2)?) } else { None };
     let mut scratch = Vec::new();
@@ -231,7 +233,7 @@ pub(super) fn conv(
         min_groups: b.min_groups,
         ptx: b.ptx,
         elem,
-        tensor_cores: on_tensor_cores(b, mg, kdim),
+        tensor_cores: on_tensor_cores(b, elem, mg, kdim),
         chain: cx.chain.clone(),
         // On a GPU the unfolding is computed as the product loads it: no im2col launch or buffer.
         im2col: (b.implicit_conv && !pointwise).then(|| (geo.clone(), ch, g)),

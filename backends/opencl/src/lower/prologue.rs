@@ -3,7 +3,7 @@
 //! through the permuted strides, instead of a copy launch and a product that reads the copy.
 //!
 //! The rules, each checked by [`transposed_operands`]:
-//! 1. the reader is a MatMul of f32 operands of rank 2 or more (so no operand is promoted from 1-D);
+//! 1. the reader is a MatMul of f32, f16 or bf16 operands of rank 2 or more (so no operand is promoted from 1-D);
 //! 2. the operand is made by a Transpose with a known permutation, whose output only that MatMul reads (once) and is
 //!    no graph output;
 //! 3. the Transpose is not already absorbed elsewhere.
@@ -36,7 +36,8 @@ pub(super) fn transposed_operands(graph: &Graph, taken: &HashSet<NodeId>) -> Has
         let node = graph.node(n);
         // Rule 1.
         let [Some(a), Some(b)] = node.inputs.as_slice() else { continue };
-        let operand_ok = |v: ValueId| graph.ty(v).dt == DatumType::F32 && graph.ty(v).rank() >= 2;
+        let float = |v: ValueId| matches!(graph.ty(v).dt, DatumType::F32 | DatumType::F16 | DatumType::BF16);
+        let operand_ok = |v: ValueId| float(v) && graph.ty(v).rank() >= 2;
         if !matches!(node.op, Op::MatMul) || !operand_ok(*a) || !operand_ok(*b) || a == b {
             continue;
         }

@@ -43,7 +43,9 @@ pub(super) fn typed_expr(op: &Op, dts: &[Option<DatumType>], out: DatumType) -> 
                 ir::Binary::Mul => format!("{x} * {y}"),
                 ir::Binary::Div if float => format!("{x} / {y}"),
                 ir::Binary::Div => format!("({y} == 0 ? 0 : {x} / {y})"),
-                ir::Binary::Pow if out == DatumType::F32 => format!("pow((float){x}, (float){y})"),
+                ir::Binary::Pow if matches!(out, DatumType::F32 | DatumType::F16 | DatumType::BF16) => {
+                    format!("pow((float){x}, (float){y})")
+                }
                 ir::Binary::Pow => format!("pow((double){x}, (double){y})"),
                 ir::Binary::And => format!("({x} && {y})"),
                 ir::Binary::Or => format!("({x} || {y})"),
