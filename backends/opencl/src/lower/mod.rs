@@ -211,22 +211,23 @@ pub fn precision_on(info: &DeviceInfo, asked: Precision) -> std::result::Result<
             computed: Precision::Fp32,
             how: format!("{} has no tensor cores: products in fp32", info.name),
         }),
-        Precision::Fp16 if info.tensor_cores() => Ok(Granted::as_asked(
-            asked,
-            "values stored in fp16, products on tensor cores (mma.sync m16n8k16 f16), sums and other arithmetic in fp32",
-        )),
-        Precision::Fp16 => Ok(Granted::as_asked(
-            asked,
-            "values stored in fp16 (vload_half, vstore_half_rte: core OpenCL C), arithmetic and sums in fp32",
-        )),
-        Precision::Bf16 if info.tensor_cores() => Ok(Granted::as_asked(
-            asked,
-            "values stored in bf16, products on tensor cores (mma.sync m16n8k16 bf16), sums and other arithmetic in fp32",
-        )),
-        Precision::Bf16 => Ok(Granted::as_asked(
-            asked,
-            "values stored in bf16 (the upper half of an fp32, rounded to nearest even), arithmetic and sums in fp32",
-        )),
+        Precision::Fp16 | Precision::Bf16 => {
+            let (ty, stored) = match asked {
+                Precision::Fp16 => ("f16", "vload_half, vstore_half_rte: core OpenCL C"),
+                _ => ("bf16", "the upper half of an fp32, rounded to nearest even"),
+            };
+            Ok(Granted::as_asked(
+                asked,
+                if info.tensor_cores() {
+                    format!(
+                        "values stored in {asked}, products on tensor cores (mma.sync m16n8k16 {ty}), sums and other \
+                         arithmetic in fp32"
+                    )
+                } else {
+                    format!("values stored in {asked} ({stored}), arithmetic and sums in fp32")
+                },
+            ))
+        }
     }
 }
 
