@@ -1,8 +1,9 @@
 """The ONNX node suite through stowage and through onnxruntime, side by side in one run, with one comparison.
 
-Every case gen_node_tests.py wrote whose inputs and outputs are plain tensors runs through `stowage run` (the
-release binary, on `--target`) and through an onnxruntime CPU session; each result is compared with the case's
-reference outputs within the case's own rtol/atol (NaN equal to NaN, shapes and element types exact). It prints
+Every case gen_node_tests.py wrote runs through `stowage run` (the release binary, on `--target`) and through an
+onnxruntime CPU session; each result is compared with the case's reference outputs within the case's own rtol/atol
+(NaN equal to NaN, shapes and element types exact; sequences item by item, optionals by presence, then value).
+`--plain` keeps to the cases whose inputs and outputs are plain numeric tensors. It prints
 the passes per op type (the first op type of the case that is not a plain building block) and the totals, and
 with --failures the cases stowage fails that onnxruntime passes.
 
@@ -37,21 +38,66 @@ def load(path: Path) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
-def matches(got: list[np.ndarray], want: list[np.ndarray], rtol: float, atol: float) -> str | None:
+def read_value(path: Path, tp: onnx.TypeProto | None):
+    """A value file as the model declares it: a tensor, a sequence (a list) or an optional (None when empty)."""
+    which = tp.WhichOneof("value") if tp is not None else "tensor_type"
+    if which == "sequence_type":
+        seq = onnx.SequenceProto()
+        seq.ParseFromString(path.read_bytes())
+        return numpy_helper.to_list(seq)
+    if which == "optional_type":
+        opt = onnx.OptionalProto()
+        opt.ParseFromString(path.read_bytes())
+        return numpy_helper.to_optional(opt)
+    return load(path)
+
+
+def same(g, w, rtol: float, atol: float) -> str | None:
+    """None when value g matches w, else why not."""
+    if w is None or g is None:
+        return None if g is None and w is None else f"{'a value' if g is not None else 'none'}, expected the other"
+    if isinstance(w, list):
+        if not isinstance(g, list) or len(g) != len(w):
+            return f"{len(g) if isinstance(g, list) else 'not a'} sequence items, expected {len(w)}"
+        for i, (a, b) in enumerate(zip(g, w)):
+            why = same(a, b, rtol, atol)
+            if why:
+                return f"item {i}: {why}"
+        return None
+    g = np.asarray(g)
+    if g.shape != w.shape or g.dtype != w.dtype:
+        return f"{g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}"
+    # ml_dtypes' floats (bfloat16, float8, float4) have kind 'V': compared as floats too, NaN equal to NaN.
+    if w.dtype.kind in "fc" or w.dtype.name.startswith(("bfloat16", "float8", "float4")):
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
+            return f"values differ beyond rtol {rtol}, atol {atol}"
+    elif not np.array_equal(g, w):
+        return "values differ"
+    return None
+
+
+def matches(got: list, want: list, rtol: float, atol: float) -> str | None:
     """None when every output matches, else why not."""
     if len(got) != len(want):
         return f"{len(got)} outputs, expected {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return f"output {k}: {g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}"
-        # ml_dtypes' floats (bfloat16, float8, float4) have kind 'V': compared as floats too, NaN equal to NaN.
-        if w.dtype.kind in "fc" or w.dtype.name.startswith(("bfloat16", "float8", "float4")):
-            g64, w64 = g.astype(np.float64), w.astype(np.float64)
-            if not np.allclose(g64, w64, rtol=rtol, atol=atol, equal_nan=True):
-                return f"output {k}: values differ beyond rtol {rtol}, atol {atol}"
-        elif not np.array_equal(g, w):
-            return f"output {k}: values differ"
+        why = same(g, w, rtol, atol)
+        if why:
+            return f"output {k}: {why}"
     return None
+
+
+def declared(d: Path) -> tuple[dict, list]:
+    """The model's input types by name, and its output types in order."""
+    g = onnx.load(str(d / "model.onnx"), load_external_data=False).graph
+    return {i.name: i.type for i in g.input}, [o.type for o in g.output]
+
+
+def references(case: dict, d: Path) -> list:
+    outs = declared(d)[1]
+    return [read_value(d / "test_data_set_0" / f"output_{k}.pb", outs[k] if k < len(outs) else None)
+            for k in range(len(case["outputs"]))]
 
 
 def run_stowage(case: dict, d: Path, target: str) -> str | None:
@@ -63,9 +109,10 @@ def run_stowage(case: dict, d: Path, target: str) -> str | None:
         if r.returncode != 0:
             lines = r.stderr.strip().splitlines()
             return lines[-1] if lines else f"exit {r.returncode}"
-        got = [load(Path(out) / f"output_{k}.pb") for k in range(len(case["outputs"]))]
-    want = [load(d / "test_data_set_0" / f"output_{k}.pb") for k in range(len(case["outputs"]))]
-    return matches(got, want, case["rtol"], case["atol"])
+        outs = declared(d)[1]
+        got = [read_value(Path(out) / f"output_{k}.pb", outs[k] if k < len(outs) else None)
+               for k in range(len(case["outputs"]))]
+    return matches(got, references(case, d), case["rtol"], case["atol"])
 
 
 def run_ort(case: dict, d: Path) -> str | None:
@@ -73,13 +120,14 @@ def run_ort(case: dict, d: Path) -> str | None:
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
         sess = ort.InferenceSession(str(d / "model.onnx"), opts, providers=["CPUExecutionProvider"])
-        feeds = {i["name"]: load(d / "test_data_set_0" / f"input_{k}.pb") for k, i in enumerate(case["inputs"])}
+        ins = declared(d)[0]
+        feeds = {i["name"]: read_value(d / "test_data_set_0" / f"input_{k}.pb", ins.get(i["name"]))
+                 for k, i in enumerate(case["inputs"])}
         names = [o.name for o in sess.get_outputs()]
-        got = [np.asarray(v) for v in sess.run(names, feeds)]
+        got = sess.run(names, feeds)
     except Exception as e:  # noqa: BLE001 - any failure of onnxruntime is a failed case, with its message
         return str(e).splitlines()[0] if str(e) else type(e).__name__
-    want = [load(d / "test_data_set_0" / f"output_{k}.pb") for k in range(len(case["outputs"]))]
-    return matches(got, want, case["rtol"], case["atol"])
+    return matches(got, references(case, d), case["rtol"], case["atol"])
 
 
 def family(case: dict) -> str:
@@ -96,6 +144,7 @@ def main() -> int:
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--ops", default="", help="only cases using one of these op types (comma-separated)")
     ap.add_argument("--failures", action="store_true", help="list the cases stowage fails and onnxruntime passes")
+    ap.add_argument("--plain", action="store_true", help="only cases of plain numeric tensors (as before 2026-12-05)")
     args = ap.parse_args()
     if not STOWAGE.exists():
         sys.exit(f"{STOWAGE} is missing: run cargo build --release")
@@ -104,7 +153,7 @@ def main() -> int:
     per = collections.defaultdict(lambda: [0, 0, 0])
     lost = []
     for case in index:
-        if not case.get("plain_tensors") or (only and not only & set(case["ops"])):
+        if (args.plain and not case.get("plain_tensors")) or (only and not only & set(case["ops"])):
             continue
         d = CASES / case["name"]
         s, o = run_stowage(case, d, args.target), run_ort(case, d)

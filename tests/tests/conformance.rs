@@ -10,6 +10,8 @@ use std::path::Path;
 use serde_json::Value;
 use stowage_cli::session::{self, RunOptions};
 use stowage_compiler::onnx;
+use stowage_compiler::onnx::structure::{self, Structure};
+use stowage_runtime::Tensor;
 
 use stowage_compiler::onnx::SUPPORTED_OPS as OP_SET;
 const DTYPES: &[&str] = &[
@@ -38,40 +40,91 @@ const DTYPES: &[&str] = &[
     "uint2",
 ];
 
+/// Whether a value the index describes is one the runtime takes: a tensor of [`DTYPES`], a sequence of them, an
+/// optional of either.
+fn takes(x: &Value) -> bool {
+    match x["kind"].as_str() {
+        Some("tensor") | None => x["dtype"].as_str().is_some_and(|d| DTYPES.contains(&d)),
+        Some("sequence") => x["elems"].as_array().is_some_and(|items| items.iter().all(takes)),
+        Some("optional") => x["value"].is_null() || (x["value"]["kind"] != "optional" && takes(&x["value"])),
+        Some(_) => false,
+    }
+}
+
 fn counted(case: &Value) -> bool {
-    let plain = case["plain_tensors"].as_bool() == Some(true);
-    let dtypes = ["inputs", "outputs"]
-        .iter()
-        .flat_map(|k| case[*k].as_array().into_iter().flatten())
-        .all(|x| x["dtype"].as_str().is_some_and(|d| DTYPES.contains(&d)));
+    let dtypes = ["inputs", "outputs"].iter().flat_map(|k| case[*k].as_array().into_iter().flatten()).all(takes);
     let known = |op: &str| match op.split_once(':') {
         None => OP_SET.contains(&op),
         Some((domain, op)) => onnx::is_other_domain_op(domain, op),
     };
     let ops = case["ops"].as_array().into_iter().flatten().all(|o| known(o.as_str().unwrap_or("")));
-    plain && dtypes && ops
+    dtypes && ops
 }
 
 fn run_case(dir: &Path, case: &Value, target: &str) -> Result<(), String> {
     let model = dir.join("model.onnx");
     let data = dir.join("test_data_set_0");
-    let mut inputs = Vec::new();
+    // Files are read as the model declares its inputs and outputs: tensors, sequences, optionals.
+    let bytes = std::fs::read(&model).map_err(|e| e.to_string())?;
+    let proto = onnx::decode_within(&bytes, onnx::DEFAULT_MAX_VALUE_BYTES).map_err(|e| e.to_string())?;
+    let graph = proto.graph.as_ref().ok_or("no graph")?;
+    let declared = |list: &[onnx::proto::ValueInfoProto], name: &str| {
+        list.iter().find(|v| v.name() == name).and_then(|v| v.r#type.clone())
+    };
+    let read = |file: String, ty: Option<onnx::proto::TypeProto>| {
+        structure::read_value_within(&data.join(file), ty.as_ref(), onnx::DEFAULT_MAX_VALUE_BYTES)
+    };
+    let mut values = Vec::new();
     for (k, input) in case["inputs"].as_array().into_iter().flatten().enumerate() {
         let name = input["name"].as_str().ok_or("input without a name")?.to_string();
-        inputs.push((name, onnx::read_tensor(data.join(format!("input_{k}.pb")))?));
+        let value = read(format!("input_{k}.pb"), declared(&graph.input, &name))?;
+        values.push((name, value));
     }
-    let outcome = session::run(&model, inputs, &RunOptions { target: target.into(), ..stowage_cli::run_options() })?;
+    let mut options = RunOptions { target: target.into(), ..stowage_cli::run_options() };
+    let inputs = session::structured_inputs(values, &mut options);
+    let outcome = session::run(&model, inputs, &options)?;
+    let got = outcome.values()?;
     let rtol = case["rtol"].as_f64().unwrap_or(1e-3);
     let atol = case["atol"].as_f64().unwrap_or(1e-7);
     let wanted = case["outputs"].as_array().ok_or("no outputs")?;
-    if outcome.outputs.len() != wanted.len() {
-        return Err(format!("{} outputs, expected {}", outcome.outputs.len(), wanted.len()));
+    if got.len() != wanted.len() {
+        return Err(format!("{} outputs, expected {}", got.len(), wanted.len()));
     }
-    for (k, (name, got)) in outcome.outputs.iter().enumerate() {
-        let want = onnx::read_tensor(data.join(format!("output_{k}.pb")))?;
-        stowage_tests::compare(got, &want, rtol, atol).map_err(|e| format!("output '{name}': {e}"))?;
+    for (k, (name, got)) in got.iter().enumerate() {
+        let want = read(format!("output_{k}.pb"), declared(&graph.output, name))?;
+        compare_values(got, &want, rtol, atol).map_err(|e| format!("output '{name}': {e}"))?;
     }
     Ok(())
+}
+
+/// Two values alike: the same form, each tensor within the tolerances.
+fn compare_values(
+    got: &Structure<Tensor<'static>>,
+    want: &Structure<Tensor<'static>>,
+    rtol: f64,
+    atol: f64,
+) -> Result<(), String> {
+    match (got, want) {
+        (Structure::Tensor(a), Structure::Tensor(b)) => stowage_tests::compare(a, b, rtol, atol),
+        (Structure::Sequence { items: a, .. }, Structure::Sequence { items: b, .. }) => {
+            if a.len() != b.len() {
+                return Err(format!("a sequence of {} items, expected {}", a.len(), b.len()));
+            }
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                stowage_tests::compare(x, y, rtol, atol).map_err(|e| format!("item {i}: {e}"))?;
+            }
+            Ok(())
+        }
+        (Structure::Optional { value: a, .. }, Structure::Optional { value: b, .. }) => match (a, b) {
+            (None, None) => Ok(()),
+            (Some(x), Some(y)) => compare_values(x, y, rtol, atol),
+            (x, _) => Err(format!(
+                "an optional {}, expected the other",
+                if x.is_some() { "with a value" } else { "without one" }
+            )),
+        },
+        (a, b) => Err(format!("{}, expected {}", a.what(), b.what())),
+    }
 }
 
 #[test]

@@ -34,7 +34,22 @@ pub(crate) fn compile(
         .ok_or_else(|| DriverError::Model(format!("{}: not an ONNX model: it has no graph", model.display())))?;
     let initializers: Vec<&str> = graph.initializer.iter().map(|t| t.name()).collect();
     let declared: Vec<&ValueInfoProto> = graph.input.iter().filter(|i| !initializers.contains(&i.name())).collect();
-    let wanted: Vec<&str> = declared.iter().map(|i| i.name()).collect();
+    // A sequence or an optional is given as its tensors, under their flat names (`onnx::structure`, rule 2), with
+    // its form in the options.
+    let mut flat_names: Vec<String> = Vec::new();
+    for vi in &declared {
+        if !onnx::structure::is_structured(vi.r#type.as_ref()) {
+            flat_names.push(vi.name().to_string());
+        } else if let Some(form) = options.config.input_structures.get(vi.name()) {
+            flat_names.extend(form.flat_names(vi.name()).leaves().into_iter().cloned());
+        } else if running {
+            return Err(DriverError::Input(format!(
+                "input '{}' is a sequence or an optional: give its value as a SequenceProto or OptionalProto file",
+                vi.name()
+            )));
+        }
+    }
+    let wanted: Vec<&str> = flat_names.iter().map(String::as_str).collect();
     for (k, (name, _)) in inputs.iter().enumerate() {
         if !wanted.contains(&name.as_str()) {
             return Err(DriverError::Input(format!(
@@ -73,6 +88,10 @@ pub(crate) fn compile(
     }
     let value_inputs = onnx::value_inputs(&proto);
     for (name, t) in inputs {
+        if !declared.iter().any(|vi| vi.name() == name) {
+            // An item of a sequence or optional input: its shape is fixed by the input's form.
+            continue;
+        }
         if value_inputs.contains(name) {
             // Specialise on the values of shape-setting inputs: they become constants of this compilation.
             config.input_values.insert(name.clone(), t.clone());

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use stowage_compiler::ir::ValueId;
+use stowage_compiler::onnx::structure::{self, Structure};
 use stowage_compiler::plan::Plan;
 use stowage_compiler::Context;
 use stowage_runtime::{Ledger, Move, Tensor};
@@ -69,6 +70,37 @@ pub struct Outcome {
     pub later_plans: Vec<Plan>,
     /// A model compiled in stages: one line per node it was cut at.
     pub cuts: Vec<String>,
+    /// Every model output with its flat names when some output is a sequence or an optional, else empty
+    /// (`onnx::structure`, rule 2): [`Outcome::values`] puts `outputs` back together by it.
+    pub structured_outputs: Vec<(String, Structure<String>)>,
+}
+
+impl Outcome {
+    /// The model's outputs as values, in the model's output order: `outputs` put back together into the sequences
+    /// and optionals the model makes (each a tensor when it makes none).
+    pub fn values(&self) -> Result<Vec<(String, Structure<Tensor<'static>>)>> {
+        structure::assemble(self.outputs.clone(), &self.structured_outputs).map_err(DriverError::Model)
+    }
+}
+
+/// Gives `values`, by input name, as a run takes them: a sequence's or an optional's tensors under their flat names,
+/// with its form recorded in `options` (`onnx::structure`, rules 1 and 2); a tensor as itself.
+pub fn structured_inputs(
+    values: Vec<(String, Structure<Tensor<'static>>)>,
+    options: &mut RunOptions,
+) -> Vec<(String, Tensor<'static>)> {
+    let mut flat = Vec::new();
+    for (name, value) in values {
+        match value {
+            Structure::Tensor(t) => flat.push((name, t)),
+            other => {
+                let (form, tensors) = structure::flatten(&name, &other);
+                options.config.input_structures.insert(name, form);
+                flat.extend(tensors);
+            }
+        }
+    }
+    flat
 }
 
 /// Checks the target list of `options`: registered names, none twice.
@@ -179,6 +211,7 @@ pub fn run_bytes(
         built_path,
         later_plans: Vec::new(),
         cuts: Vec::new(),
+        structured_outputs: graph.metadata.structured_outputs.clone(),
     })
 }
 
@@ -270,6 +303,8 @@ fn run_staged(
         built_path: None,
         later_plans: plans.collect(),
         cuts: stage.cuts(),
+        // Stage::new refuses a model with structured inputs or outputs.
+        structured_outputs: Vec::new(),
     })
 }
 

@@ -1,4 +1,4 @@
-//! `stowage run` (and a built executable, which takes its flags): reads inputs from TensorProto files, runs, writes `output_N.pb` files and a JSON report.
+//! `stowage run` (and a built executable, which takes its flags): reads inputs from TensorProto files (SequenceProto and OptionalProto files for inputs the model declares so), runs, writes `output_N.pb` files of the same kinds and a JSON report.
 //! Outputs and report are staged and committed together ([`Staging`]): when any of them cannot be written, none is,
 //! every file that was there before is left as it was, and no temporary file or folder the command created is
 //! left behind.
@@ -9,8 +9,9 @@ use std::time::Instant;
 use crate::flags::RunFlags;
 use crate::pipeline::{self as session, RunOptions};
 pub use crate::staging::Staging;
-use prost::Message;
 use stowage_compiler::onnx;
+use stowage_compiler::onnx::proto::TypeProto;
+use stowage_compiler::onnx::structure::{self, Structure};
 use stowage_compiler::plan::InputLayout;
 use stowage_runtime::Tensor;
 
@@ -20,12 +21,13 @@ use stowage_runtime::Tensor;
 /// few bytes of header) is refused before it is read.
 pub fn resolve_inputs(
     names: &[String],
+    types: &[Option<TypeProto>],
     fixed: &[&String],
     args: &[String],
     limit: usize,
-) -> Result<Vec<(String, Tensor<'static>)>, String> {
+) -> Result<Vec<(String, Structure<Tensor<'static>>)>, String> {
     let runtime: Vec<&String> = names.iter().filter(|n| !fixed.contains(n)).collect();
-    let mut out: Vec<(String, Tensor<'static>)> = Vec::new();
+    let mut out: Vec<(String, Structure<Tensor<'static>>)> = Vec::new();
     for arg in args {
         let named = arg.split_once('=').filter(|(n, _)| !n.is_empty());
         let (name, file) = match named {
@@ -59,7 +61,9 @@ pub fn resolve_inputs(
         if fixed.iter().any(|n| **n == name) {
             return Err(format!("input '{name}' is given twice: by --input and by --input-value"));
         }
-        let t = onnx::read_tensor_within(file, limit).map_err(|e| format!("input '{name}': {e}"))?;
+        // Read as the model declares the input: a tensor, a sequence or an optional (`onnx::structure`, rule 3).
+        let ty = names.iter().position(|n| *n == name).and_then(|i| types.get(i)).and_then(Option::as_ref);
+        let t = structure::read_value_within(Path::new(file), ty, limit).map_err(|e| format!("input '{name}': {e}"))?;
         out.push((name, t));
     }
     Ok(out)
@@ -156,6 +160,21 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
     })
 }
 
+/// A value as the run's summary shows it: `f32[2, 3]`, `sequence of 2: f32[3], f32[2]`, `optional: none`.
+fn described(value: &Structure<Tensor<'static>>) -> String {
+    let tensor = |t: &Tensor<'static>| format!("{}{:?}", t.dt(), t.shape());
+    match value {
+        Structure::Tensor(t) => tensor(t),
+        Structure::Sequence { elem, items } if items.is_empty() => format!("sequence of 0 ({elem})"),
+        Structure::Sequence { items, .. } => {
+            let each: Vec<String> = items.iter().map(tensor).collect();
+            format!("sequence of {}: {}", items.len(), each.join(", "))
+        }
+        Structure::Optional { value: None, .. } => "optional: none".into(),
+        Structure::Optional { value: Some(v), .. } => format!("optional: {}", described(v)),
+    }
+}
+
 /// The whole command. Errors are one line.
 pub fn run(model: &Path, flags: &RunFlags, options: &RunOptions) -> Result<String, String> {
     let start = Instant::now();
@@ -200,8 +219,8 @@ pub fn run_model(
         check_report_path(dir, report)?;
     }
     // The model's input names; the decoded model is dropped at once (its weights are decoded again to compile).
-    let names: Vec<String> = match &options.built_graph {
-        Some(built) => built.inputs.iter().map(|n| n.to_string()).collect(),
+    let (names, types): (Vec<String>, Vec<Option<TypeProto>>) = match &options.built_graph {
+        Some(built) => built.inputs.iter().map(|n| (n.to_string(), None)).unzip(),
         None => {
             let proto = onnx::decode_within(bytes, options.config.value_limit())
                 .map_err(|e| format!("{}: {e}", model.display()))?;
@@ -210,11 +229,18 @@ pub fn run_model(
                 .as_ref()
                 .ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
             let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
-            g.input.iter().map(|i| i.name().to_string()).filter(|n| !initializers.contains(&n.as_str())).collect()
+            g.input
+                .iter()
+                .filter(|i| !initializers.contains(&i.name()))
+                .map(|i| (i.name().to_string(), i.r#type.clone()))
+                .unzip()
         }
     };
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
-    let mut inputs = resolve_inputs(&names, &fixed, &flags.inputs, options.config.value_limit())?;
+    let values = resolve_inputs(&names, &types, &fixed, &flags.inputs, options.config.value_limit())?;
+    let mut options = options.clone();
+    let mut inputs = session::structured_inputs(values, &mut options);
+    let options = &options;
     // Inputs are read into page-aligned memory, which any device imports in place where it can import at all; an
     // input with a declared layout is placed in memory of that layout, as a caller holding it so would pass it.
     for (_, t) in inputs.iter_mut() {
@@ -231,12 +257,13 @@ pub fn run_model(
         }
     }
     let outcome = session::run_bytes(bytes, model, inputs, options, start)?;
+    let values = outcome.values()?;
 
     let mut staging = Staging::default();
     if let Some(dir) = output_dir {
         staging.create_dir(dir).map_err(|e| format!("output dir {}: cannot create it: {e}", dir.display()))?;
-        for (i, (name, t)) in outcome.outputs.iter().enumerate() {
-            let bytes = onnx::tensor::encode(t, name).map_err(|e| format!("output '{name}': {e}"))?.encode_to_vec();
+        for (i, (name, value)) in values.iter().enumerate() {
+            let bytes = structure::encode_value(value, name).map_err(|e| format!("output '{name}': {e}"))?;
             let path = dir.join(format!("output_{i}.pb"));
             let what = format!("output dir {}: cannot write {}", dir.display(), path.display());
             staging.stage(&path, what, &bytes)?;
@@ -249,8 +276,8 @@ pub fn run_model(
     staging.commit()?;
 
     let mut summary = String::new();
-    for (name, t) in &outcome.outputs {
-        summary.push_str(&format!("output '{}': {}{:?}\n", shown(name), t.dt(), t.shape()));
+    for (name, value) in &values {
+        summary.push_str(&format!("output '{}': {}\n", shown(name), described(value)));
     }
     let copies = outcome.ledger.entries();
     if let Some(path) = &outcome.path {

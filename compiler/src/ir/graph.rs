@@ -60,6 +60,9 @@ pub struct Metadata {
     pub props: Vec<(String, String)>,
     /// Inputs whose values the caller fixed at compile time (`--input-value`): a run with other values must re-plan.
     pub assumed_inputs: Vec<String>,
+    /// Every model output in order with its flat names, when some output is a sequence or an optional
+    /// (`onnx::structure`, rule 2); empty when every output is a tensor (the graph's outputs are the model's).
+    pub structured_outputs: Vec<(String, crate::onnx::structure::Structure<String>)>,
 }
 
 /// A dataflow graph with static types.

@@ -157,6 +157,14 @@ fn index<E: EntityRef>(e: E) -> u32 {
 
 /// Writes `g` out. Constants no live node or output reads are written empty.
 pub fn encode(g: &Graph) -> Result<Encoded, String> {
+    if let Some((name, form)) =
+        g.metadata.structured_outputs.iter().find(|(_, f)| !matches!(f, crate::onnx::structure::Structure::Tensor(_)))
+    {
+        return Err(format!(
+            "output '{name}' is {}: built code takes and makes tensors only (run the model with `stowage run`)",
+            form.what()
+        ));
+    }
     let uses = g.use_counts();
     let mut constants = Vec::new();
     let mut values = Vec::new();
@@ -276,7 +284,12 @@ fn decode_with(graph: &[u8], blob: Blob<'_>) -> Result<Graph, String> {
         .into_iter()
         .map(|(name, v)| Ok(GraphOutput { name, value: value_id(v)? }))
         .collect::<Result<_, String>>()?;
-    let metadata =
-        Metadata { opset: flat.opset, producer: flat.producer, props: flat.props, assumed_inputs: flat.assumed_inputs };
+    let metadata = Metadata {
+        opset: flat.opset,
+        producer: flat.producer,
+        props: flat.props,
+        assumed_inputs: flat.assumed_inputs,
+        structured_outputs: Vec::new(),
+    };
     Ok(Graph::from_parts(flat.name, metadata, values, nodes, order, inputs, outputs))
 }

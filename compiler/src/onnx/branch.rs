@@ -23,12 +23,14 @@
 //! 5. **Nesting is bounded** by [`MAX_DEPTH`], checked before each level: a deep model is an error, not a stack
 //!    overflow.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use super::import::At;
 use super::proto::{GraphProto, NodeProto};
 use stowage_runtime::{DatumType, Tensor};
 
+use super::scope::{Composite, Scope};
+use super::structure::Structure;
 use crate::error::ImportErrorKind as E;
 use crate::ir::{Graph, ValueId};
 
@@ -87,7 +89,7 @@ fn free_names<'g>(g: &'g GraphProto, depth: usize, seen: &mut HashSet<&'g str>, 
 /// of many `If`s imports in time linear in its nodes.
 pub(super) fn inline_if(
     graph: &mut Graph,
-    names: &mut HashMap<String, ValueId>,
+    names: &mut Scope,
     node: &NodeProto,
     name: &str,
     at: At<'_>,
@@ -149,7 +151,7 @@ pub(super) fn inline_if(
         None => select(graph, names, (then, otherwise), (cond_name, cond), name, inner, &fail)?,
     };
     for (out, v) in node.output.iter().zip(outputs) {
-        if !out.is_empty() && names.insert(out.clone(), v).is_some() {
+        if !out.is_empty() && names.bind(out.clone(), v) {
             return Err(E::Duplicate { name: out.clone() });
         }
     }
@@ -160,12 +162,12 @@ pub(super) fn inline_if(
 /// scope after (rule 4).
 fn import_branch(
     graph: &mut Graph,
-    names: &mut HashMap<String, ValueId>,
+    names: &mut Scope,
     g: &GraphProto,
     which: &str,
     at: At<'_>,
     fail: &dyn Fn(String) -> E,
-) -> Result<Vec<ValueId>, E> {
+) -> Result<Vec<Composite>, E> {
     for init in &g.initializer {
         let t = super::tensor::decode_within(init, at.dir, at.limit)
             .map_err(|e| fail(format!("initializer '{}' of its branch: {e}", init.name())))?;
@@ -178,7 +180,7 @@ fn import_branch(
     }
     let mut outputs = Vec::with_capacity(g.output.len());
     for vi in &g.output {
-        let v = *names.get(vi.name()).ok_or_else(|| {
+        let v = names.bound(vi.name()).ok_or_else(|| {
             fail(format!("the output '{}' of its {which}_branch is defined by nothing in it", vi.name()))
         })?;
         outputs.push(v);
@@ -196,19 +198,38 @@ fn import_branch(
 /// `Where(condition, then, else)`, named `IF::selectK`. The branches' outputs must agree in type.
 fn select(
     graph: &mut Graph,
-    names: &mut HashMap<String, ValueId>,
+    names: &mut Scope,
     (then, otherwise): (&GraphProto, &GraphProto),
     (cond_name, cond): (&str, ValueId),
     name: &str,
     at: At<'_>,
     fail: &dyn Fn(String) -> E,
-) -> Result<Vec<ValueId>, E> {
+) -> Result<Vec<Composite>, E> {
     let cond_ty = graph.ty(cond).clone();
     if cond_ty.dt != DatumType::Bool || cond_ty.element_count() != Some(1) {
         return Err(fail(format!("its condition '{cond_name}' is {cond_ty}, not one bool")));
     }
-    let t = import_branch(graph, names, then, "then", at, fail)?;
-    let e = import_branch(graph, names, otherwise, "else", at, fail)?;
+    let tensors = |outputs: Vec<Composite>, which: &str| {
+        outputs
+            .into_iter()
+            .enumerate()
+            .map(|(k, c)| match c {
+                Structure::Tensor(v) => Ok(v),
+                other => Err(E::NeedsValue {
+                    node: name.into(),
+                    op: "If".into(),
+                    message: format!(
+                        "its condition '{cond_name}' is known only at run time, and its {which} branch's output {k} \
+                         is {}: stowage selects between branches at run time only for tensors (fix the condition \
+                         with --input-value to take one branch)",
+                        other.what()
+                    ),
+                }),
+            })
+            .collect::<Result<Vec<ValueId>, E>>()
+    };
+    let t = tensors(import_branch(graph, names, then, "then", at, fail)?, "then")?;
+    let e = tensors(import_branch(graph, names, otherwise, "else", at, fail)?, "else")?;
     for (k, (a, b)) in t.iter().zip(&e).enumerate() {
         let (ta, tb) = (graph.ty(*a), graph.ty(*b));
         if ta != tb {
@@ -225,7 +246,7 @@ fn select(
     }
     // Temporary names for the selection's inputs, taken out of scope after.
     let mut temp: Vec<String> = Vec::new();
-    let bind = |names: &mut HashMap<String, ValueId>, temp: &mut Vec<String>, base: String, v: ValueId| {
+    let bind = |names: &mut Scope, temp: &mut Vec<String>, base: String, v: ValueId| {
         if names.contains_key(&base) {
             return Err(E::Duplicate { name: base });
         }
@@ -268,7 +289,7 @@ fn select(
             ..Default::default()
         };
         super::import::add_node(graph, names, &proto, 0, At { opset: 18, ..at })?;
-        outputs.push(names.remove(&out).ok_or_else(|| fail(format!("'{out}' was not made")))?);
+        outputs.push(Structure::Tensor(names.remove(&out).ok_or_else(|| fail(format!("'{out}' was not made")))?));
     }
     for n in temp {
         names.remove(&n);

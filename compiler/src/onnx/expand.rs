@@ -25,13 +25,12 @@
 //!    same checks of its attributes and inputs; it is unrolled for every other target list, so a target without
 //!    the kernel never meets it.
 
-use std::collections::HashMap;
-
 use stowage_runtime::{DatumType, Tensor};
 
 use super::attrs::Attrs;
 use super::import::{add_node, At};
 use super::proto::{attribute_proto::AttributeType, AttributeProto, NodeProto};
+use super::scope::{Composite, Scope};
 use crate::consts;
 use crate::error::ImportErrorKind as E;
 use crate::ir::{Graph, Op, ValueId, ValueType};
@@ -61,6 +60,7 @@ pub fn is_expanded(op: &str) -> bool {
         || super::tfidf::TFIDF_OPS.contains(&op)
         || super::deform_conv::DEFORM_OPS.contains(&op)
         || super::selection::SELECTION_OPS.contains(&op)
+        || super::sequences::SEQUENCE_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -75,13 +75,7 @@ pub const MAX_STEPS: usize = 4096;
 pub const MAX_UNROLLED: usize = 1 << 18;
 
 /// Imports `node`, named `name`, whose op type is one of [`EXPANDED_OPS`].
-pub(super) fn expand(
-    graph: &mut Graph,
-    names: &mut HashMap<String, ValueId>,
-    node: &NodeProto,
-    name: &str,
-    at: At<'_>,
-) -> Result<(), E> {
+pub(super) fn expand(graph: &mut Graph, names: &mut Scope, node: &NodeProto, name: &str, at: At<'_>) -> Result<(), E> {
     let mut ex = Ex { graph, names, node, name, at, made: Vec::new(), count: 0 };
     let outputs = match node.op_type() {
         // `import::add_node` sends only the ops of `ml::ML_OPS` here from that domain.
@@ -117,6 +111,10 @@ pub(super) fn expand(
         op if super::state::STATE_OPS.contains(&op) => super::state::expand(&mut ex)?,
         op if super::linear_attention::LINEAR_ATTENTION_OPS.contains(&op) => super::linear_attention::expand(&mut ex)?,
         op if super::selection::SELECTION_OPS.contains(&op) => super::selection::expand(&mut ex)?,
+        "SequenceMap" if at.depth >= super::branch::MAX_DEPTH => {
+            return Err(ex.fail(format!("its subgraphs nest more than {} deep", super::branch::MAX_DEPTH)))
+        }
+        op if super::sequences::SEQUENCE_OPS.contains(&op) => super::sequences::expand(&mut ex)?,
         op if super::tfidf::TFIDF_OPS.contains(&op) => super::tfidf::expand(&mut ex)?,
         op if super::deform_conv::DEFORM_OPS.contains(&op) => super::deform_conv::expand(&mut ex)?,
         // Reached only for the training domain's nodes (`import::add_node` checks the domain).
@@ -129,7 +127,7 @@ pub(super) fn expand(
 /// An expansion in progress: the scope it writes into and the names it made.
 pub(super) struct Ex<'a, 'g> {
     graph: &'g mut Graph,
-    names: &'g mut HashMap<String, ValueId>,
+    names: &'g mut Scope,
     pub node: &'a NodeProto,
     pub name: &'a str,
     pub(super) at: At<'a>,
@@ -203,9 +201,7 @@ impl Ex<'_, '_> {
         for i in inputs {
             ids.push(match i {
                 None => None,
-                Some(v) => {
-                    Some(*self.names.get(v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))?)
-                }
+                Some(v) => Some(*self.names.get(v).ok_or_else(|| self.undefined(v))?),
             });
         }
         let hint = self.node.op_type().to_ascii_lowercase();
@@ -221,9 +217,7 @@ impl Ex<'_, '_> {
     pub fn ir_op(&mut self, op: Op, inputs: &[&str]) -> Result<String, E> {
         let mut ids = Vec::with_capacity(inputs.len());
         for v in inputs {
-            ids.push(Some(
-                *self.names.get(*v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))?,
-            ));
+            ids.push(Some(*self.names.get(*v).ok_or_else(|| self.undefined(v))?));
         }
         let out = self.fresh(&op.name().to_ascii_lowercase());
         let (op_type, limit) = (self.node.op_type().to_string(), self.at.limit);
@@ -248,8 +242,33 @@ impl Ex<'_, '_> {
 
     /// The type of the value named `v` in scope.
     pub fn ty(&self, v: &str) -> Result<ValueType, E> {
-        let id = self.names.get(v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))?;
+        let id = self.names.get(v).ok_or_else(|| self.undefined(v))?;
         Ok(self.graph.ty(*id).clone())
+    }
+
+    /// The error for a name that names no tensor: a sequence or an optional where a tensor is wanted, or nothing.
+    pub fn undefined(&self, v: &str) -> E {
+        match self.names.composite(v) {
+            Some(c) => self.fail(format!("reads '{v}', which is {}, where it takes a tensor", c.what())),
+            None => self.fail(format!("reads '{v}', which nothing defines")),
+        }
+    }
+
+    /// What the name `v` names in scope: a tensor, a sequence or an optional of graph values.
+    pub fn bound(&self, v: &str) -> Result<Composite, E> {
+        self.names.bound(v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))
+    }
+
+    /// The type of graph value `v`.
+    pub fn value_type(&self, v: ValueId) -> &ValueType {
+        self.graph.ty(v)
+    }
+
+    /// A fresh name in scope (rule 3) for `value`, a tensor, sequence or optional of graph values.
+    pub fn name_bound(&mut self, hint: &str, value: Composite) -> String {
+        let n = self.fresh(hint);
+        self.names.bind(n.clone(), value);
+        n
     }
 
     /// The constant value named `v`, if it is one.
@@ -264,8 +283,8 @@ impl Ex<'_, '_> {
 
     /// Names `name` (made by [`Ex::fresh_name`]) the value `v` names.
     pub fn bind(&mut self, name: &str, v: &str) -> Result<(), E> {
-        let id = *self.names.get(v).ok_or_else(|| self.fail(format!("reads '{v}', which nothing defines")))?;
-        self.names.insert(name.into(), id);
+        let value = self.bound(v)?;
+        self.names.bind(name.into(), value);
         Ok(())
     }
 
@@ -364,8 +383,8 @@ impl Ex<'_, '_> {
     /// Ends the expansion: the node's outputs name `outputs` (an omitted one may be `None`), and the names the
     /// expansion made leave scope (rule 3).
     fn finish(self, outputs: Vec<Option<String>>) -> Result<(), E> {
-        let values: Vec<Option<ValueId>> =
-            outputs.iter().map(|o| o.as_ref().and_then(|o| self.names.get(o).copied())).collect();
+        let values: Vec<Option<Composite>> =
+            outputs.iter().map(|o| o.as_ref().and_then(|o| self.names.bound(o))).collect();
         for m in &self.made {
             self.names.remove(m);
         }
@@ -373,12 +392,12 @@ impl Ex<'_, '_> {
             if out.is_empty() {
                 continue;
             }
-            let v = values.get(k).copied().flatten().ok_or_else(|| E::Node {
+            let v = values.get(k).cloned().flatten().ok_or_else(|| E::Node {
                 node: self.name.into(),
                 op: self.node.op_type().into(),
                 message: format!("has an output {k} ('{out}'), the op makes {}", values.len()),
             })?;
-            if self.names.insert(out.clone(), v).is_some() {
+            if self.names.bind(out.clone(), v) {
                 return Err(E::Duplicate { name: out.clone() });
             }
         }

@@ -8,6 +8,7 @@ use std::path::Path;
 use super::attrs::Attrs;
 use super::ops::{self, ParseError, Parsed, Slot};
 use super::proto::{type_proto, ModelProto, NodeProto, ValueInfoProto};
+use super::scope::Scope;
 use super::tensor::TensorError;
 use super::{ImportConfig, MAX_OPSET, MIN_OPSET};
 use crate::error::ImportErrorKind as E;
@@ -67,7 +68,7 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     let opset = default_opset(model)?;
     let mut graph = Graph::new(g.name());
     graph.metadata = metadata(model, opset);
-    let mut names: HashMap<String, ValueId> = HashMap::new();
+    let mut names = Scope::default();
 
     for init in &g.initializer {
         let name = || init.name().to_string();
@@ -87,13 +88,25 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
     }
     for key in config.input_shapes.keys().chain(config.input_values.keys()) {
         if !g.input.iter().any(|i| i.name() == key) {
-            let known: Vec<&str> = g.input.iter().map(|i| i.name()).filter(|n| !names.contains_key(*n)).collect();
+            let known: Vec<&str> = g.input.iter().map(|i| i.name()).filter(|n| !names.contains_key(n)).collect();
             return Err(E::Option(format!("the model has no input '{key}' (its inputs: {})", known.join(", "))));
+        }
+    }
+    for key in config.input_structures.keys() {
+        if !g.input.iter().any(|i| i.name() == key) {
+            return Err(E::Option(format!("the model has no input '{key}'")));
         }
     }
     for vi in &g.input {
         if names.contains_key(vi.name()) {
             continue; // An initializer listed as an input (IR < 4): it stays a constant.
+        }
+        if super::structure::is_structured(vi.r#type.as_ref()) {
+            let value = structured_input(&mut graph, vi, config)?;
+            if names.bind(vi.name().into(), value) {
+                return Err(E::Duplicate { name: vi.name().into() });
+            }
+            continue;
         }
         let ty = input_type(vi, config)?;
         let v = match config.input_values.get(vi.name()) {
@@ -137,11 +150,70 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
             e => e,
         })?;
     }
+    let mut forms = Vec::with_capacity(g.output.len());
     for out in &g.output {
-        let v = *names.get(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
-        graph.add_output(out.name(), v);
+        let value = names.bound(out.name()).ok_or_else(|| E::Output { output: out.name().into() })?;
+        let flat = value.flat_names(out.name());
+        for (name, &v) in flat.leaves().into_iter().zip(value.leaves()) {
+            graph.add_output(name.as_str(), v);
+        }
+        forms.push((out.name().to_string(), flat));
+    }
+    // Structure rule 2: the outputs are put back together as the metadata says, when any is not a tensor.
+    if forms.iter().any(|(_, f)| !matches!(f, super::structure::Structure::Tensor(_))) {
+        graph.metadata.structured_outputs = forms;
     }
     Ok(graph)
+}
+
+/// A graph input declared as a sequence or an optional: the form the caller's value has
+/// ([`ImportConfig::input_structures`]), its tensors graph inputs of their flat names (`structure`, rules 1 and 2).
+fn structured_input(
+    graph: &mut Graph,
+    vi: &ValueInfoProto,
+    config: &ImportConfig,
+) -> Result<super::structure::Structure<ValueId>, E> {
+    use super::structure::{self, Kind, Structure};
+    let name = vi.name();
+    let err = |message: String| E::Input { input: name.into(), message };
+    let optional =
+        matches!(vi.r#type.as_ref().and_then(|t| t.value.as_ref()), Some(type_proto::Value::OptionalType(_)));
+    let declared = if optional { "an optional" } else { "a sequence" };
+    let form = config.input_structures.get(name).ok_or_else(|| {
+        err(format!(
+            "it is {declared}: give its value (a {} file) so that its form is known when the model is compiled",
+            if optional { "OptionalProto" } else { "SequenceProto" }
+        ))
+    })?;
+    if form.what() != declared {
+        return Err(err(format!("the given value is {}, the model declares {declared}", form.what())));
+    }
+    if let Some(dt) = structure::declared_elem(vi.r#type.as_ref()) {
+        let elems = match form {
+            Structure::Sequence { elem, .. } => vec![*elem],
+            other => other.leaves().iter().map(|t| t.dt).collect(),
+        };
+        if let Some(bad) = elems.iter().find(|&&e| e != dt) {
+            return Err(err(format!("the given value holds {bad} tensors, the model declares {dt}")));
+        }
+    }
+    if let (Some(kind), Structure::Optional { value: Some(v), .. }) =
+        (structure::declared_kind(vi.r#type.as_ref()), form)
+    {
+        let held = if matches!(**v, Structure::Tensor(_)) { Kind::Tensor } else { Kind::Sequence };
+        if held != kind {
+            return Err(err(format!("the given optional holds {}, the model declares one of {kind:?}", v.what())));
+        }
+    }
+    let flat = form.flat_names(name);
+    let mut ids = Vec::new();
+    for (n, ty) in flat.leaves().into_iter().zip(form.leaves()) {
+        check_size(&format!("input '{n}'"), ty, config.value_limit())?;
+        ids.push(graph.add_input(n.as_str(), ty.clone()));
+    }
+    // `flat` and `form` have the same leaves, one input each.
+    let mut next = ids.into_iter();
+    form.try_map(&mut |_| next.next().ok_or_else(|| err("its form and its tensors disagree".into())))
 }
 
 fn metadata(model: &ModelProto, opset: i64) -> Metadata {
@@ -160,6 +232,7 @@ fn metadata(model: &ModelProto, opset: i64) -> Metadata {
         producer: format!("{} {}", model.producer_name(), model.producer_version()).trim().to_string(),
         props,
         assumed_inputs: Vec::new(),
+        structured_outputs: Vec::new(),
     }
 }
 
@@ -254,7 +327,7 @@ pub fn node_name(node: &NodeProto, index: usize) -> String {
 /// Node indices in an order where every node comes after the producers of its inputs (the file's order where
 /// it already is one). Names nobody defines and cycles are errors.
 /// The values a node's subgraphs read from outside them count as its inputs (`branch` rule 1).
-pub(super) fn topological_order(nodes: &[NodeProto], known: &HashMap<String, ValueId>) -> Result<Vec<usize>, E> {
+pub(super) fn topological_order(nodes: &[NodeProto], known: &Scope) -> Result<Vec<usize>, E> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         for o in n.output.iter().filter(|o| !o.is_empty()) {
@@ -316,7 +389,7 @@ pub(super) struct At<'a> {
 /// Imports one node: an `If` as its branch ([`super::branch`]), any other op as itself.
 pub(super) fn add_node(
     graph: &mut Graph,
-    names: &mut HashMap<String, ValueId>,
+    names: &mut Scope,
     node: &NodeProto,
     index: usize,
     at: At<'_>,
@@ -335,6 +408,23 @@ pub(super) fn add_node(
     }
     if super::expand::is_expanded(op_type) {
         return super::expand::expand(graph, names, node, &name, at);
+    }
+    // Sequences and optionals live at import (`structure`, rule 1): Identity names the same one; other ops take
+    // tensors.
+    if let Some((k, input, c)) = node.input.iter().enumerate().find_map(|(k, s)| names.composite(s).map(|c| (k, s, c)))
+    {
+        if op_type == "Identity" && node.output.len() == 1 {
+            let value = c.clone();
+            if names.bind(node.output[0].clone(), value) {
+                return Err(E::Duplicate { name: node.output[0].clone() });
+            }
+            return Ok(());
+        }
+        return Err(E::Node {
+            node: name,
+            op: op_type.into(),
+            message: format!("its input {k} ('{input}') is {}; {op_type} takes tensors", c.what()),
+        });
     }
     let onnx_inputs: Vec<Option<ValueId>> =
         node.input.iter().map(|s| if s.is_empty() { None } else { names.get(s.as_str()).copied() }).collect();
@@ -374,7 +464,7 @@ pub(super) fn add_node(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn add_op(
     graph: &mut Graph,
-    names: &mut HashMap<String, ValueId>,
+    names: &mut Scope,
     name: &str,
     op_type: &str,
     mut op: Op,
@@ -498,6 +588,11 @@ pub fn value_inputs(model: &ModelProto) -> Vec<String> {
         }
         if node.op_type() == "Loop" {
             stack.extend(node.input.iter().take(2).map(String::as_str));
+            continue;
+        }
+        let positions = super::sequences::static_inputs(node.op_type());
+        if !positions.is_empty() {
+            stack.extend(positions.iter().filter_map(|&i| node.input.get(i)).map(String::as_str));
             continue;
         }
         let expanded = super::functions::static_inputs(node.op_type(), opset);

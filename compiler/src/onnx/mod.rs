@@ -33,10 +33,13 @@ pub mod proto;
 mod quant;
 mod rnn;
 mod rotary;
+mod scope;
 mod selection;
+pub mod sequences;
 mod spectral;
 pub mod split;
 mod state;
+pub mod structure;
 pub mod tensor;
 pub mod tfidf;
 pub mod training;
@@ -91,6 +94,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Col2Im",
     "Compress",
     "Concat",
+    "ConcatFromSequence",
     "Constant",
     "ConstantOfShape",
     "Conv",
@@ -205,6 +209,13 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "ScatterElements",
     "ScatterND",
     "Selu",
+    "SequenceAt",
+    "SequenceConstruct",
+    "SequenceEmpty",
+    "SequenceErase",
+    "SequenceInsert",
+    "SequenceLength",
+    "SequenceMap",
     "Shape",
     "Shrink",
     "Sigmoid",
@@ -219,6 +230,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Softsign",
     "SpaceToDepth",
     "Split",
+    "SplitToSequence",
     "Sqrt",
     "Squeeze",
     "STFT",
@@ -265,6 +277,10 @@ pub struct ImportConfig {
     /// instead of importing both branches behind `Where`: the driver, which compiles such a model in stages, sets
     /// it, so that only the branch taken runs (`onnx/branch.rs`, rule 2).
     pub branch_at_run_time: bool,
+    /// The inputs that are sequences or optionals, each with the form of the value a caller gives (how many items,
+    /// which are present, their types): fixed at import, their tensors graph inputs of their flat names
+    /// ([`structure`], rules 1 and 2). `stowage run` fills it from the input files.
+    pub input_structures: BTreeMap<String, structure::Structure<crate::ir::ValueType>>,
 }
 
 /// What a TensorProto file holds beside its data (name, dims, type), at most, as the size limit counts it: generous,

@@ -470,17 +470,6 @@ pub(crate) fn parse(
             op(Op::Dropout { seed })
         }
         "Identity" => op(Op::Identity),
-        // Optionals of plain tensors: whether one is there is known at import (an omitted input is an empty
-        // optional), and its element is the tensor itself. Optional sequences and graph inputs of optional type
-        // are not taken yet.
-        "OptionalHasElement" => {
-            let there = inputs.first().copied().flatten().is_some();
-            Tensor::from_vec(&[], vec![there]).map(Parsed::Constant).map_err(|e| ParseError::Other(e.to_string()))
-        }
-        "OptionalGetElement" | "Optional" => match inputs.first().copied().flatten() {
-            Some(_) => op(Op::Identity),
-            None => Err(ParseError::Other("an empty optional: stowage holds optional values only when present".into())),
-        },
         _ => Err(ParseError::Unknown),
     }
 }

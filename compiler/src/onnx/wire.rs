@@ -63,6 +63,12 @@ pub enum Msg {
     ShardedDim,
     SimpleSharded,
     IntIntList,
+    /// `SequenceProto` (a value file, not part of a model).
+    Sequence,
+    /// `OptionalProto` (a value file).
+    Optional,
+    /// `MapProto` (inside a value file).
+    Map,
 }
 
 /// Bytes charged for one decoded `msg` (rule 1): its struct's size.
@@ -97,6 +103,9 @@ pub fn message_bytes(msg: Msg) -> usize {
         ShardedDim => size_of::<p::ShardedDimProto>(),
         SimpleSharded => size_of::<p::SimpleShardedDimProto>(),
         IntIntList => size_of::<p::IntIntListEntryProto>(),
+        Sequence => size_of::<p::SequenceProto>(),
+        Optional => size_of::<p::OptionalProto>(),
+        Map => size_of::<p::MapProto>(),
     }
 }
 
@@ -185,6 +194,13 @@ fn field(msg: Msg, number: u32) -> Field {
         (ShardedDim, 2) => M(SimpleSharded),
         (SimpleSharded, 2) => Bytes,
         (IntIntList, 2) => Varint(8),
+        (Sequence, 3) | (Optional, 3) => M(Tensor),
+        (Sequence, 4) | (Optional, 4) => M(Sparse),
+        (Sequence, 5) | (Optional, 5) | (Map, 5) => M(Sequence),
+        (Sequence, 6) | (Optional, 6) => M(Map),
+        (Sequence, 7) | (Optional, 7) => M(Optional),
+        (Sequence, 1) | (Optional, 1) | (Map, 1 | 4) => Bytes,
+        (Map, 3) => Varint(8),
         _ => Scalar,
     }
 }
@@ -285,6 +301,12 @@ pub fn decoded_prefix_bytes(bytes: &[u8]) -> usize {
 /// [`decoded_prefix_bytes`] for a `TensorProto` (an input file).
 pub fn decoded_tensor_bytes(bytes: &[u8]) -> usize {
     bound(Msg::Tensor, bytes).0
+}
+
+/// An upper bound on the memory decoding `bytes` as a value file of `msg` takes (`Sequence` or `Optional`), well-formed
+/// or not (as [`decoded_prefix_bytes`]).
+pub fn decoded_value_bytes(msg: Msg, bytes: &[u8]) -> usize {
+    bound(msg, bytes).0
 }
 
 #[cfg(test)]
