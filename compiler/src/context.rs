@@ -93,6 +93,7 @@ impl Context {
         self.remove_identities()?;
         self.fold_batchnorm()?;
         self.recognize_activations()?;
+        self.square_powers()?;
         self.canonicalize_gemm()?;
         self.eliminate_dead_code()
     }
@@ -115,6 +116,11 @@ impl Context {
     /// Rewrites activations spelled out in several ops as the one op ([`passes::activations`]).
     pub fn recognize_activations(&mut self) -> Result<(), Error> {
         self.run("recognize_activations", passes::activations::run)
+    }
+
+    /// Rewrites `Pow(x, 2)` as `Mul(x, x)` ([`passes::powers`]).
+    pub fn square_powers(&mut self) -> Result<(), Error> {
+        self.run("square_powers", passes::powers::run)
     }
 
     /// Turns MatMul + Add (and Gemm without C + Add) into one Gemm ([`passes::gemm`]).

@@ -3,6 +3,7 @@
 mod common;
 
 use common::build::{self, float, int, ints, node, value};
+use stowage_compiler::onnx::proto::tensor_proto::DataType;
 use stowage_compiler::onnx::{self, proto::ModelProto, ImportConfig};
 use stowage_compiler::{ir::Op, Context};
 
@@ -481,4 +482,39 @@ fn a_scale_and_shift_per_channel_fold_into_the_conv() {
     // W' = W·s = [4, 6]; B' = B·s + t = [3, -2.75].
     assert_eq!(consts_of(&cx, 1), [4.0, 6.0]);
     assert_eq!(consts_of(&cx, 2), [3.0, -2.75]);
+}
+
+/// `Pow(x, 2)` of a float becomes `Mul(x, x)` in place (`passes::powers`); `Pow(x, 3)`, `Pow(x, 2)` whose exponent
+/// widens the shape, and a power of integers stay.
+#[test]
+fn a_square_is_a_product() {
+    let m = build::model(
+        13,
+        vec![
+            node("Pow", &["x", "two"], &["sq"], vec![]),
+            node("Pow", &["x", "three"], &["cube"], vec![]),
+            node("Pow", &["x", "two_wide"], &["wide"], vec![]),
+            node("Pow", &["i", "two_int"], &["isq"], vec![]),
+        ],
+        vec![value("x", &[2, 3]), build::typed_value("i", DataType::Int64, &[2])],
+        vec![
+            value("sq", &[2, 3]),
+            value("cube", &[2, 3]),
+            value("wide", &[1, 2, 3]),
+            build::typed_value("isq", DataType::Int64, &[2]),
+        ],
+        vec![
+            build::floats("two", &[], &[2.0]),
+            build::floats("three", &[], &[3.0]),
+            build::floats("two_wide", &[1, 1, 1], &[2.0]),
+            build::int64s("two_int", &[1], &[2]),
+        ],
+    );
+    let (cx, text) = before_after(&m, |cx| cx.square_powers());
+    insta::assert_snapshot!(text);
+    let ops: Vec<String> = cx.graph.order().iter().map(|&n| cx.graph.node(n).op.name().to_string()).collect();
+    assert_eq!(ops, ["Mul", "Pow", "Pow", "Pow"]);
+    let n = cx.graph.order()[0];
+    let x = cx.graph.inputs()[0];
+    assert_eq!(cx.graph.node(n).inputs, [Some(x), Some(x)]);
 }

@@ -7,4 +7,5 @@ pub mod dce;
 pub mod fold;
 pub mod gemm;
 pub mod identity;
+pub mod powers;
 pub mod storage;
