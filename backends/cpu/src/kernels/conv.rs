@@ -54,6 +54,10 @@ const SPLIT_MIN_COLUMNS: usize = 64;
 /// Upper bound on the elements of one im2col tile (2 MiB of f32: measured best on VGG-19 and ResNet-50 here).
 const COL_TILE_ELEMS: usize = 1 << 19;
 
+/// Images with fewer output positions than this are unfolded together, one product for all of them, when there
+/// are several (`conv_packed`).
+const MERGE_BELOW: usize = 64;
+
 /// Per-axis geometry of a convolution.
 struct Geometry {
     in_sp: Vec<usize>,
@@ -78,8 +82,17 @@ impl Geometry {
         }
         let last = s - 1;
         let out_last = self.out_sp[last];
-        // Multi-index of p0 over the output spatial axes.
-        let mut o = vec![0usize; s];
+        // Multi-index of p0 over the output spatial axes: on the stack for up to 8 axes (this runs once per row of
+        // an unfolding, thousands of times a call for a small convolution: an allocation each cost more than the
+        // copy).
+        let mut on_stack = [0usize; 8];
+        let mut on_heap = Vec::new();
+        let o: &mut [usize] = if s <= on_stack.len() {
+            &mut on_stack[..s]
+        } else {
+            on_heap.resize(s, 0);
+            &mut on_heap
+        };
         let mut rem = p0;
         for d in (0..s).rev() {
             o[d] = rem % self.out_sp[d];
@@ -490,6 +503,49 @@ pub fn conv_packed<T: Float>(
             }
         });
     };
+    // Several images of few output positions each (an STFT over a batch of short signals: 5 positions an image):
+    // every image's columns unfolded side by side and multiplied at once, one product wide enough for the vector
+    // kernel where one per image would use a few of its lanes, then each image's rows put in place.
+    if nb > 1 && g == 1 && !pointwise && p_out < MERGE_BELOW && kdim * nb * p_out <= COL_TILE_ELEMS {
+        let width = nb * p_out;
+        let mut cols = vec![T::ZERO; kdim * width];
+        let mut kidx = vec![0usize; s];
+        for (r, row) in cols.chunks_mut(width).enumerate() {
+            let (ci, mut kr) = (r / kk, r % kk);
+            for d in (0..s).rev() {
+                kidx[d] = kr % geo.kernel[d];
+                kr /= geo.kernel[d];
+            }
+            for (ni, part) in row.chunks_mut(p_out).enumerate() {
+                let src = &x[(ni * c + ci) * p_in..][..p_in];
+                if s == 1 {
+                    // 1-D (a signal's frames): input position j·stride + tap·dilation − pad, zero outside.
+                    let off = (kidx[0] * geo.dilations[0]) as isize - geo.pads_begin[0] as isize;
+                    for (j, v) in part.iter_mut().enumerate() {
+                        let i = (j * geo.strides[0]) as isize + off;
+                        *v = if (0..p_in as isize).contains(&i) { src[i as usize] } else { T::ZERO };
+                    }
+                } else {
+                    geo.im2col_row(src, &kidx, 0, p_out, part);
+                }
+            }
+        }
+        let mut out = vec![T::ZERO; m * width];
+        let read = bias.is_some() && packed.is_none();
+        if let (Some(b), true) = (bias, read) {
+            out.chunks_mut(width).zip(b).for_each(|(row, &v)| row.fill(v));
+        }
+        product(0, &cols, width, width, &mut out, width, read, threads);
+        if !act.is_none() && packed.is_none() {
+            act.over(&mut out);
+        }
+        for (ni, image) in y.chunks_mut(m * p_out).enumerate() {
+            for (r, row) in image.chunks_mut(p_out).enumerate() {
+                row.copy_from_slice(&out[r * width + ni * p_out..][..p_out]);
+            }
+        }
+        return;
+    }
     let blocks = nb * g;
     if threads > 1 && blocks >= threads {
         y.par_chunks_mut(mg * p_out).enumerate().for_each(|(bi, blk)| block(bi, blk, 1));

@@ -325,48 +325,52 @@ pub fn pad(
             strided::copy(dst, &Side { base: to, steps: ost }, src, &Side { base: from, steps: xst }, &region, size)
         })?);
     }
+    // Reflect, edge and wrap: each axis's source offset for every output index, once; then each output row of the
+    // last axis is copied through its table (one lookup per element, no per-axis arithmetic).
     let st = strides(&shape);
     let src = packed_bytes(x)?;
     let count: usize = out.iter().product();
-    let mut r = Vec::with_capacity(count * size);
-    let mut idx = vec![0usize; out.len()];
-    for _ in 0..count {
-        let mut offset = Some(0usize);
-        for a in 0..out.len() {
-            let d = shape[a] as i64;
-            let mut i = idx[a] as i64 - begins[a];
-            if !(0..d).contains(&i) {
-                i = match kind {
-                    PadKind::Constant => {
-                        offset = None;
-                        break;
+    let source = |o: usize, a: usize| -> usize {
+        let d = shape[a] as i64;
+        let i = o as i64 - begins[a];
+        let i = if (0..d).contains(&i) {
+            i
+        } else {
+            match kind {
+                PadKind::Edge => i.clamp(0, d - 1),
+                PadKind::Wrap => i.rem_euclid(d),
+                PadKind::Reflect if d == 1 => 0,
+                // (Constant pads returned above.)
+                PadKind::Reflect | PadKind::Constant => {
+                    let period = 2 * (d - 1);
+                    let m = i.rem_euclid(period);
+                    if m < d {
+                        m
+                    } else {
+                        period - m
                     }
-                    PadKind::Edge => i.clamp(0, d - 1),
-                    PadKind::Wrap => i.rem_euclid(d),
-                    PadKind::Reflect => {
-                        if d == 1 {
-                            0
-                        } else {
-                            let period = 2 * (d - 1);
-                            let m = i.rem_euclid(period);
-                            if m < d {
-                                m
-                            } else {
-                                period - m
-                            }
-                        }
-                    }
-                };
+                }
             }
-            offset = offset.map(|o| o + i as usize * st[a]);
+        };
+        i as usize * st[a]
+    };
+    let tables: Vec<Vec<usize>> = (0..out.len()).map(|a| (0..out[a]).map(|o| source(o, a)).collect()).collect();
+    let mut r = vec![0u8; count * size];
+    let Some((row, outer_tables)) = tables.split_last() else {
+        // A scalar: itself.
+        r.copy_from_slice(&src[..size]);
+        return Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?);
+    };
+    let mut idx = vec![0usize; outer_tables.len()];
+    for dst in r.chunks_exact_mut((row.len() * size).max(1)).take(if row.is_empty() { 0 } else { count / row.len() }) {
+        let base: usize = idx.iter().zip(outer_tables).map(|(&i, t)| t[i]).sum();
+        for (d, &t) in dst.chunks_exact_mut(size).zip(row) {
+            let o = (base + t) * size;
+            d.copy_from_slice(&src[o..o + size]);
         }
-        match offset {
-            Some(o) => r.extend_from_slice(&src[o * size..(o + 1) * size]),
-            None => r.extend_from_slice(&fill),
-        }
-        for a in (0..out.len()).rev() {
+        for a in (0..idx.len()).rev() {
             idx[a] += 1;
-            if idx[a] < out[a] {
+            if idx[a] < outer_tables[a].len() {
                 break;
             }
             idx[a] = 0;

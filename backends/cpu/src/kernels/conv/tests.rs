@@ -193,6 +193,18 @@ fn conv_matches_direct() {
         // One input channel read by many outputs through a long window (an STFT's filters): a product, not the
         // direct kernel.
         Case { xs: vec![1, 1, 600], ws: vec![20, 1, 64], strides: vec![32], dil: vec![1], pads: vec![0, 0], group: 1 },
+        // The same over a batch of three short signals (17 positions each), and a batch of small 2-D images with
+        // padding: every image's columns unfolded side by side, one product (`MERGE_BELOW`).
+        Case { xs: vec![3, 1, 600], ws: vec![20, 1, 64], strides: vec![32], dil: vec![1], pads: vec![0, 0], group: 1 },
+        Case { xs: vec![2, 3, 9], ws: vec![4, 3, 3], strides: vec![2], dil: vec![2], pads: vec![2, 1], group: 1 },
+        Case {
+            xs: vec![4, 5, 6, 5],
+            ws: vec![7, 5, 3, 3],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            group: 1,
+        },
         Case {
             xs: vec![1, 16, 40, 40],
             ws: vec![16, 1, 3, 3],
@@ -338,7 +350,7 @@ fn conv_matches_direct() {
         close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
     }
     if crate::kernels::sgemm512::available() {
-        assert_eq!(packed_runs, 7 * 2, "the seven cases with 12 or more channels per group run packed");
+        assert_eq!(packed_runs, 8 * 2, "the eight cases with 12 or more channels per group run packed");
     }
 }
 
