@@ -403,6 +403,23 @@ pub(super) fn add_node(
     if !is_default_domain(node.domain()) {
         return Err(E::UnknownOp { node: name, op: op_type.into(), domain: node.domain().into() });
     }
+    if at.opset < super::legacy::MODERN {
+        // Opsets 1 to 6: the node in its opset-7 form (`legacy`), with what it needs imported first.
+        let rank = |v: &str| names.get(v).map(|&id| graph.ty(id).rank());
+        let ints =
+            |v: &str| names.get(v).and_then(|&id| graph.const_value(id)).and_then(|t| crate::consts::to_i64s(t).ok());
+        let modern = super::legacy::modernize(node, &name, at.opset, &rank, &ints)?;
+        let at7 = At { opset: super::legacy::MODERN, ..at };
+        for b in &modern.before {
+            add_node(graph, names, b, index, at7)?;
+        }
+        add_node(graph, names, &modern.node, index, at7)?;
+        // The helper names leave scope (rule 3).
+        for o in modern.before.iter().flat_map(|b| &b.output) {
+            names.remove(o);
+        }
+        return Ok(());
+    }
     if op_type == "If" {
         return super::branch::inline_if(graph, names, node, &name, at);
     }

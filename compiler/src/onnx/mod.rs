@@ -1,5 +1,5 @@
 //! ONNX import: protobuf decoding, initializers and external data, and the translation of the default domain's ops
-//! (opsets 7 to 28) to the IR, with shapes inferred and shape computations folded on the way.
+//! (opsets 1 to 28; 1 to 6 through their opset-7 forms) to the IR, with shapes inferred and shape computations folded on the way.
 //!
 //! ```no_run
 //! use stowage_compiler::onnx::{self, ImportConfig};
@@ -21,6 +21,7 @@ pub mod flex_attention;
 mod functions;
 mod images;
 mod import;
+mod legacy;
 mod linear_attention;
 mod losses;
 mod lp_pool;
@@ -255,7 +256,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
 ];
 
 /// Lowest default-domain opset stowage imports.
-pub const MIN_OPSET: i64 = 7;
+pub const MIN_OPSET: i64 = 1;
 /// Highest default-domain opset stowage imports (that of the pinned ONNX release, 1.23.2).
 pub const MAX_OPSET: i64 = 28;
 
