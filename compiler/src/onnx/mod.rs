@@ -392,10 +392,10 @@ pub fn read_tensor(path: impl AsRef<Path>) -> Result<Tensor<'static>, String> {
     read_tensor_within(path, DEFAULT_MAX_VALUE_BYTES)
 }
 
-/// [`read_tensor`], refusing a file larger than a value of `limit` bytes (and a TensorProto's header) may be before
-/// reading it.
-pub fn read_tensor_within(path: impl AsRef<Path>, limit: usize) -> Result<Tensor<'static>, String> {
-    let path = path.as_ref();
+/// The bytes of a value file that holds a `msg` (a tensor, a sequence, an optional), refused before it is read when
+/// it is larger than a value of `limit` bytes (and a header) may be, and before it is decoded when decoding it could
+/// take more ([`wire`]).
+pub(crate) fn read_value_file(path: &Path, limit: usize, msg: wire::Msg) -> Result<Vec<u8>, String> {
     let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
     if len > (limit as u64).saturating_add(TENSOR_HEADER_BYTES) {
         return Err(format!(
@@ -404,18 +404,26 @@ pub fn read_tensor_within(path: impl AsRef<Path>, limit: usize) -> Result<Tensor
             path.display()
         ));
     }
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bound = wire::decoded_value_bytes(msg, &bytes);
+    let most = limit.saturating_add(TENSOR_HEADER_BYTES as usize).max(wire::DECODE_FLOOR);
+    if bound > most {
+        return Err(format!(
+            "{}: decoding it would take up to {bound} bytes: more than the {limit}-byte limit on one value (raise \
+             it with --max-value-bytes)",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}
+
+/// [`read_tensor`], refusing a file larger than a value of `limit` bytes (and a TensorProto's header) may be before
+/// reading it.
+pub fn read_tensor_within(path: impl AsRef<Path>, limit: usize) -> Result<Tensor<'static>, String> {
+    let path = path.as_ref();
     // The file's bytes go before the tensor is made from the message: two copies at most, not three.
     let t = {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let bound = wire::decoded_tensor_bytes(&bytes);
-        let most = limit.saturating_add(TENSOR_HEADER_BYTES as usize).max(wire::DECODE_FLOOR);
-        if bound > most {
-            return Err(format!(
-                "{}: decoding it would take up to {bound} bytes: more than the {limit}-byte limit on one value \
-                 (raise it with --max-value-bytes)",
-                path.display()
-            ));
-        }
+        let bytes = read_value_file(path, limit, wire::Msg::Tensor)?;
         proto::TensorProto::decode(bytes.as_slice())
             .map_err(|e| format!("{}: not a TensorProto: {e}", path.display()))?
     };

@@ -25,7 +25,7 @@ use prost::Message;
 use stowage_runtime::{DatumType, Tensor};
 
 use super::proto::{type_proto, OptionalProto, SequenceProto, TypeProto};
-use super::{tensor, wire, TENSOR_HEADER_BYTES};
+use super::{tensor, wire};
 use crate::ir::ValueType;
 
 /// `SequenceProto.DataType.TENSOR` and `OptionalProto.DataType`'s codes.
@@ -160,26 +160,9 @@ pub fn read_value_within(
     if !is_structured(ty) {
         return super::read_tensor_within(path, limit).map(Structure::Tensor);
     }
-    let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
-    if len > (limit as u64).saturating_add(TENSOR_HEADER_BYTES) {
-        return Err(format!(
-            "{}: the file is {len} bytes, more than the {limit}-byte limit on one value (raise it with \
-             --max-value-bytes)",
-            path.display()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let optional = matches!(ty.and_then(|t| t.value.as_ref()), Some(type_proto::Value::OptionalType(_)));
     let msg = if optional { wire::Msg::Optional } else { wire::Msg::Sequence };
-    let bound = wire::decoded_value_bytes(msg, &bytes);
-    let most = limit.saturating_add(TENSOR_HEADER_BYTES as usize).max(wire::DECODE_FLOOR);
-    if bound > most {
-        return Err(format!(
-            "{}: decoding it would take up to {bound} bytes: more than the {limit}-byte limit on one value (raise \
-             it with --max-value-bytes)",
-            path.display()
-        ));
-    }
+    let bytes = super::read_value_file(path, limit, msg)?;
     let fail = |m: String| format!("{}: {m}", path.display());
     let elem = declared_elem(ty);
     if optional {
