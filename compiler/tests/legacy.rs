@@ -58,6 +58,46 @@ fn a_legacy_broadcast_along_an_axis_lines_up_as_it_did() {
     assert!(text.contains("f32[3,1]") && text.contains("= Mul(") && text.contains("f32[2,3,2] = Mul"), "{text}");
 }
 
+/// Nodes inside an `If`'s branch are rewritten too: the branch's legacy broadcast lines up along its axis.
+#[test]
+fn nodes_in_subgraphs_are_rewritten_too() {
+    let branch = |op: &str, out: &str| stowage_compiler::onnx::proto::GraphProto {
+        name: Some("branch".into()),
+        node: vec![node(op, &["a", "b"], &[out], vec![int("broadcast", 1), int("axis", 1)])],
+        output: vec![value(out, &[2, 3, 2])],
+        ..Default::default()
+    };
+    let graph_attr = |name: &str, g| AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    };
+    let a: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let cond = stowage_compiler::onnx::proto::TensorProto {
+        name: Some("cond".into()),
+        data_type: Some(DataType::Bool as i32),
+        int32_data: vec![1],
+        ..Default::default()
+    };
+    let m = build::model(
+        6,
+        vec![node(
+            "If",
+            &["cond"],
+            &["y"],
+            vec![graph_attr("then_branch", branch("Add", "t")), graph_attr("else_branch", branch("Sub", "e"))],
+        )],
+        vec![],
+        vec![value("y", &[2, 3, 2])],
+        vec![build::floats("a", &[2, 3, 2], &a), build::floats("b", &[3], &[100.0, 200.0, 300.0]), cond],
+    );
+    let g = import(&m).expect("imports");
+    let got = g.const_value(g.outputs()[0].value).expect("folded").to_vec::<f32>().expect("f32");
+    let want: Vec<f32> = (0..12).map(|v| v as f32 + 100.0 * ((v / 2) % 3 + 1) as f32).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn old_attributes_take_their_opset_7_forms() {
     let cast = AttributeProto { name: Some("to".into()), ..string_attr("to", "INT64") };

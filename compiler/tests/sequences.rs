@@ -221,6 +221,18 @@ fn positions_types_and_tensor_ops_on_sequences_are_checked() {
     assert!(err.contains("does not add up to dimension 0"), "{err}");
 }
 
+/// A tensor of no bytes but a huge axis is refused before its items are listed.
+#[test]
+fn a_split_into_too_many_items_is_refused_before_it_is_made() {
+    let nodes = vec![
+        node("SplitToSequence", &["x"], &["s"], vec![]),
+        node("ConcatFromSequence", &["s"], &["y"], vec![int("axis", 0)]),
+    ];
+    let m = build::model(18, nodes, vec![value("x", &[1 << 50, 0])], vec![value("y", &[1 << 50, 0])], vec![]);
+    let err = import(&build::bytes(&m), &ImportConfig::new()).expect_err("refused");
+    assert!(err.contains("'SplitToSequence_s'") && err.contains("more than stowage makes"), "{err}");
+}
+
 #[test]
 fn a_position_given_at_run_time_is_an_input_that_sets_shapes() {
     let nodes = vec![node("SplitToSequence", &["x"], &["s"], vec![]), node("SequenceAt", &["s", "p"], &["y"], vec![])];

@@ -20,7 +20,7 @@
 //!    its key, one download each where they live on a device) and what its plan places on the host. The report
 //!    lists the copies planned by every part that ran, in order.
 //! 4. **Not with everything.** Built code and typed modules compile ahead of any run: for them the cut stays an
-//!    error (the import's line); so it does for a model whose inputs or outputs are sequences or optionals. `--state` and `--input-device` are refused with a staged model (and a top-level
+//!    error (the import's line); so it does for a model with sequences or optionals. `--state` and `--input-device` are refused with a staged model (and a top-level
 //!    `If` with a run-time condition then keeps its `Where` form rather than cut).
 
 use std::path::Path;
@@ -106,13 +106,12 @@ impl Stage {
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
         // Rule 4: sequences and optionals live at import; a part's edges carry tensors only.
         let structured = !options.config.input_structures.is_empty()
-            || proto.graph.iter().flat_map(|g| &g.output).any(|o| onnx::structure::is_structured(o.r#type.as_ref()));
+            || proto.graph.iter().flat_map(|g| &g.output).any(|o| onnx::structure::is_structured(o.r#type.as_ref()))
+            || proto.graph.iter().flat_map(|g| &g.node).any(|n| onnx::sequences::SEQUENCE_OPS.contains(&n.op_type()));
         if structured {
             return Err(DriverError::AtRunTime {
                 index,
-                message: format!(
-                    "{message}; a model whose inputs or outputs are sequences or optionals is not compiled in stages"
-                ),
+                message: format!("{message}; a model with sequences or optionals is not compiled in stages"),
             });
         }
         if !options.planning.states.is_empty() || !options.planning.input_devices.is_empty() {

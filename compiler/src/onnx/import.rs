@@ -403,7 +403,10 @@ pub(super) fn add_node(
     if !is_default_domain(node.domain()) {
         return Err(E::UnknownOp { node: name, op: op_type.into(), domain: node.domain().into() });
     }
-    if at.opset < super::legacy::MODERN {
+    // A node with subgraphs (If, Loop, Scan) is imported at the model's opset, so that its bodies' nodes are
+    // rewritten too; its own form did not change at opset 7.
+    let has_subgraphs = node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty());
+    if at.opset < super::legacy::MODERN && !has_subgraphs {
         // Opsets 1 to 6: the node in its opset-7 form (`legacy`), with what it needs imported first.
         let rank = |v: &str| names.get(v).map(|&id| graph.ty(id).rank());
         let ints =

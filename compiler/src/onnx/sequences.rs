@@ -201,7 +201,11 @@ fn split_to_sequence(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     }
     let a = if axis < 0 { axis + r } else { axis } as usize;
     let dim = ty.shape[a];
+    // Bounded before any list is made (a [10¹⁵, 0] input has no bytes and 10¹⁵ items along axis 0).
+    let too_many =
+        |ex: &Ex<'_, '_>, n: usize| ex.fail(format!("it would make {n} items, more than stowage makes ({MAX_STEPS})"));
     let lengths: Vec<usize> = match ex.optional(1) {
+        None if dim > MAX_STEPS => return Err(too_many(ex, dim)),
         None => vec![1; dim],
         Some(s) => {
             let t = ex.value(&s).ok_or_else(|| {
@@ -213,10 +217,14 @@ fn split_to_sequence(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             }
             if t.shape().is_empty() {
                 let c = v[0] as usize;
+                if dim.div_ceil(c) > MAX_STEPS {
+                    return Err(too_many(ex, dim.div_ceil(c)));
+                }
                 (0..dim.div_ceil(c)).map(|k| c.min(dim - k * c)).collect()
             } else {
                 let lengths: Vec<usize> = v.iter().map(|&l| l as usize).collect();
-                if lengths.iter().sum::<usize>() != dim {
+                let total = lengths.iter().try_fold(0usize, |a, &l| a.checked_add(l));
+                if total != Some(dim) {
                     return Err(ex.fail(format!("its split {v:?} does not add up to dimension {a} of {ty}")));
                 }
                 lengths
@@ -224,7 +232,7 @@ fn split_to_sequence(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         }
     };
     if lengths.len() > MAX_STEPS {
-        return Err(ex.fail(format!("it would make {} items, more than stowage makes ({MAX_STEPS})", lengths.len())));
+        return Err(too_many(ex, lengths.len()));
     }
     let squeeze = ex.optional(1).is_none() && !keepdims;
     let mut items = Vec::with_capacity(lengths.len());

@@ -180,15 +180,23 @@ fn sequence_value(
     dir: Option<&Path>,
     limit: usize,
 ) -> Result<Structure<Tensor<'static>>, String> {
-    if s.elem_type.is_some_and(|t| t != TENSOR) || !s.sequence_values.is_empty() || !s.map_values.is_empty() {
-        return Err("a sequence of sequences, maps or optionals: stowage takes sequences of tensors".into());
+    let others = !s.sequence_values.is_empty()
+        || !s.map_values.is_empty()
+        || !s.optional_values.is_empty()
+        || !s.sparse_tensor_values.is_empty();
+    if s.elem_type.is_some_and(|t| t != TENSOR) || others {
+        return Err(
+            "a sequence of sequences, maps, optionals or sparse tensors: stowage takes sequences of tensors".into()
+        );
     }
-    let items = s
-        .tensor_values
-        .iter()
-        .enumerate()
-        .map(|(i, t)| tensor::decode_within(t, dir, limit).map_err(|e| format!("item {i}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    // The sequence is one value: its items share the limit (each may read external data).
+    let mut left = limit;
+    let mut items = Vec::with_capacity(s.tensor_values.len());
+    for (i, t) in s.tensor_values.iter().enumerate() {
+        let t = tensor::decode_within(t, dir, left).map_err(|e| format!("item {i}: {e} (the items together)"))?;
+        left = left.saturating_sub(t.len() * t.dt().size_of());
+        items.push(t);
+    }
     let elem = match (declared, items.first()) {
         (Some(dt), _) => dt,
         (None, Some(t)) => t.dt(),
