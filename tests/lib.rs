@@ -9,7 +9,7 @@ pub use processes::across_processes;
 use std::path::PathBuf;
 
 use stowage_compiler::consts;
-use stowage_runtime::Tensor;
+use stowage_runtime::{strings, DatumType, Tensor};
 
 /// The workspace root: where this crate was built, or `STOWAGE_WORKSPACE` where the suites run elsewhere (test
 /// binaries carried to the device machine with the generated folders they read).
@@ -51,6 +51,15 @@ pub fn random_f32s(shape: &[usize], seed: u64) -> Tensor<'static> {
 pub fn compare(got: &Tensor<'_>, want: &Tensor<'_>, rtol: f64, atol: f64) -> Result<(), String> {
     if got.dt() != want.dt() || got.shape() != want.shape() {
         return Err(format!("got {}{:?}, expected {}{:?}", got.dt(), got.shape(), want.dt(), want.shape()));
+    }
+    if got.dt() == DatumType::Str {
+        // Strings compare as text, exactly.
+        let text = |t: &Tensor<'_>| strings::handles(t).map(|h| strings::resolve_all(&h)).map_err(|e| e.to_string());
+        let (g, w) = (text(got)?, text(want)?);
+        return match g.iter().zip(&w).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(i) => Err(format!("strings differ at {i}: got {:?}, expected {:?}", g[i], w[i])),
+        };
     }
     let (g, w) = (consts::to_f64s(got).map_err(|e| e.to_string())?, consts::to_f64s(want).map_err(|e| e.to_string())?);
     let mut worst: Option<(usize, f64)> = None;

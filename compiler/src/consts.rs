@@ -22,6 +22,7 @@ pub fn to_f64s(t: &Tensor<'_>) -> Result<Vec<f64>> {
         DatumType::BF16 => t.to_vec::<bf16>()?.into_iter().map(f64::from).collect(),
         DatumType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
         DatumType::F64 => t.to_vec::<f64>()?,
+        DatumType::Str => return Err(not_numbers(t.name_or_unnamed(), DatumType::F64)),
         small => {
             let bytes = t.to_row_major()?;
             bytes.as_bytes()?.iter().map(|&b| f64::from(small_types::decode(small, b))).collect()
@@ -48,6 +49,13 @@ pub fn to_i64s(t: &Tensor<'_>) -> Result<Vec<i64>> {
     })
 }
 
+/// Strings are not numbers: reading one as a number, or numbers as strings, is this error (`Cast` parses and
+/// prints them instead).
+fn not_numbers(tensor: &str, expected: DatumType) -> stowage_runtime::RuntimeError {
+    let found = if expected == DatumType::Str { DatumType::F64 } else { DatumType::Str };
+    stowage_runtime::RuntimeError::DatumType { tensor: tensor.to_string(), expected, found }
+}
+
 /// A packed tensor of `dt` from `f64` elements: floats round to nearest, integers truncate and saturate,
 /// bool is `x != 0`.
 pub fn from_f64s(dt: DatumType, shape: &[usize], xs: &[f64]) -> Result<Tensor<'static>> {
@@ -65,6 +73,7 @@ pub fn from_f64s(dt: DatumType, shape: &[usize], xs: &[f64]) -> Result<Tensor<'s
         DatumType::BF16 => Tensor::from_vec(shape, xs.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>()),
         DatumType::F32 => Tensor::from_vec(shape, xs.iter().map(|&x| x as f32).collect::<Vec<_>>()),
         DatumType::F64 => Tensor::from_slice(shape, xs),
+        DatumType::Str => Err(not_numbers("<numbers>", DatumType::Str)),
         small => {
             let bytes: Vec<u8> =
                 xs.iter().map(|&x| small_types::encode(small, x, true, small_types::E8M0Rounding::Up)).collect();

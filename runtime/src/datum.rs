@@ -53,11 +53,15 @@ pub enum DatumType {
     I2,
     /// Unsigned 2-bit integer, one per byte in memory, four per byte in files.
     U2,
+    /// A UTF-8 string (ONNX `STRING`), held as a 4-byte handle into the process's string table
+    /// ([`crate::strings`]): equal strings have equal handles, so moving, comparing and selecting them is moving,
+    /// comparing and selecting handles.
+    Str,
 }
 
 impl DatumType {
     /// Every datum type, in a fixed order.
-    pub const ALL: [DatumType; 23] = [
+    pub const ALL: [DatumType; 24] = [
         DatumType::Bool,
         DatumType::U8,
         DatumType::U16,
@@ -81,6 +85,7 @@ impl DatumType {
         DatumType::U4,
         DatumType::I2,
         DatumType::U2,
+        DatumType::Str,
     ];
 
     /// Size of one element in bytes.
@@ -98,7 +103,7 @@ impl DatumType {
             | DatumType::I2
             | DatumType::U2 => 1,
             DatumType::U16 | DatumType::I16 | DatumType::F16 | DatumType::BF16 => 2,
-            DatumType::U32 | DatumType::I32 | DatumType::F32 => 4,
+            DatumType::U32 | DatumType::I32 | DatumType::F32 | DatumType::Str => 4,
             DatumType::U64 | DatumType::I64 | DatumType::F64 => 8,
         }
     }
@@ -129,6 +134,7 @@ impl DatumType {
             DatumType::U4 => "u4",
             DatumType::I2 => "i2",
             DatumType::U2 => "u2",
+            DatumType::Str => "string",
         }
     }
 

@@ -34,8 +34,9 @@ fn refused(tensor: &str, reason: impl Into<String>) -> RuntimeError {
     RuntimeError::Dlpack { tensor: tensor.to_string(), reason: reason.into() }
 }
 
-/// The DLPack type of `dt`, or `None` for the 4- and 2-bit types: DLPack packs them, stowage holds one per byte
-/// (`small_types`, rule 1), so their bytes are not a DLPack tensor's.
+/// The DLPack type of `dt`, or `None` for the 4- and 2-bit types (DLPack packs them, stowage holds one per byte:
+/// `small_types`, rule 1, so their bytes are not a DLPack tensor's) and for strings (handles into this process's
+/// table, meaningless to another framework).
 pub fn dlpack_type(dt: DatumType) -> Option<DLDataType> {
     let (code, bits) = match dt {
         DatumType::Bool => (DLDataTypeCode::BOOL, 8),
@@ -56,7 +57,9 @@ pub fn dlpack_type(dt: DatumType) -> Option<DLDataType> {
         DatumType::F8E5M2 => (DLDataTypeCode::FLOAT8_E5M2, 8),
         DatumType::F8E5M2FNUZ => (DLDataTypeCode::FLOAT8_E5M2FNUZ, 8),
         DatumType::F8E8M0 => (DLDataTypeCode::FLOAT8_E8M0FNU, 8),
-        DatumType::F4E2M1 | DatumType::I4 | DatumType::U4 | DatumType::I2 | DatumType::U2 => return None,
+        DatumType::F4E2M1 | DatumType::I4 | DatumType::U4 | DatumType::I2 | DatumType::U2 | DatumType::Str => {
+            return None
+        }
     };
     Some(DLDataType::new(code, bits, 1))
 }

@@ -43,6 +43,7 @@ pub mod rules;
 pub mod small_types;
 mod space;
 mod storage;
+pub mod strings;
 mod tensor;
 
 pub use datum::{Datum, DatumType};

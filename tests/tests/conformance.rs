@@ -38,6 +38,7 @@ const DTYPES: &[&str] = &[
     "uint4",
     "int2",
     "uint2",
+    "str",
 ];
 
 /// Whether a value the index describes is one the runtime takes: a tensor of [`DTYPES`], a sequence of them, an

@@ -16,6 +16,9 @@ pub enum CpuError {
     /// An op or attribute combination the CPU backend does not implement.
     #[error("{0}")]
     NotImplemented(String),
+    /// An input's values are outside what the op computes (a string that is not a number).
+    #[error("{0}")]
+    Value(String),
     /// A caller's input is wrong (missing, extra, wrong dtype or shape).
     #[error("input '{input}': {message}")]
     Input {

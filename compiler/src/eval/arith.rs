@@ -189,7 +189,7 @@ pub(super) fn elementwise(op: &Op, inputs: &[Option<&Tensor<'static>>], out: &Va
 }
 
 /// `vals` (of `shape`) read at every index of `out`, broadcasting.
-fn broadcast_read<T: Copy>(vals: &[T], shape: &[usize], out: &[usize], count: usize) -> Vec<T> {
+pub(super) fn broadcast_read<T: Copy>(vals: &[T], shape: &[usize], out: &[usize], count: usize) -> Vec<T> {
     if shape == out {
         return vals.to_vec();
     }

@@ -6,6 +6,7 @@
 //! division by zero, an index out of range): the node then stays in the graph.
 
 mod arith;
+pub mod text;
 
 use stowage_runtime::{small_types, DatumType, Tensor};
 
@@ -47,6 +48,23 @@ pub fn evaluate(
             return Some(outs);
         }
         Op::ConstantOfShape { value } => consts::splat(value, &out.shape).ok()?,
+        // Strings (`text.rs`): read, compared and cast; a string that is not a number stays for run time, where its
+        // error names the node.
+        Op::Cast { to, .. } if x.dt() == DatumType::Str && *to == DatumType::Str => x.to_row_major().ok()?,
+        Op::Cast { to, .. } if x.dt() == DatumType::Str => text::parse(x, *to).ok()?,
+        Op::Cast { to: DatumType::Str, .. } => text::print(x).ok()?,
+        Op::Binary(crate::ir::Binary::Equal) if x.dt() == DatumType::Str => {
+            text::equal(x, inputs.get(1).copied().flatten()?, &out.shape).ok()?
+        }
+        Op::Text(t) => match t {
+            crate::ir::Text::Concat => text::concat(x, inputs.get(1).copied().flatten()?, &out.shape).ok()?,
+            crate::ir::Text::FullMatch { pattern } => text::full_match(&text::full_pattern(pattern).ok()?, x).ok()?,
+            crate::ir::Text::Case { upper } => text::change_case(x, *upper).ok()?,
+            crate::ir::Text::Lookup => {
+                let get = |i: usize| inputs.get(i).copied().flatten();
+                text::Table::new(get(1)?, get(2)?, get(3)?).ok()?.apply(x).ok()?
+            }
+        },
         Op::Cast { to, mode } if to.is_small() || x.dt().is_small() => {
             let values = consts::to_f64s(x).ok()?;
             let bytes: Vec<u8> = match to {

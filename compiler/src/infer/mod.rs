@@ -111,6 +111,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
             }
         }
     }
+    strings_allowed(op, inputs)?;
     let ins = Inputs(inputs);
     let types = match op {
         Op::Unary(_)
@@ -179,6 +180,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
             }
             vec![ValueType::new(x.dt, vec![x.shape[0], t.targets])]
         }
+        Op::Text(t) => text(t, ins)?,
         Op::Lstm(l) => {
             let types: Vec<Option<&ValueType>> = inputs.iter().map(|f| f.map(|f| f.ty)).collect();
             l.output_types(&types).map_err(InferError::Invalid)?
@@ -192,6 +194,88 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         }
     }
     Ok(types)
+}
+
+/// Strings (handles into the string table, `stowage_runtime::strings`) go only where an op moves, selects or
+/// compares elements, or reads text: every other op refuses them by name.
+fn strings_allowed(op: &Op, inputs: &[Option<Fact<'_>>]) -> Result<(), InferError> {
+    use crate::ir::Binary;
+    let takes = matches!(
+        op,
+        Op::Cast { .. }
+            | Op::Identity
+            | Op::Reshape { .. }
+            | Op::Flatten { .. }
+            | Op::Squeeze
+            | Op::Unsqueeze
+            | Op::Shape { .. }
+            | Op::Transpose { .. }
+            | Op::Concat { .. }
+            | Op::Split { .. }
+            | Op::Slice
+            | Op::Gather { .. }
+            | Op::GatherElements { .. }
+            | Op::GatherNd { .. }
+            | Op::Expand
+            | Op::Tile
+            | Op::Where
+            | Op::Binary(Binary::Equal)
+            | Op::Text(_)
+    );
+    match inputs.iter().enumerate().find(|(_, f)| f.is_some_and(|f| f.ty.dt == DatumType::Str)) {
+        Some((input, _)) if !takes => Err(InferError::DatumType {
+            input,
+            expected: format!(
+                "a type {} computes with: strings go to the ops that move, select or compare elements, Cast, \
+                 and the string ops",
+                op.name()
+            ),
+            found: DatumType::Str,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The output types of the ops on strings and `LabelEncoder`.
+fn text(t: &crate::ir::Text, ins: Inputs<'_>) -> Result<Vec<ValueType>, InferError> {
+    use crate::ir::Text;
+    let x = ins.ty(0)?;
+    let strings = |i: usize| ins.expect_dt(i, |d| d == DatumType::Str, "string");
+    Ok(match t {
+        Text::Concat => {
+            strings(0)?;
+            strings(1)?;
+            vec![ValueType::new(DatumType::Str, broadcast(&x.shape, ins.shape(1)?)?)]
+        }
+        Text::FullMatch { .. } => {
+            strings(0)?;
+            vec![ValueType::new(DatumType::Bool, x.shape.clone())]
+        }
+        Text::Case { .. } => {
+            strings(0)?;
+            vec![x.clone()]
+        }
+        Text::Lookup => {
+            let (keys, values, default) = (ins.ty(1)?, ins.ty(2)?, ins.ty(3)?);
+            if keys.dt != x.dt {
+                return Err(InferError::DatumType { input: 1, expected: format!("{}, like X", x.dt), found: keys.dt });
+            }
+            if values.dt != default.dt {
+                return Err(InferError::DatumType {
+                    input: 3,
+                    expected: format!("{}, like the values", values.dt),
+                    found: default.dt,
+                });
+            }
+            if keys.rank() != 1 || values.shape != keys.shape {
+                return invalid(format!("keys are {keys} and values {values}: one value per key, in 1-D lists"));
+            }
+            if default.element_count() != Some(1) {
+                return invalid(format!("the default is {default}: it must be one value"));
+            }
+            vec![ValueType::new(values.dt, x.shape.clone())]
+        }
+    })
 }
 
 /// The inputs of one node, with accessors that produce the right errors.

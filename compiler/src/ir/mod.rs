@@ -12,6 +12,7 @@ mod op;
 pub mod print;
 pub mod recurrent;
 pub mod serial;
+pub mod text;
 pub mod tfidf;
 pub mod trees;
 mod types;
@@ -26,4 +27,5 @@ pub use op::{
     Window,
 };
 pub use recurrent::{Activation, Lstm};
+pub use text::Text;
 pub use types::{ShapeDisplay, ValueType};

@@ -621,6 +621,8 @@ pub enum Op {
         /// Random seed.
         seed: Option<i64>,
     },
+    /// An op that reads strings, or `LabelEncoder`'s lookup (`ir/text.rs`).
+    Text(super::Text),
     /// Copy: input.
     Identity,
 }
@@ -744,6 +746,7 @@ impl Op {
             Op::Resize(_) => "Resize",
             Op::Dropout { .. } => "Dropout",
             Op::Identity => "Identity",
+            Op::Text(t) => t.name(),
         }
     }
 
@@ -789,6 +792,7 @@ impl Op {
             Op::Pad { .. } => (2, 4),
             Op::Resize(_) => (1, 4),
             Op::Dropout { .. } => (1, 3),
+            Op::Text(t) => t.arity(),
         }
     }
 
@@ -803,6 +807,7 @@ impl Op {
             Op::Pad { .. } => &[1, 3],
             Op::Resize(_) => &[1, 2, 3],
             Op::Dropout { .. } => &[1, 2],
+            Op::Text(t) => t.static_inputs(),
             _ => &[],
         }
     }
@@ -975,6 +980,7 @@ impl fmt::Display for OpAttrs<'_> {
                     }
                 }
                 Op::Dropout { seed: Some(seed) } => write!(w, "seed={seed}")?,
+                Op::Text(t) => write!(w, "{t}")?,
                 Op::TfIdf(t) => write!(
                     w,
                     "mode={:?} grams={}..{} skip={} pooled={} columns={}",

@@ -7,7 +7,7 @@
 
 use cranelift_entity::{EntityRef, PrimaryMap};
 use serde::{Deserialize, Serialize};
-use stowage_runtime::{ExternalStorage, Layout, Tensor};
+use stowage_runtime::{strings, DatumType, ExternalStorage, Layout, Tensor};
 
 use super::graph::{Graph, GraphOutput, Metadata, NodeData, ValueData, ValueDef};
 use super::{NodeId, Op, ValueId, ValueType};
@@ -111,6 +111,8 @@ enum Def {
         offset: usize,
         len: usize,
     },
+    /// A string constant, as its text: handles mean nothing in another process (`strings`, rule 4).
+    Strings(Vec<String>),
     Node(u32, usize),
 }
 
@@ -173,6 +175,11 @@ pub fn encode(g: &Graph) -> Result<Encoded, String> {
             ValueDef::Input(k) => (data.ty.clone(), Def::Input(*k)),
             ValueDef::Node(n, k) => (data.ty.clone(), Def::Node(index(*n), *k)),
             ValueDef::Const(_) if uses[v] == 0 => (ValueType::new(data.ty.dt, [0]), Def::Const { offset: 0, len: 0 }),
+            ValueDef::Const(t) if t.dt() == DatumType::Str => {
+                let handles = strings::handles(t).map_err(|e| format!("constant '{}': {e}", data.name))?;
+                let text = strings::resolve_all(&handles).into_iter().map(String::from).collect();
+                (data.ty.clone(), Def::Strings(text))
+            }
             ValueDef::Const(t) => {
                 let packed = t.to_row_major().map_err(|e| format!("constant '{}': {e}", data.name))?;
                 let bytes = packed.as_bytes().map_err(|e| format!("constant '{}': {e}", data.name))?;
@@ -241,6 +248,9 @@ fn decode_with(graph: &[u8], blob: Blob<'_>) -> Result<Graph, String> {
         let def = match v.def {
             Def::Input(k) => ValueDef::Input(k),
             Def::Node(n, k) => ValueDef::Node(node_id(n)?, k),
+            Def::Strings(text) => ValueDef::Const(
+                strings::tensor_of(&v.ty.shape, &text).map_err(|e| format!("constant '{}': {e}", v.name))?,
+            ),
             Def::Const { offset, len } => {
                 let bytes = |b: &[u8]| -> Result<(), String> {
                     match offset.checked_add(len) {

@@ -61,6 +61,7 @@ pub fn is_expanded(op: &str) -> bool {
         || super::deform_conv::DEFORM_OPS.contains(&op)
         || super::selection::SELECTION_OPS.contains(&op)
         || super::sequences::SEQUENCE_OPS.contains(&op)
+        || super::text::TEXT_OPS.contains(&op)
 }
 
 /// The opset the written nodes are read at (rule 2).
@@ -116,6 +117,7 @@ pub(super) fn expand(graph: &mut Graph, names: &mut Scope, node: &NodeProto, nam
         }
         op if super::sequences::SEQUENCE_OPS.contains(&op) => super::sequences::expand(&mut ex)?,
         op if super::tfidf::TFIDF_OPS.contains(&op) => super::tfidf::expand(&mut ex)?,
+        op if super::text::TEXT_OPS.contains(&op) => super::text::expand(&mut ex)?,
         op if super::deform_conv::DEFORM_OPS.contains(&op) => super::deform_conv::expand(&mut ex)?,
         // Reached only for the training domain's nodes (`import::add_node` checks the domain).
         op if super::training::TRAINING_OPS.contains(&op) => super::training::expand(&mut ex)?,

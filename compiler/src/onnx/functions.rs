@@ -132,6 +132,8 @@ pub(super) fn static_inputs(op: &str, opset: i64) -> &'static [usize] {
         "NonZero" => &[0],
         "NonMaxSuppression" => &[0, 1, 2, 3, 4],
         "Unique" => &[0],
+        // A split's width comes from its strings (`text.rs`, rule 2).
+        "StringSplit" => &[0],
         "Upsample" => &[1],
         "MelWeightMatrix" => &[0, 1, 2, 3, 4],
         _ => &[],

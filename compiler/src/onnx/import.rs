@@ -615,6 +615,11 @@ pub fn value_inputs(model: &ModelProto) -> Vec<String> {
             stack.extend(positions.iter().filter_map(|&i| node.input.get(i)).map(String::as_str));
             continue;
         }
+        // Stop words decide how many strings a StringNormalizer keeps (`text.rs`, rule 2).
+        if node.op_type() == "StringNormalizer" && Attrs(node).has("stopwords") {
+            stack.extend(node.input.first().map(String::as_str));
+            continue;
+        }
         let expanded = super::functions::static_inputs(node.op_type(), opset);
         if !expanded.is_empty() {
             stack.extend(expanded.iter().filter_map(|&i| node.input.get(i)).map(String::as_str));

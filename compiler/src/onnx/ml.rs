@@ -36,6 +36,7 @@ pub const ML_VERSIONS: (i64, i64) = (1, 5);
 pub const ML_OPS: &[&str] = &[
     "ArrayFeatureExtractor",
     "Binarizer",
+    "LabelEncoder",
     "LinearClassifier",
     "LinearRegressor",
     "Normalizer",
@@ -69,6 +70,7 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             }
         }
         "Scaler" => vec![Some(scaler(ex, &x)?)],
+        "LabelEncoder" => super::text::label_encoder(ex)?,
         "Normalizer" => vec![Some(normalizer(ex, &x)?)],
         "LinearRegressor" | "LinearClassifier" => linear(ex, &x)?,
         "TreeEnsemble" => {

@@ -42,6 +42,7 @@ pub mod split;
 mod state;
 pub mod structure;
 pub mod tensor;
+mod text;
 pub mod tfidf;
 pub mod training;
 mod unroll;
@@ -196,6 +197,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "ReduceProd",
     "ReduceSum",
     "ReduceSumSquare",
+    "RegexFullMatch",
     "Relu",
     "Reshape",
     "Resize",
@@ -235,6 +237,9 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Sqrt",
     "Squeeze",
     "STFT",
+    "StringConcat",
+    "StringNormalizer",
+    "StringSplit",
     "Sub",
     "Sum",
     "SwiGLU",

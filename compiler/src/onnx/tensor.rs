@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use half::{bf16, f16};
-use stowage_runtime::{small_types, DatumType, Tensor};
+use stowage_runtime::{small_types, strings, DatumType, Tensor};
 
 use super::external::ExternalDataError;
 use super::proto::{tensor_proto::DataType, TensorProto};
@@ -36,6 +36,7 @@ pub fn datum_type(code: i32) -> Result<DatumType, String> {
         DataType::Uint4 => DatumType::U4,
         DataType::Int2 => DatumType::I2,
         DataType::Uint2 => DatumType::U2,
+        DataType::String => DatumType::Str,
         other => return Err(format!("element type {} is not supported", other.as_str_name())),
     })
 }
@@ -66,6 +67,7 @@ pub fn onnx_type(dt: DatumType) -> DataType {
         DatumType::U4 => DataType::Uint4,
         DatumType::I2 => DataType::Int2,
         DatumType::U2 => DataType::Uint2,
+        DatumType::Str => DataType::String,
     }
 }
 
@@ -124,6 +126,9 @@ pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Resul
     if bytes > limit {
         return Err(TensorError::TooLarge { dt, shape, bytes, limit });
     }
+    if dt == DatumType::Str {
+        return strings(t, &shape, count);
+    }
     let stored = (count * small_types::bits(dt)).div_ceil(8);
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
         super::external::read(t, dir, stored)?.into()
@@ -149,6 +154,29 @@ pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Resul
         return Err(format!("holds {} bytes of data, {dt}{shape:?} needs {expected}", bytes.len()).into());
     }
     Ok(Tensor::from_bytes(dt, &shape, &bytes).map_err(|e| e.to_string())?)
+}
+
+/// A string tensor from its `string_data`, each entry interned (`stowage_runtime::strings`); strings have no
+/// `raw_data` or external form in ONNX.
+fn strings(t: &TensorProto, shape: &[usize], count: usize) -> Result<Tensor<'static>, TensorError> {
+    if t.raw_data.is_some() || t.data_location() == super::proto::tensor_proto::DataLocation::External {
+        return Err("is a string tensor with raw or external data: ONNX keeps strings in string_data"
+            .to_string()
+            .into());
+    }
+    if t.string_data.len() != count {
+        return Err(format!("holds {} strings, its shape {shape:?} needs {count}", t.string_data.len()).into());
+    }
+    let handles = t
+        .string_data
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            strings::intern_bytes(s)
+                .map_err(|e| format!("string_data[{k}] is not UTF-8 (byte {} is not)", e.valid_up_to()))
+        })
+        .collect::<Result<Vec<u32>, String>>()?;
+    Ok(Tensor::from_bytes(DatumType::Str, shape, bytemuck::cast_slice(&handles)).map_err(|e| e.to_string())?)
 }
 
 fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>, String> {
@@ -201,6 +229,17 @@ fn typed_fields(t: &TensorProto, dt: DatumType, count: usize) -> Result<Vec<u8>,
 pub fn encode(t: &Tensor<'_>, name: &str) -> Result<TensorProto, String> {
     let packed = t.to_row_major().map_err(|e| e.to_string())?;
     let bytes = packed.as_bytes().map_err(|e| e.to_string())?;
+    if t.dt() == DatumType::Str {
+        // Strings leave as their text, in `string_data` (`strings`, rule 4).
+        let handles: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        return Ok(TensorProto {
+            dims: t.shape().iter().map(|&d| d as i64).collect(),
+            data_type: Some(DataType::String as i32),
+            name: Some(name.to_string()),
+            string_data: strings::resolve_all(&handles).into_iter().map(|s| s.as_bytes().to_vec()).collect(),
+            ..TensorProto::default()
+        });
+    }
     Ok(TensorProto {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(onnx_type(t.dt()) as i32),

@@ -17,6 +17,7 @@ use crate::program::{Binding, Kernel, Program, Step};
 
 mod nn;
 mod recurrent;
+mod text;
 
 pub use stowage_compiler::lowering::{binary_fn, conv_epilogue_pairs, conv_relu_pairs, fuse, resize_spec, unary_fn};
 
@@ -447,6 +448,12 @@ fn one(t: Tensor<'static>) -> Result<Vec<Tensor<'static>>> {
 fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<ValueId>]) -> Result<Kernel> {
     let out = out_shape(graph, outputs, 0);
     let out_dt = outputs.first().copied().flatten().map(|v| graph.ty(v).dt);
+    let in_dt = inputs.first().copied().flatten().map(|v| graph.ty(v).dt);
+    if in_dt == Some(DatumType::Str) || out_dt == Some(DatumType::Str) || matches!(op, Op::Text(_)) {
+        if let Some(k) = text::kernel(graph, op, inputs, &out)? {
+            return Ok(k);
+        }
+    }
     Ok(match op {
         Op::Unary(u) => {
             let f = unary_fn(*u);

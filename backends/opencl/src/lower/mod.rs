@@ -411,6 +411,10 @@ fn lower_node(b: &mut Builder<'_>, fusion: &Fusion, n: ir::NodeId) -> Result<()>
     };
     let unsupported =
         |reason: &str| ClError::Unsupported { node: node.name.clone(), op: node.op.name(), reason: reason.into() };
+    // Strings are handles into the host process's string table: every op on them runs on the CPU.
+    if node.inputs.iter().chain(&node.outputs).flatten().any(|&v| graph.ty(v).dt == DatumType::Str) {
+        return Err(unsupported("strings stay on the host (the CPU runs every op that touches them)"));
+    }
     if matches!(node.op, Op::Lstm(_)) {
         // Kept whole only where a target list holds a kind that runs it whole (the CPU); the OpenCL kernels take
         // the unrolled form, which `--target opencl` alone imports.
