@@ -96,12 +96,19 @@ fn bad_trees_and_lists_of_different_lengths_are_named() {
 }
 
 #[test]
-fn string_labels_probit_and_other_versions_are_refused_by_name() {
-    let err = error_of(&stump(true, 3, |a| {
+fn one_label_probit_and_other_versions_are_refused_by_name() {
+    // String labels are taken: the label is a Gather from a string constant.
+    let g = import(&stump(true, 3, |a| {
         set(a, strings("classlabels_strings", &["cat", "dog"]));
         a.retain(|x| x.name() != "classlabels_int64s");
+    }))
+    .expect("imports");
+    assert!(print(&g).contains("string["), "{}", print(&g));
+    let err = error_of(&stump(true, 3, |a| {
+        set(a, strings("classlabels_strings", &["cat"]));
+        a.retain(|x| x.name() != "classlabels_int64s");
     }));
-    check(&err, &["attribute 'classlabels_strings'", "string labels"]);
+    check(&err, &["attribute 'classlabels_strings'", "1 labels"]);
     let err = error_of(&stump(true, 3, |a| a.push(string("post_transform", "PROBIT"))));
     check(&err, &["attribute 'post_transform'", "PROBIT"]);
     let err = error_of(&stump(false, 6, |_| {}));

@@ -406,8 +406,11 @@ fn tf_idf_pools_that_do_not_split_into_n_grams_are_named() {
     short[5] = build::ints("ngram_indexes", &[0, 1, 2]);
     check(&error_of(&tfidf(short)), &["attribute 'ngram_indexes'", "no column for n-gram 3"]);
     let mut strings = good();
-    strings.push(build::strings("pool_strings", &["a"]));
-    check(&error_of(&tfidf(strings)), &["attribute 'pool_strings'", "no string tensors"]);
+    strings[3] = build::strings("pool_strings", &["a", "b", "c", "b", "c", "d", "e"]);
+    let mut tokens = tfidf(strings);
+    tokens.graph.as_mut().expect("graph").input[0] = typed_value("x", DataType::String, &[2, 6]);
+    let text = print(&import(&tokens).expect("imports"));
+    assert!(text.contains("LabelEncoder") && text.contains("pooled=5"), "{text}");
 }
 
 #[test]

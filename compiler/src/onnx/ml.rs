@@ -13,11 +13,13 @@
 //!    `LinearClassifier` with one row of coefficients and two labels) writes onnxruntime's two columns: `v` is
 //!    `sigmoid(s)` under `LOGISTIC` and `s` under any other post-transform (none is applied), the scores `[1 − v, v]`,
 //!    or `[−v, v]` for trees whose weights have both signs; the label is the second where `s > 0.5` for trees of
-//!    non-negative weights, else where `s > 0`. String class labels are refused (stowage has no string tensors).
+//!    non-negative weights, else where `s > 0`. Class labels are integers or strings (`classlabels_strings`: a string
+//!    tensor, `stowage_runtime::strings`).
 //! 4. **Inputs** of integer type are cast to f32; scores are f32 (`TreeEnsemble`'s output has its input's type).
 //! 5. **Transforms**: `Binarizer` (`x > threshold` as 1 or 0 in `x`'s type), `ArrayFeatureExtractor` (a `Gather`
 //!    along the last axis; a 1-D input gives one row), `Scaler` (`(x − offset) · scale`, one value or one per
-//!    column), `Normalizer` (each row over its largest value, its L1 or its L2 norm; a row whose divisor is 0 stays).
+//!    column), `Normalizer` (each row over its largest value, its L1 or its L2 norm; a row whose divisor is 0 stays),
+//!    `LabelEncoder` (one lookup: `text.rs`, rule 3).
 
 use stowage_runtime::DatumType;
 
@@ -168,9 +170,9 @@ fn post_transform(ex: &mut Ex<'_, '_>, s: &str, kind: &str) -> Result<String, E>
 
 /// The label and score outputs of a classifier over the scores `s` (`[N, classes]`), with `labels` (rule 3): the
 /// label at the argmax of the scores before the post-transform.
-fn classify(ex: &mut Ex<'_, '_>, s: &str, labels: &[i64], post: &str) -> Result<Vec<Option<String>>, E> {
+fn classify(ex: &mut Ex<'_, '_>, s: &str, labels: &Labels, post: &str) -> Result<Vec<Option<String>>, E> {
     let arg = ex.op("ArgMax", &[s], vec![int("axis", 1), int("keepdims", 0)])?;
-    let table = ex.ints(labels)?;
+    let table = labels.table(ex)?;
     let label = ex.op("Gather", &[&table, &arg], vec![])?;
     let scores = post_transform(ex, s, post)?;
     let scores = cast(ex, &scores, DatumType::F32)?;
@@ -184,7 +186,7 @@ fn classify(ex: &mut Ex<'_, '_>, s: &str, labels: &[i64], post: &str) -> Result<
 fn binary_classes(
     ex: &mut Ex<'_, '_>,
     s: &str,
-    labels: &[i64],
+    labels: &Labels,
     post: &str,
     negate: bool,
     threshold: f64,
@@ -206,19 +208,45 @@ fn binary_classes(
     let above = cast(ex, &above, DatumType::I64)?;
     let flat = ex.ints(&[-1])?;
     let idx = ex.op("Reshape", &[&above, &flat], vec![])?;
-    let table = ex.ints(labels)?;
+    let table = labels.table(ex)?;
     let label = ex.op("Gather", &[&table, &idx], vec![])?;
     Ok(vec![Some(label), Some(cast(ex, &scores, DatumType::F32)?)])
 }
 
-/// Integer class labels, or an error for string ones (rule 3).
-fn class_labels(ex: &Ex<'_, '_>, ints: &str, strings: &str) -> Result<Vec<i64>, E> {
-    if ex.attrs().has(strings) {
-        return Err(ex.attr_fail(strings, "holds string labels: stowage has no string tensors (use integer labels)"));
+/// A classifier's class labels: integers, or strings (rule 3).
+enum Labels {
+    Ints(Vec<i64>),
+    Strings(Vec<String>),
+}
+
+impl Labels {
+    fn len(&self) -> usize {
+        match self {
+            Labels::Ints(v) => v.len(),
+            Labels::Strings(v) => v.len(),
+        }
     }
-    let labels = ints_attr(ex, ints)?;
+
+    /// The labels as a constant, for the `Gather` that picks each row's.
+    fn table(&self, ex: &mut Ex<'_, '_>) -> Result<String, E> {
+        match self {
+            Labels::Ints(v) => ex.ints(v),
+            Labels::Strings(v) => {
+                let t = stowage_runtime::strings::tensor_of(&[v.len()], v).map_err(|e| ex.fail(e.to_string()))?;
+                Ok(ex.constant("labels", t))
+            }
+        }
+    }
+}
+
+/// The class labels, of integers or strings (rule 3).
+fn class_labels(ex: &Ex<'_, '_>, ints: &str, strings: &str) -> Result<Labels, E> {
+    let (name, labels) = match ex.attrs().strings(strings).map_err(|e| ex.attr_err(e))? {
+        Some(s) => (strings, Labels::Strings(s)),
+        None => (ints, Labels::Ints(ints_attr(ex, ints)?)),
+    };
     if labels.len() < 2 {
-        return Err(ex.attr_fail(ints, format!("has {} labels: a classifier needs at least 2", labels.len())));
+        return Err(ex.attr_fail(name, format!("has {} labels: a classifier needs at least 2", labels.len())));
     }
     Ok(labels)
 }
@@ -443,7 +471,7 @@ fn tree_v3(ex: &mut Ex<'_, '_>, x: &str) -> Result<Vec<Option<String>>, E> {
         (trees_v3(ex, "class", labels.len(), Aggregate::Sum)?, labels)
     } else {
         let targets = ex.attrs().count_or("n_targets", 1).map_err(|e| ex.attr_err(e))?;
-        (trees_v3(ex, "target", targets, aggregate_of(ex, "aggregate_function")?)?, Vec::new())
+        (trees_v3(ex, "target", targets, aggregate_of(ex, "aggregate_function")?)?, Labels::Ints(Vec::new()))
     };
     let targets = trees.targets;
     let ids: std::collections::BTreeSet<u32> = trees.leaves.iter().flatten().map(|(t, _)| *t).collect();

@@ -2,8 +2,11 @@
 //! 1. **The pool** is `pool_int64s` split by `ngram_counts` into groups of 1-grams, 2-grams, …; n-grams number from
 //!    the first group on, and the n-th takes output column `ngram_indexes[n]`. Groups outside
 //!    `[min_gram_length, max_gram_length]` are skipped (still numbered). A group whose size is not a multiple of its
-//!    length, a start out of order, a column list of another length than the n-grams, and string pools (stowage
-//!    has no string tensors) are errors naming the attribute.
+//!    length, a start out of order and a column list of another length than the n-grams are errors naming the
+//!    attribute.
+//! 3. **Strings**: a pool of `pool_strings` numbers its distinct strings in order of first appearance, and the
+//!    string tokens are looked up in that vocabulary first (one [`Text::Lookup`], a token outside it `-1`, which no
+//!    pooled n-gram holds), so the counting is the same as for token ids.
 //! 2. **Counting** (the CPU kernel) follows the reference: for each gap of 0 to `max_skip_count` tokens, each start,
 //!    each length from the shortest counted (1-grams only without a gap) to the longest, the n-gram of tokens that
 //!    far apart counts when it is pooled.
@@ -11,7 +14,8 @@
 use super::expand::Ex;
 use crate::error::ImportErrorKind as E;
 use crate::ir::tfidf::{TfIdf, TfIdfMode};
-use crate::ir::Op;
+use crate::ir::{Op, Text};
+use stowage_runtime::Tensor;
 
 /// The op types this file imports.
 pub const TFIDF_OPS: &[&str] = &["TfIdfVectorizer"];
@@ -24,9 +28,7 @@ fn count(ex: &Ex<'_, '_>, name: &str, default: i64) -> Result<usize, E> {
 /// Imports `TfIdfVectorizer`.
 pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let a = ex.attrs();
-    if a.has("pool_strings") {
-        return Err(ex.attr_fail("pool_strings", "holds strings: stowage has no string tensors (pool token ids)"));
-    }
+    let words = a.strings("pool_strings").map_err(|e| ex.attr_err(e))?;
     let mode = match a.string("mode").map_err(|e| ex.attr_err(e))?.as_deref() {
         Some("TF") => TfIdfMode::Tf,
         Some("IDF") => TfIdfMode::Idf,
@@ -38,7 +40,23 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     if min == 0 || min > max {
         return Err(ex.attr_fail("min_gram_length", format!("is {min}: it must be 1 to max_gram_length ({max})")));
     }
-    let pool = a.ints("pool_int64s").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
+    // Rule 3: strings numbered in order of first appearance.
+    let mut vocabulary: Vec<String> = Vec::new();
+    let pool = match &words {
+        Some(words) => {
+            let mut ids = std::collections::HashMap::new();
+            words
+                .iter()
+                .map(|w| {
+                    *ids.entry(w.as_str()).or_insert_with(|| {
+                        vocabulary.push(w.clone());
+                        vocabulary.len() as i64 - 1
+                    })
+                })
+                .collect()
+        }
+        None => a.ints("pool_int64s").map_err(|e| ex.attr_err(e))?.unwrap_or_default(),
+    };
     let starts = a.ints("ngram_counts").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
     let columns_of = a.ints("ngram_indexes").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
     let weights = a.floats("weights").map_err(|e| ex.attr_err(e))?.unwrap_or_default();
@@ -83,6 +101,15 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         return Err(ex.attr_fail("weights", format!("has {} values for {columns} columns", weights.len())));
     }
     let op = Op::TfIdf(Box::new(TfIdf { mode, min, max, max_skip, grams, weights, columns }));
-    let x = ex.input(0)?;
+    let mut x = ex.input(0)?;
+    if words.is_some() {
+        let fail = |e: stowage_runtime::RuntimeError| ex.fail(e.to_string());
+        let keys = stowage_runtime::strings::tensor_of(&[vocabulary.len()], &vocabulary).map_err(fail)?;
+        let ids =
+            Tensor::from_vec(&[vocabulary.len()], (0..vocabulary.len() as i64).collect::<Vec<_>>()).map_err(fail)?;
+        let unknown = Tensor::from_vec(&[1], vec![-1i64]).map_err(fail)?;
+        let (k, v, d) = (ex.constant("vocabulary", keys), ex.constant("ids", ids), ex.constant("unknown", unknown));
+        x = ex.ir_op(Op::Text(Text::Lookup), &[&x, &k, &v, &d])?;
+    }
     ex.whole(op, &[Some(x)], 1)
 }

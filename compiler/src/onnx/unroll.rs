@@ -3,7 +3,8 @@
 //! by `stowage run`, which lists it among the inputs that set shapes) and a condition that folds to true in every
 //! iteration. The body is imported once per iteration with its names made unique (`NODE::itK::NAME`), its state
 //! inputs bound to the previous iteration's values, so state stays where it is: no copy per iteration. Scan inputs
-//! are taken along their axes (`Gather`), scan outputs stacked along theirs (`Unsqueeze`, `Concat`). At most
+//! are taken along their axes (`Gather`), scan outputs stacked along theirs (`Unsqueeze`, `Concat`); opset 8's
+//! `Scan`, with its batch axis, runs the body per batch element and stacks the results back. At most
 //! [`MAX_STEPS`] iterations; a trip count or condition known only at run time, a body of the wrong signature and
 //! nesting past [`super::branch::MAX_DEPTH`] are one-line errors naming the node.
 
@@ -119,7 +120,7 @@ fn axis_list(ex: &Ex<'_, '_>, attr: &str, count: usize) -> Result<Vec<i64>, E> {
 /// Expands the `Scan` of `ex` (opset 9 on); its outputs.
 pub(super) fn scan(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     if ex.opset() < 9 {
-        return Err(ex.fail("Scan before opset 9 (with a batch axis and sequence_lens) is not supported"));
+        return scan_8(ex);
     }
     let g = body(ex)?;
     let m = ex.attrs().count_or("num_scan_inputs", 0).map_err(|e| ex.attr_err(e))?;
@@ -202,6 +203,108 @@ pub(super) fn scan(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         let rank = ex.ty(&parts[0])?.rank() as i64 + 1;
         let a = if out_axes[j] < 0 { out_axes[j] + rank } else { out_axes[j] };
         result.push(Some(stack(ex, &parts, a)?));
+    }
+    Ok(result)
+}
+
+/// A scalar int64 constant.
+fn index(ex: &mut Ex<'_, '_>, i: usize) -> Result<String, E> {
+    let t = stowage_runtime::Tensor::from_vec(&[], vec![i as i64]).map_err(|e| ex.fail(e.to_string()))?;
+    Ok(ex.constant("index", t))
+}
+
+/// `Scan` of opset 8: `sequence_lens`, then states `[batch, …]` and scan inputs `[batch, steps, …]`, the body run
+/// for each batch element over its steps (scan inputs along axis 1, `directions` per scan input); final states
+/// `[batch, …]`, scan outputs `[batch, steps, …]`. Lengths shorter than the scan inputs are refused by name.
+fn scan_8(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
+    let g = body(ex)?;
+    let m = ex.attrs().count_or("num_scan_inputs", 0).map_err(|e| ex.attr_err(e))?;
+    let given: Vec<String> = ex.node.input.clone();
+    if m == 0 || m + 1 > given.len() {
+        return Err(ex.attr_fail(
+            "num_scan_inputs",
+            format!("must be 1 to the node's {} inputs after sequence_lens", given.len().saturating_sub(1)),
+        ));
+    }
+    let n = given.len() - 1 - m;
+    let k = g.output.len().checked_sub(n).filter(|_| g.input.len() == n + m).ok_or_else(|| {
+        ex.fail(format!(
+            "its body takes {} inputs and makes {} outputs; with {n} states and {m} scan inputs it must take {}",
+            g.input.len(),
+            g.output.len(),
+            n + m
+        ))
+    })?;
+    let dirs = axis_list(ex, "directions", m)?;
+    if dirs.iter().any(|&d| d != 0 && d != 1) {
+        return Err(ex.attr_fail("directions", format!("{dirs:?} must hold 0 (forward) or 1 (reverse)")));
+    }
+    let first = ex.ty(&given[1 + n])?;
+    if first.rank() < 2 {
+        return Err(ex.fail(format!("scan input '{}' is {first}: opset 8 scans [batch, steps, …]", given[1 + n])));
+    }
+    let (batch, steps) = (first.shape[0], first.shape[1]);
+    for name in &given[1..] {
+        let t = ex.ty(name)?;
+        if t.shape.first() != Some(&batch) {
+            return Err(
+                ex.fail(format!("'{name}' is {t}: every state and scan input has the batch axis ({batch}) first"))
+            );
+        }
+    }
+    if let Some(lens) = ex.optional(0) {
+        let full = ex
+            .value(&lens)
+            .and_then(|t| crate::consts::to_i64s(t).ok())
+            .is_some_and(|v| v.iter().all(|&l| l == steps as i64));
+        if !full {
+            return Err(ex.fail(format!(
+                "sequence_lens '{lens}' is not {steps} for every batch element (known at import): shorter sequences are not supported"
+            )));
+        }
+    }
+    if steps == 0 || steps.saturating_mul(batch) > MAX_STEPS {
+        return Err(ex.fail(format!(
+            "a scan of {batch} × {steps} iterations is not unrolled (stowage unrolls 1 to {MAX_STEPS})"
+        )));
+    }
+    ex.spend(batch.saturating_mul(steps).saturating_mul(g.node.len() + m + k))?;
+    let inits = initializers(ex, g)?;
+    let mut finals: Vec<Vec<String>> = vec![Vec::new(); n];
+    let mut outs: Vec<Vec<String>> = vec![Vec::new(); k];
+    for b in 0..batch {
+        let at = index(ex, b)?;
+        let mut states = Vec::with_capacity(n);
+        for name in &given[1..1 + n] {
+            states.push(ex.op("Gather", &[name, &at], vec![int("axis", 0)])?);
+        }
+        let mut rows = Vec::with_capacity(m);
+        for name in &given[1 + n..] {
+            rows.push(ex.op("Gather", &[name, &at], vec![int("axis", 0)])?);
+        }
+        let mut parts: Vec<Vec<String>> = vec![Vec::new(); k];
+        for it in 0..steps {
+            let mut inputs = states.clone();
+            for (j, row) in rows.iter().enumerate() {
+                let t = index(ex, if dirs[j] == 1 { steps - 1 - it } else { it })?;
+                inputs.push(ex.op("Gather", &[row, &t], vec![int("axis", 0)])?);
+            }
+            let produced = iteration(ex, g, b * steps + it, &inputs, &inits)?;
+            states = produced[..n].to_vec();
+            for (j, v) in produced[n..].iter().enumerate() {
+                parts[j].push(v.clone());
+            }
+        }
+        for (j, s) in states.into_iter().enumerate() {
+            finals[j].push(s);
+        }
+        for (j, p) in parts.into_iter().enumerate() {
+            outs[j].push(stack(ex, &p, 0)?);
+        }
+    }
+    let mut result = Vec::with_capacity(n + k);
+    for parts in finals.iter().chain(&outs) {
+        result.push(Some(stack(ex, parts, 0)?));
     }
     Ok(result)
 }
