@@ -8,8 +8,8 @@ lists every model with its kind and inputs, in the real-model suite's format (ev
     PY=$(scripts/onnx/env -q)
     "$PY" scripts/onnx/sklearn_models.py [OUT]      # OUT defaults to target/sklearn-models
 
-Labels are int64 and probabilities a tensor (`zipmap=False`): string labels and ZipMap's sequences of maps are
-what stowage does not take yet. A few hand-built models join them: one-column binary classifiers under each post-transform
+Labels are int64, or strings (the `*_names` models: iris's class names), and probabilities a tensor
+(`zipmap=False`): ZipMap's sequences of maps are what stowage does not take yet. A few hand-built models join them: one-column binary classifiers under each post-transform
 (`binary_*`), whose two output columns and labels follow onnxruntime's own conventions rather than a spec, and
 `Normalizer` on rows of every sign (`normalizer_*`).
 """
@@ -47,6 +47,7 @@ def data():
     xm, ym = make_regression(n_samples=300, n_features=6, n_targets=3, noise=0.5, random_state=7)
     return {
         "iris": (iris.data.astype(np.float32), iris.target),
+        "iris_names": (iris.data.astype(np.float32), iris.target_names[iris.target]),
         "binary": (xc.astype(np.float32), yc),
         "regression": (xr.astype(np.float32), yr),
         "multi": (xm.astype(np.float32), ym),
@@ -65,6 +66,8 @@ def suite():
         ("extra_trees_three_targets", "multi", ExtraTreesRegressor(n_estimators=10, max_depth=6, random_state=s)),
         ("decision_tree_regression", "regression", DecisionTreeRegressor(max_depth=6, random_state=s)),
         ("logistic_iris", "iris", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))),
+        ("random_forest_iris_names", "iris_names", RandomForestClassifier(n_estimators=10, max_depth=5, random_state=s)),
+        ("logistic_iris_names", "iris_names", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))),
         ("logistic_binary", "binary", make_pipeline(MinMaxScaler(), LogisticRegression(max_iter=500))),
         ("linear_regression", "regression", LinearRegression()),
         ("normalized_ridge", "regression", make_pipeline(Normalizer(norm="l2"), Ridge(alpha=0.5))),
