@@ -56,6 +56,20 @@ pub fn depthwise<T: Float>(
     y: &mut [T],
     threads: usize,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::depthwise_lanes::takes(mult, p) {
+        // SAFETY: `T` is f32 (its TypeId, compared above): the same slices, retyped.
+        let (x, w, y) = unsafe {
+            (
+                &*(x as *const [T] as *const [f32]),
+                &*(w as *const [T] as *const [f32]),
+                &mut *(y as *mut [T] as *mut [f32]),
+            )
+        };
+        // SAFETY: as above.
+        let bias = bias.map(|b| unsafe { &*(b as *const [T] as *const [f32]) });
+        return super::depthwise_lanes::depthwise_lanes(x, w, bias, channels, p, act, y, threads);
+    }
     let (p_in, p_out, taps) = (p.ih * p.iw, p.oh * p.ow, p.kh * p.kw);
     let m = channels * mult;
     assert_eq!(w.len(), m * taps, "depthwise: W length");

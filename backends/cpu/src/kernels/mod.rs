@@ -8,6 +8,7 @@ pub mod cols;
 pub mod conv;
 pub mod cumulative;
 pub mod depthwise;
+pub mod depthwise_lanes;
 pub mod det;
 pub mod dtype;
 pub mod elementwise;
