@@ -89,6 +89,20 @@ fn a_string_reaches_only_the_ops_that_take_strings() {
 }
 
 #[test]
+fn no_op_makes_strings_out_of_numbers_but_cast() {
+    let mut cast = node("BitCast", &["x"], &["y"], vec![int("to", DataType::String as i64)]);
+    cast.name = Some("reinterpret".into());
+    let m = build::model(
+        26,
+        vec![cast],
+        vec![typed_value("x", DataType::Float, &[2])],
+        vec![string_value("y", &[2])],
+        vec![],
+    );
+    check(&error_of(&m), &["node 'reinterpret' (BitCast)", "output 0 would be string"]);
+}
+
+#[test]
 fn strings_that_are_not_utf8_are_refused_naming_the_tensor_or_the_attribute() {
     let mut bad = texts(&["ok", "x"], "keys");
     bad.string_data[1] = b"caf\xe9".to_vec();

@@ -121,7 +121,7 @@ fn bad_descriptors_are_refused_naming_the_tensor_and_freed_once() {
         assert!(err.starts_with("DLPack tensor frame: ") && err.contains(want), "{err}");
         assert_eq!(freed.load(Ordering::SeqCst), 1, "{want}: refused, freed once");
     }
-    assert_eq!(DatumType::ALL.len(), 23);
+    assert_eq!(DatumType::ALL.len(), 24);
 }
 
 /// float8 crosses as DLPack's float8 codes, one byte each; the 4- and 2-bit types, which DLPack packs and stowage

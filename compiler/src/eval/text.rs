@@ -2,8 +2,9 @@
 //! from strings. Strings are handles into the process's string table (`stowage_runtime::strings`). The rules:
 //! 1. **Whole characters**: concatenation, case and splitting work on UTF-8 text, never on bytes; case follows
 //!    Unicode's default mapping (`str::to_lowercase`), whatever the model's `locale`.
-//! 2. **Full match**: `RegexFullMatch` anchors the model's pattern at both ends (`\A(?:pattern)\z`); the `regex`
-//!    crate reads RE2's syntax, which ONNX names, and runs in time linear in the text.
+//! 2. **Full match**: `RegexFullMatch` anchors the model's pattern at both ends (`\A(?:pattern)\z`), the pattern
+//!    read alone first; the `regex` crate reads RE2's syntax, which ONNX names, and runs in time linear in the text.
+//!    One difference from RE2: `\d`, `\w`, `\s` and `\b` are Unicode-aware here (`\w` takes `é`), ASCII in RE2.
 //! 3. **Lookup**: keys are compared as values (0.0 equals −0.0, every NaN equals NaN), strings by handle; the
 //!    first of equal keys wins.
 //! 4. **Split** as Python's `str.split`: no delimiter (or an empty one) splits on runs of whitespace and drops it at
@@ -39,6 +40,16 @@ pub enum TextError {
         /// The type cast to.
         to: DatumType,
     },
+    /// An output larger than one value may be (`StringSplit`'s padded parts), refused before it is made.
+    #[error("its output would be {shape:?} strings, {bytes} bytes of handles: more than the {limit}-byte limit on one value")]
+    TooLarge {
+        /// The output's shape.
+        shape: Vec<usize>,
+        /// Its bytes.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 type Result<T> = std::result::Result<T, TextError>;
@@ -66,8 +77,10 @@ pub fn equal(a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Result<Tensor<'st
     Ok(Tensor::from_vec(out, x.iter().zip(&y).map(|(p, q)| p == q).collect::<Vec<bool>>())?)
 }
 
-/// The regular expression `RegexFullMatch` runs for `pattern` (rule 2).
+/// The regular expression `RegexFullMatch` runs for `pattern` (rule 2). The pattern is read alone first, so that
+/// one that only reads as a whole inside the anchoring group (`a)|(b`) is refused rather than changed.
 pub fn full_pattern(pattern: &str) -> std::result::Result<Regex, regex::Error> {
+    Regex::new(pattern)?;
     Regex::new(&format!(r"\A(?:{pattern})\z"))
 }
 
@@ -138,31 +151,40 @@ impl Table {
     }
 }
 
-/// `StringSplit` of `x` (rule 4): the parts, padded, of shape `x.shape + [most parts]`, and each string's count.
+/// `StringSplit` of `x` (rule 4): the parts, padded, of shape `x.shape + [most parts]`, and each string's count. An
+/// output of more than `limit` bytes is refused before it is made.
 pub fn split(
     x: &Tensor<'_>,
     delimiter: Option<&str>,
     maxsplit: Option<usize>,
+    limit: usize,
 ) -> Result<(Tensor<'static>, Tensor<'static>)> {
-    let rows: Vec<Vec<&str>> = texts(x)?
-        .into_iter()
-        .map(|s| match delimiter.filter(|d| !d.is_empty()) {
+    let texts = texts(x)?;
+    let parts_of = |s: &'static str| -> Vec<&'static str> {
+        match delimiter.filter(|d| !d.is_empty()) {
             Some(d) => match maxsplit {
-                Some(m) => s.splitn(m + 1, d).collect(),
+                Some(m) => s.splitn(m.saturating_add(1), d).collect(),
                 None => s.split(d).collect(),
             },
             None => split_whitespace(s, maxsplit),
-        })
-        .collect();
-    let width = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let mut parts = Vec::with_capacity(rows.len() * width);
-    for row in &rows {
+        }
+    };
+    // The width first, counted without keeping the parts, so that the padded output is checked before it exists.
+    let counts: Vec<usize> = texts.iter().map(|s| parts_of(s).len()).collect();
+    let width = counts.iter().copied().max().unwrap_or(0);
+    let mut shape = x.shape().to_vec();
+    shape.push(width);
+    let bytes = texts.len().saturating_mul(width).saturating_mul(4);
+    if bytes > limit {
+        return Err(TextError::TooLarge { shape, bytes, limit });
+    }
+    let mut parts = Vec::with_capacity(texts.len() * width);
+    for s in &texts {
+        let row = parts_of(s);
         parts.extend(row.iter().map(|s| strings::intern(s)));
         parts.extend(std::iter::repeat_n(0, width - row.len()));
     }
-    let mut shape = x.shape().to_vec();
-    shape.push(width);
-    let counts: Vec<i64> = rows.iter().map(|r| r.len() as i64).collect();
+    let counts: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
     Ok((strings::tensor(&shape, &parts)?, Tensor::from_vec(x.shape(), counts)?))
 }
 
@@ -318,6 +340,7 @@ mod tests {
 
     #[test]
     fn a_full_match_is_anchored_at_both_ends() {
+        assert!(full_pattern("a)|(b").is_err());
         let re = full_pattern("a|ab").unwrap();
         let y = full_match(&re, &strs(&[3], &["ab", "abc", "xab"])).unwrap();
         assert_eq!(y.to_vec::<bool>().unwrap(), [true, false, false]);
@@ -335,10 +358,11 @@ mod tests {
     #[test]
     fn split_follows_python() {
         let x = strs(&[3], &["  a b  c ", "x,,y", ""]);
-        let (parts, counts) = split(&x, None, Some(1)).unwrap();
+        let (parts, counts) = split(&x, None, Some(1), 1 << 20).unwrap();
         assert_eq!(read(&parts), ["a", "b  c ", "x,,y", "", "", ""]);
         assert_eq!(counts.to_vec::<i64>().unwrap(), [2, 1, 0]);
-        let (parts, counts) = split(&x, Some(","), None).unwrap();
+        let (parts, counts) = split(&x, Some(","), None, 1 << 20).unwrap();
+        assert!(matches!(split(&x, Some(","), None, 35), Err(TextError::TooLarge { bytes: 36, .. })));
         assert_eq!(parts.shape(), [3, 3]);
         assert_eq!(read(&parts)[3..6], ["x", "", "y"]);
         assert_eq!(counts.to_vec::<i64>().unwrap(), [1, 3, 1]);

@@ -187,6 +187,12 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         }
         _ => shape_ops::infer(op, ins, outputs)?,
     };
+    // Strings come only from the ops that make them (Cast, the string ops) or move them (from a string input).
+    let makes_strings =
+        matches!(op, Op::Cast { .. } | Op::Text(_)) || inputs.iter().flatten().any(|f| f.ty.dt == DatumType::Str);
+    if let Some(k) = types.iter().position(|t| t.dt == DatumType::Str).filter(|_| !makes_strings) {
+        return invalid(format!("output {k} would be string, which {} does not make from these inputs", op.name()));
+    }
     for t in &types {
         match t.element_count() {
             Some(n) if n <= MAX_ELEMENTS => {}

@@ -616,7 +616,9 @@ pub fn value_inputs(model: &ModelProto) -> Vec<String> {
             continue;
         }
         // Stop words decide how many strings a StringNormalizer keeps (`text.rs`, rule 2).
-        if node.op_type() == "StringNormalizer" && Attrs(node).has("stopwords") {
+        if node.op_type() == "StringNormalizer"
+            && Attrs(node).strings("stopwords").is_ok_and(|w| w.is_some_and(|w| !w.is_empty()))
+        {
             stack.extend(node.input.first().map(String::as_str));
             continue;
         }

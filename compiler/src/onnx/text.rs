@@ -43,13 +43,11 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         "StringNormalizer" => normalizer(ex, &x),
         "StringSplit" => {
             let delimiter = a.string("delimiter").map_err(|e| ex.attr_err(e))?;
-            let maxsplit = match a.int("maxsplit").map_err(|e| ex.attr_err(e))? {
-                Some(m) if m < 0 => return Err(ex.attr_fail("maxsplit", format!("is {m}: it must be at least 0"))),
-                m => m.map(|m| m as usize),
-            };
+            // A negative maxsplit is no limit, as the reference's `np.char.split` reads it.
+            let maxsplit = a.int("maxsplit").map_err(|e| ex.attr_err(e))?.and_then(|m| usize::try_from(m).ok());
             let t = known(ex, &x)?;
-            let (parts, counts) =
-                crate::eval::text::split(&t, delimiter.as_deref(), maxsplit).map_err(|e| ex.fail(e.to_string()))?;
+            let (parts, counts) = crate::eval::text::split(&t, delimiter.as_deref(), maxsplit, ex.limit())
+                .map_err(|e| ex.fail(e.to_string()))?;
             Ok(vec![Some(ex.constant("parts", parts)), Some(ex.constant("counts", counts))])
         }
         other => Err(ex.fail(format!("'{other}' has no expansion"))),
@@ -149,8 +147,16 @@ pub(super) fn label_encoder(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, 
     let keys = match (keys.dt(), xt.dt) {
         (k, want) if k == want => keys,
         (k, want) if k != DatumType::Str && want != DatumType::Str => {
-            let v = consts::to_f64s(&keys).map_err(|e| ex.fail(e.to_string()))?;
-            consts::from_f64s(want, &[v.len()], &v).map_err(|e| ex.fail(e.to_string()))?
+            // Converted only when every key keeps its value (float keys 1.5 would match an integer 1 otherwise).
+            let fail = |e: stowage_runtime::RuntimeError| ex.fail(e.to_string());
+            let v = consts::to_f64s(&keys).map_err(fail)?;
+            let converted = consts::from_f64s(want, &[v.len()], &v).map_err(fail)?;
+            if consts::to_f64s(&converted).map_err(fail)? != v {
+                return Err(
+                    ex.attr_fail(kname, format!("holds {k} keys that are not all {want} values, the input's type"))
+                );
+            }
+            converted
         }
         (k, want) => return Err(ex.attr_fail(kname, format!("holds {k} keys, but the input is {want}"))),
     };

@@ -244,22 +244,29 @@ fn scan_8(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         return Err(ex.fail(format!("scan input '{}' is {first}: opset 8 scans [batch, steps, …]", given[1 + n])));
     }
     let (batch, steps) = (first.shape[0], first.shape[1]);
-    for name in &given[1..] {
+    if batch == 0 {
+        return Err(ex.fail(format!("scan input '{}' is {first}: a batch of 0 elements", given[1 + n])));
+    }
+    for (k, name) in given[1..].iter().enumerate() {
         let t = ex.ty(name)?;
         if t.shape.first() != Some(&batch) {
             return Err(
                 ex.fail(format!("'{name}' is {t}: every state and scan input has the batch axis ({batch}) first"))
             );
         }
+        if k >= n && t.shape.get(1) != Some(&steps) {
+            return Err(ex.fail(format!("scan input '{name}' is {t}: every scan input has {steps} steps along axis 1")));
+        }
     }
     if let Some(lens) = ex.optional(0) {
         let full = ex
             .value(&lens)
             .and_then(|t| crate::consts::to_i64s(t).ok())
-            .is_some_and(|v| v.iter().all(|&l| l == steps as i64));
+            .is_some_and(|v| v.len() == batch && v.iter().all(|&l| l == steps as i64));
         if !full {
             return Err(ex.fail(format!(
-                "sequence_lens '{lens}' is not {steps} for every batch element (known at import): shorter sequences are not supported"
+                "sequence_lens '{lens}' is not {steps} for each of the {batch} batch elements (known at import): \
+                 shorter sequences are not supported"
             )));
         }
     }
