@@ -88,16 +88,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
     }
     // The small types (float8, float4, int4, int2) have no arithmetic here: they are cast, quantized and dequantized
     // (as casts) and moved, and every other op refuses them by name.
-    let moves = matches!(
-        op,
-        Op::Cast { .. }
-            | Op::Identity
-            | Op::Reshape { .. }
-            | Op::Flatten { .. }
-            | Op::Squeeze
-            | Op::Unsqueeze
-            | Op::Shape { .. }
-    );
+    let moves = casts_or_reshapes(op);
     if !moves {
         for (input, fact) in inputs.iter().enumerate() {
             if let Some(f) = fact.filter(|f| f.ty.dt.is_small()) {
@@ -202,11 +193,10 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
     Ok(types)
 }
 
-/// Strings (handles into the string table, `stowage_runtime::strings`) go only where an op moves, selects or
-/// compares elements, or reads text: every other op refuses them by name.
-fn strings_allowed(op: &Op, inputs: &[Option<Fact<'_>>]) -> Result<(), InferError> {
-    use crate::ir::Binary;
-    let takes = matches!(
+/// `Cast`, and the ops that keep every element and only relabel the shape (and `Shape`, which reads none): what
+/// the small types and strings go through.
+fn casts_or_reshapes(op: &Op) -> bool {
+    matches!(
         op,
         Op::Cast { .. }
             | Op::Identity
@@ -215,19 +205,29 @@ fn strings_allowed(op: &Op, inputs: &[Option<Fact<'_>>]) -> Result<(), InferErro
             | Op::Squeeze
             | Op::Unsqueeze
             | Op::Shape { .. }
-            | Op::Transpose { .. }
-            | Op::Concat { .. }
-            | Op::Split { .. }
-            | Op::Slice
-            | Op::Gather { .. }
-            | Op::GatherElements { .. }
-            | Op::GatherNd { .. }
-            | Op::Expand
-            | Op::Tile
-            | Op::Where
-            | Op::Binary(Binary::Equal)
-            | Op::Text(_)
-    );
+    )
+}
+
+/// Strings (handles into the string table, `stowage_runtime::strings`) go only where an op moves, selects or
+/// compares elements, or reads text: every other op refuses them by name.
+fn strings_allowed(op: &Op, inputs: &[Option<Fact<'_>>]) -> Result<(), InferError> {
+    use crate::ir::Binary;
+    let takes = casts_or_reshapes(op)
+        || matches!(
+            op,
+            Op::Transpose { .. }
+                | Op::Concat { .. }
+                | Op::Split { .. }
+                | Op::Slice
+                | Op::Gather { .. }
+                | Op::GatherElements { .. }
+                | Op::GatherNd { .. }
+                | Op::Expand
+                | Op::Tile
+                | Op::Where
+                | Op::Binary(Binary::Equal)
+                | Op::Text(_)
+        );
     match inputs.iter().enumerate().find(|(_, f)| f.is_some_and(|f| f.ty.dt == DatumType::Str)) {
         Some((input, _)) if !takes => Err(InferError::DatumType {
             input,
