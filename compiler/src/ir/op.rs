@@ -800,7 +800,7 @@ impl Op {
     pub fn static_inputs(&self) -> &'static [usize] {
         match self {
             Op::Reshape { .. } | Op::Expand | Op::Tile | Op::Unsqueeze | Op::Squeeze | Op::Split { .. } => &[1],
-            Op::Reduce { .. } | Op::TopK { .. } => &[1],
+            Op::Reduce { .. } | Op::TopK { .. } | Op::Cumulative { .. } => &[1],
             Op::ConstantOfShape { .. } => &[0],
             Op::Range => &[0, 1, 2],
             Op::Slice => &[1, 2, 3, 4],

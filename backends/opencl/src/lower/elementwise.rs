@@ -138,3 +138,71 @@ pub(super) fn arg_max(
     });
     cx.unary_launch(cx.node.op.name(), k)
 }
+
+/// CumSum and CumProd along an axis known at compile time (a constant `axis` input): one work item per output
+/// element, summing (multiplying) its prefix along the axis (its suffix with `reverse`, itself left out with
+/// `exclusive`) in the order the CPU's kernel does, in double for f32/f64 data, float for f16/bf16.
+pub(super) fn cumulative(
+    b: &mut Builder<'_>,
+    cx: &NodeCx<'_>,
+    product: bool,
+    exclusive: bool,
+    reverse: bool,
+) -> Result<Lowered> {
+    let x = cx.input(0, "x")?;
+    let t = codegen::dt_storage(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    if x.dt == DatumType::Bool {
+        return Err(cx.unsupported("bool data"));
+    }
+    let axis = cx
+        .node
+        .inputs
+        .get(1)
+        .copied()
+        .flatten()
+        .and_then(|v| cx.graph.const_value(v))
+        .and_then(|t| stowage_compiler::consts::to_i64s(t).ok())
+        .and_then(|v| v.first().copied())
+        .ok_or_else(|| cx.unsupported("an axis known only at run time"))?;
+    let rank = x.shape.len() as i64;
+    if !(-rank..rank).contains(&axis) {
+        return Err(cx.unsupported(format!("axis {axis} of {:?}", x.shape)));
+    }
+    let axis = if axis < 0 { axis + rank } else { axis } as usize;
+    let (n, inner) = (x.shape[axis], x.shape[axis + 1..].iter().product::<usize>());
+    let half = matches!(x.dt, DatumType::F16 | DatumType::BF16);
+    let float = half || matches!(x.dt, DatumType::F32 | DatumType::F64);
+    let acc_t = if half {
+        "float"
+    } else if float {
+        "double"
+    } else {
+        t
+    };
+    b.fp64 |= float && !half;
+    let (init, op) = if product { ("1", "*") } else { ("0", "+") };
+    let (lo, hi) = match (reverse, exclusive) {
+        (false, false) => ("0", "a + 1"),
+        (false, true) => ("0", "a"),
+        (true, false) => ("a", "n"),
+        (true, true) => ("a + 1", "n"),
+    };
+    // The CPU runs a reverse scan from the end: the same order here.
+    let walk = if reverse {
+        format!("for (size_t j = {hi}; j-- > {lo};)")
+    } else {
+        format!("for (size_t j = {lo}; j < {hi}; ++j)")
+    };
+    let xt = if half { "float" } else { t };
+    let k = b.kernel(|name| {
+        let pt = codegen::param_type(t);
+        let load = codegen::load(t, "X", "base + j * inner");
+        let store = codegen::store(t, "Y", "g", "acc");
+        format!(
+            "__kernel void {name}(__global const {pt}* restrict X, __global {pt}* restrict Y) {{\n  const size_t \
+             g = get_global_id(0), n = {n}, inner = {inner};\n  const size_t a = (g / inner) % n, base = g - a * inner;\n  \
+             {acc_t} acc = {init};\n  {walk} {{ const {xt} x = {load}; acc = acc {op} x; }}\n  {store}\n}}\n"
+        )
+    });
+    cx.unary_launch(cx.node.op.name(), k)
+}

@@ -479,6 +479,9 @@ fn by_family(b: &mut Builder<'_>, cx: &NodeCx<'_>) -> Result<Lowered> {
         }
         Op::Reduce { kind, noop_with_empty_axes, .. } => elementwise::reduce(b, cx, *kind, *noop_with_empty_axes),
         Op::ArgMax { axis, select_last_index, min, .. } => elementwise::arg_max(b, cx, *axis, *select_last_index, *min),
+        Op::Cumulative { product, exclusive, reverse } => {
+            elementwise::cumulative(b, cx, *product, *exclusive, *reverse)
+        }
         other => Err(cx.unsupported(format!("{} has no kernel on this target yet", other.name()))),
     }
 }
