@@ -4,10 +4,13 @@
 //! Per direction, the kernel keeps the pre-activations of every time step in one buffer `g`, a row of
 //! `4·hidden` per column of `X` (row `t·batch + b`):
 //! 1. `g` starts as the bias `Wb + Rb` of each gate, then takes the input product `X · Wᵀ` for the whole
-//!    sequence at once (one product, [`gemm_strided`]) when `X` has [`PRODUCT_COLUMNS`] columns or more; with
+//!    sequence at once (one product, [`gemm_strided`]) when `X` has [`PRODUCT_COLUMNS`] columns or more, or two
+//!    or more and `W` is larger than [`STREAMED_BYTES`] (each step reading it again costs more than the product
+//!    saves: ddddocr's 4 MB per direction, 20 steps); with
 //!    fewer, each step adds its own column's product in step 2 instead, and `g` is one row.
-//! 2. Each time step adds `h · Rᵀ` to its row ([`add_product`]): `Rᵀ` (`hidden × 4·hidden`, transposed at
-//!    preparation) streamed once, the row's sums in registers, in the widest vectors the CPU has.
+//! 2. Each time step adds `h · Rᵀ` to its row ([`add_blocked`]): `Rᵀ` (`hidden × 4·hidden`, transposed and laid
+//!    out in column blocks at preparation, [`blocked`]) streamed once, in order, the row's sums in registers, in the
+//!    widest vectors the CPU has.
 //! 3. The row is activated a gate at a time and updates `c` and `h` in the ONNX equations (gate order
 //!    `i, o, f, c`; peepholes `i, o, f`; `clip` on every pre-activation; `input_forget`).
 //! 4. With `sequence_lens`, a batch element past its length keeps its state and writes zeros to `Y`; a reverse
@@ -29,11 +32,15 @@ const BLOCK: usize = 64;
 /// blocked kernels); below, each step adds its column's product with the recurrent one.
 const PRODUCT_COLUMNS: usize = 64;
 
+/// Bytes of `Wᵀ` past which it would stream from beyond the core's L2 at every step: then any sequence of two
+/// columns or more takes the one product.
+const STREAMED_BYTES: usize = 1 << 20;
+
 /// One direction of a layer, prepared from its slices of `W`, `R`, `B` and `P`.
 pub struct Direction {
     /// `Wᵀ`: `input × 4·hidden`.
     wt: Vec<f32>,
-    /// `Rᵀ`: `hidden × 4·hidden`.
+    /// `Rᵀ` (`hidden × 4·hidden`) in column blocks ([`blocked`]): each step streams it once, in order.
     rt: Vec<f32>,
     /// `Wb + Rb`, one per gate row.
     bias: Vec<f32>,
@@ -75,7 +82,7 @@ impl Direction {
             let m = &m[d * g * k..(d + 1) * g * k];
             (0..k).flat_map(|l| (0..g).map(move |row| m[row * k + l])).collect()
         };
-        let rt = transposed(r, hidden);
+        let rt = blocked(&transposed(r, hidden), hidden);
         Direction {
             wt: transposed(w, input),
             rt,
@@ -162,7 +169,8 @@ pub fn lstm(
         }
     };
     // Many columns: the input product as one product for the sequence; few: column by column inside each step.
-    let whole_product = cols >= PRODUCT_COLUMNS;
+    let whole_product =
+        cols >= PRODUCT_COLUMNS || (cols >= 2 && dirs.first().is_some_and(|d| 4 * d.wt.len() > STREAMED_BYTES));
     let mut gates = vec![0f32; if whole_product { cols * g } else { g }];
     let (mut h, mut c) = (vec![0f32; batch * hidden], vec![0f32; batch * hidden]);
     for (d, dir) in dirs.iter().enumerate() {
@@ -256,7 +264,7 @@ fn step_body<const FMA: bool>(
         add_product::<FMA>(row, x, &dir.wt);
     }
     // All of h is read before it changes.
-    add_product::<FMA>(row, h, &dir.rt);
+    add_blocked::<FMA>(row, h, &dir.rt);
     let [f, gc, hc] = dir.acts;
     let (i_pre, rest) = row.split_at_mut(n);
     let (o_pre, rest) = rest.split_at_mut(n);
@@ -329,6 +337,52 @@ fn add_product<const FMA: bool>(row: &mut [f32], v: &[f32], m: &[f32]) {
     }
 }
 
+/// `m` (`k` rows of `g` columns, row-major) in column blocks of [`BLOCK`]: block `b` holds its `k` rows of
+/// [`BLOCK`] columns one after another, then the last `g mod BLOCK` columns of every row. [`add_blocked`] reads
+/// each block as one contiguous stream, where the rows' layout jumps `4·g` bytes per row (a page per row for a
+/// hidden size of 256 or more, which the prefetcher does not follow: ddddocr's LSTM ran at half onnxruntime's
+/// speed).
+fn blocked(m: &[f32], k: usize) -> Vec<f32> {
+    let g = m.len().checked_div(k).unwrap_or(0);
+    let whole = g - g % BLOCK;
+    let mut out = Vec::with_capacity(m.len());
+    for at in (0..whole).step_by(BLOCK) {
+        for l in 0..k {
+            out.extend_from_slice(&m[l * g + at..][..BLOCK]);
+        }
+    }
+    for l in 0..k {
+        out.extend_from_slice(&m[l * g + whole..(l + 1) * g]);
+    }
+    out
+}
+
+/// [`add_product`] for `m` laid out by [`blocked`].
+#[inline(always)]
+fn add_blocked<const FMA: bool>(row: &mut [f32], v: &[f32], m: &[f32]) {
+    let (g, k) = (row.len(), v.len());
+    assert_eq!(m.len(), k * g, "recurrent product: operand");
+    let whole = g - g % BLOCK;
+    for (at, block) in (0..whole).step_by(BLOCK).zip(m.chunks_exact(k * BLOCK)) {
+        let mut acc = [0f32; BLOCK];
+        acc.copy_from_slice(&row[at..at + BLOCK]);
+        for (&vl, m) in v.iter().zip(block.chunks_exact(BLOCK)) {
+            for u in 0..BLOCK {
+                acc[u] = if FMA { vl.mul_add(m[u], acc[u]) } else { acc[u] + vl * m[u] };
+            }
+        }
+        row[at..at + BLOCK].copy_from_slice(&acc);
+    }
+    let tail = g - whole;
+    if tail > 0 {
+        for (&vl, m) in v.iter().zip(m[whole * k..].chunks_exact(tail)) {
+            for (r, &mv) in row[whole..].iter_mut().zip(m) {
+                *r += vl * mv;
+            }
+        }
+    }
+}
+
 /// `act` on every element of `xs`, the match taken once per gate.
 #[inline(always)]
 fn activate(act: Activation, xs: &mut [f32]) {
@@ -390,7 +444,11 @@ mod tests {
     }
 
     fn check(batch: usize, hidden: usize, reverse: bool, lens: Option<Vec<usize>>) {
-        let (steps, input) = (5, 7);
+        check_input(batch, hidden, 7, reverse, lens);
+    }
+
+    fn check_input(batch: usize, hidden: usize, input: usize, reverse: bool, lens: Option<Vec<usize>>) {
+        let steps = 5;
         let shape = Shape { steps, batch, input, hidden, batch_major: false, clip: None, input_forget: false };
         let (w, r, b) = (values(4 * hidden * input, 1), values(4 * hidden * hidden, 2), values(8 * hidden, 3));
         let x = values(steps * batch * input, 4);
@@ -422,5 +480,16 @@ mod tests {
         check(3, 16, false, None);
         check(3, 16, false, Some(vec![5, 2, 0]));
         check(3, 4, true, Some(vec![1, 5, 3]));
+    }
+
+    /// `Rᵀ` of 80 gate rows: one block of 64 and a tail of 16. An input of 1100 makes `Wᵀ` larger than
+    /// `STREAMED_BYTES`: its product is one product over the sequence's 5 columns.
+    #[test]
+    fn blocks_with_a_tail_and_large_inputs_in_one_product() {
+        check(2, 20, false, Some(vec![5, 3]));
+        check(1, 20, true, None);
+        const { assert!(4 * 4 * 64 * 1100 > STREAMED_BYTES) };
+        check_input(1, 64, 1100, false, None);
+        check_input(2, 64, 1100, true, Some(vec![4, 5]));
     }
 }
