@@ -306,13 +306,17 @@ fn blocked(
     let kc_max = KC.min(k);
     // With unit column stride B is read in place, edge panels through masked loads: no packing pass over B.
     let direct = b_cs == 1;
-    let mut bpack = if direct { Vec::new() } else { vec![0f32; kc_max * NC.min(n.div_ceil(NR) * NR)] };
     let strided = matches!(lhs, Lhs::Strided { .. });
     let mut apack = if strided { vec![0f32; MC.min(m.div_ceil(MR) * MR) * kc_max] } else { Vec::new() };
     // With packed weights larger than a right operand that fits in L2 (few columns: a classifier, a recurrent
     // layer's input weights), each block of rows runs all of K before the next, so the weights stream once, in
     // the order they are stored; otherwise each block of K is packed once and runs over every block of rows.
     let rows_outer = matches!(lhs, Lhs::Packed { .. }) && m > n && k * n * std::mem::size_of::<f32>() <= B_IN_L2;
+    // A packed B holds one block of K, or, with rows outer, every block (packed once, not once per block of rows:
+    // a classifier's transposed input was gathered again for each of its 86 blocks of rows).
+    let blocks_held = if rows_outer { k.div_ceil(KC) } else { 1 };
+    let block_len = kc_max * NC.min(n.div_ceil(NR) * NR);
+    let mut bpack = if direct { Vec::new() } else { vec![0f32; blocks_held * block_len] };
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         let panels_n = nc.div_ceil(NR);
@@ -322,7 +326,8 @@ fn blocked(
         } else {
             pcs.flat_map(|pc| ics.clone().map(move |ic| (pc, ic))).collect()
         };
-        let mut packed_pc = None;
+        // Which block of K each held block of B holds.
+        let mut packed_pc = vec![None; blocks_held];
         for (pc, ic) in order {
             let kc = KC.min(k - pc);
             let accumulate = read_dst || pc > 0;
@@ -330,10 +335,12 @@ fn blocked(
                 bias: epilogue.bias.filter(|_| !accumulate).map(|b| b[row..].as_ptr()),
                 act: if pc + kc == k { epilogue.act } else { Act::None },
             };
-            if !direct && packed_pc != Some(pc) {
-                packed_pc = Some(pc);
+            let held = if rows_outer { pc / KC } else { 0 };
+            if !direct && packed_pc[held] != Some(pc) {
+                packed_pc[held] = Some(pc);
+                let bblock = &mut bpack[held * block_len..(held + 1) * block_len];
                 for p in 0..panels_n {
-                    let panel = &mut bpack[p * kc * NR..(p + 1) * kc * NR];
+                    let panel = &mut bblock[p * kc * NR..(p + 1) * kc * NR];
                     let c0 = jc + p * NR;
                     let cols = NR.min(n - c0);
                     for (l, dst) in panel.chunks_exact_mut(NR).enumerate() {
@@ -363,7 +370,7 @@ fn blocked(
                     let start = pc * b_rs + jc + p * NR;
                     (&b[start..start + (kc - 1) * b_rs + cols], b_rs)
                 } else {
-                    (&bpack[p * kc * NR..(p + 1) * kc * NR], NR)
+                    (&bpack[held * block_len + p * kc * NR..][..kc * NR], NR)
                 };
                 for q in 0..panels_m {
                     let ap = match lhs {
@@ -579,6 +586,27 @@ mod tests {
         super::super::gemm::gemm_strided(m, n, k, &mut c, n, false, 0.0, &a, k, 1, &b, n, 1, 1.0, 2);
         for (i, (&got, &w)) in c.iter().zip(&naive(m, n, k, &a, &b, false)).enumerate() {
             assert!((got - w).abs() <= 1e-4 * w.abs().max(1.0), "two threads [{i}]: {got} vs {w}");
+        }
+    }
+
+    /// Packed weights of many rows against a transposed right operand of few columns (a classifier): rows run
+    /// outermost, and B's three blocks of K are packed once each and read by every block of rows.
+    #[test]
+    fn packed_rows_outer_over_blocks_of_k() {
+        // Packed operands exist only where AVX-512F runs: not under valgrind (scripts/valgrind-runtime), which
+        // hides it; CI's machines have it.
+        if !super::available() {
+            return;
+        }
+        let (m, n, k) = (200, 20, 2 * super::KC + 37);
+        assert!(m > n && k * n * 4 <= super::B_IN_L2);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+        let packed = super::PackedA::new(m, k, &a, (k, 1));
+        let mut c = vec![0f32; m * n];
+        super::super::gemm::gemm_packed(&packed, n, &mut c, n, false, &b, 1, k, 1, super::Epilogue::default());
+        for (i, (&got, &w)) in c.iter().zip(&naive(m, n, k, &a, &b, true)).enumerate() {
+            assert!((got - w).abs() <= 1e-4 * w.abs().max(1.0), "[{i}]: {got} vs {w}");
         }
     }
 }
