@@ -18,7 +18,8 @@
 //! 3. **Then the faster, for good.** After the trials every run takes the way whose fastest trial was faster,
 //!    decided once and kept for the program's life: the caller's thread only when its fastest trial beat the
 //!    pool's by [`MARGIN`], else the pool (also when a way has no recorded trial). Fastest, not median: a trial is
-//!    only ever slowed by the machine.
+//!    only ever slowed by the machine. `STOWAGE_CPU_WAY=pool` or `caller` skips the trials and forces that way
+//!    on every run, for measuring.
 //! 4. **The same bytes either way.** Kernels split their work by bands of the output, never one sum across
 //!    threads, so a run computes the same outputs on one thread as on several: the choice changes only the time.
 //! 5. **Concurrent runs.** Runs of one program at once each take their own trial number (an atomic count), so no
@@ -50,6 +51,16 @@ pub(crate) enum Way {
     Caller,
 }
 
+/// The way `STOWAGE_CPU_WAY=pool` or `caller` forces on every run, for measuring both (read once).
+fn forced() -> Option<Way> {
+    static FORCED: OnceLock<Option<Way>> = OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var("STOWAGE_CPU_WAY").as_deref() {
+        Ok("pool") => Some(Way::Pool),
+        Ok("caller") => Some(Way::Caller),
+        _ => None,
+    })
+}
+
 /// One program's trials and, once made, its choice.
 #[derive(Debug, Default)]
 pub(crate) struct Choice {
@@ -63,6 +74,9 @@ pub(crate) struct Choice {
 impl Choice {
     /// The way the next run takes, and whether it is a trial whose time is to be recorded (rules 2, 3 and 5).
     pub(crate) fn next(&self) -> (Way, bool) {
+        if let Some(way) = forced() {
+            return (way, false);
+        }
         if let Some(way) = self.decided.get() {
             return (*way, false);
         }
