@@ -757,6 +757,35 @@ mod tests {
         assert!(super::super::layouts::accepts(&Op::MatMul, &[2, 2]).layouts.len() == 3);
     }
 
+    /// `inline.rs` rule 4: a program on two threads gives the bytes of the same program on one thread, whether a
+    /// run takes its pool or the caller's thread: its six trials (three each way, rule 2) and the runs after.
+    #[test]
+    fn runs_give_the_same_bytes_in_the_pool_and_on_the_callers_thread() {
+        let (m, k, n) = (200, 300, 150);
+        let mut g = Graph::new("mm");
+        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![m, k]));
+        let b = g.add_input("b", ValueType::new(DatumType::F32, vec![k, n]));
+        let mm = g.add_node(
+            "mm",
+            Op::MatMul,
+            vec![Some(a), Some(b)],
+            vec![Some(("y".into(), ValueType::new(DatumType::F32, vec![m, n])))],
+        );
+        let y = out(&g, mm);
+        g.add_output("y", y);
+        let av: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
+        let bv: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+        let inputs = || vec![Tensor::from_slice(&[m, k], &av).unwrap(), Tensor::from_slice(&[k, n], &bv).unwrap()];
+        let one = super::lower(&g, 1).expect("lowers").run(inputs()).expect("runs");
+        let want = one.outputs[0].to_vec::<f32>().unwrap();
+        let two = super::lower(&g, 2).expect("lowers");
+        for run in 0..super::super::inline::TRIALS + 2 {
+            let got = two.run(inputs()).expect("runs").outputs[0].to_vec::<f32>().unwrap();
+            assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "run {run}: other bytes");
+        }
+        assert!(two.way.kept().is_some(), "the trials are over and a way is kept");
+    }
+
     #[test]
     fn a_camera_frame_is_cast_and_normalised_in_one_generated_step() {
         // u8 [1, 4, 6, 3] → Cast f32 → Sub 127.5 → Div 255 per channel → Transpose to NCHW.
