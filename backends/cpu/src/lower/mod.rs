@@ -715,6 +715,22 @@ mod tests {
         g.node(n).outputs[0].expect("an output")
     }
 
+    /// `y = a · b`, `a` of `m × k` and `b` of `k × n`, both graph inputs.
+    fn matmul(m: usize, k: usize, n: usize) -> Graph {
+        let mut g = Graph::new("mm");
+        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![m, k]));
+        let b = g.add_input("b", ValueType::new(DatumType::F32, vec![k, n]));
+        let mm = g.add_node(
+            "mm",
+            Op::MatMul,
+            vec![Some(a), Some(b)],
+            vec![Some(("y".into(), ValueType::new(DatumType::F32, vec![m, n])))],
+        );
+        let y = out(&g, mm);
+        g.add_output("y", y);
+        g
+    }
+
     /// A tensor of `values` (given in row-major index order) stored in `layout`.
     fn laid_out(shape: [usize; 2], values: &[f32], layout: Layout) -> Tensor<'static> {
         let span = layout.span_bytes(DatumType::F32, &shape).expect("span");
@@ -732,17 +748,7 @@ mod tests {
     #[test]
     fn a_matmul_reads_padded_and_column_major_operands_in_place() {
         let (m, k, n) = (13, 7, 5);
-        let mut g = Graph::new("mm");
-        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![m, k]));
-        let b = g.add_input("b", ValueType::new(DatumType::F32, vec![k, n]));
-        let mm = g.add_node(
-            "mm",
-            Op::MatMul,
-            vec![Some(a), Some(b)],
-            vec![Some(("y".into(), ValueType::new(DatumType::F32, vec![m, n])))],
-        );
-        let y = out(&g, mm);
-        g.add_output("y", y);
+        let g = matmul(m, k, n);
         let program = super::lower(&g, 1).expect("lowers");
         let av: Vec<f32> = (0..m * k).map(|i| (i % 11) as f32 - 5.0).collect();
         let bv: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.5).collect();
@@ -762,17 +768,7 @@ mod tests {
     #[test]
     fn runs_give_the_same_bytes_in_the_pool_and_on_the_callers_thread() {
         let (m, k, n) = (200, 300, 150);
-        let mut g = Graph::new("mm");
-        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![m, k]));
-        let b = g.add_input("b", ValueType::new(DatumType::F32, vec![k, n]));
-        let mm = g.add_node(
-            "mm",
-            Op::MatMul,
-            vec![Some(a), Some(b)],
-            vec![Some(("y".into(), ValueType::new(DatumType::F32, vec![m, n])))],
-        );
-        let y = out(&g, mm);
-        g.add_output("y", y);
+        let g = matmul(m, k, n);
         let av: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0).collect();
         let bv: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
         let inputs = || vec![Tensor::from_slice(&[m, k], &av).unwrap(), Tensor::from_slice(&[k, n], &bv).unwrap()];
