@@ -14,10 +14,10 @@
 //! 2. **Trials first, the pool's first.** A program on several threads takes its first [`TRIALS`] runs in two
 //!    blocks: half in the pool, then half on the caller's thread with one thread, so that a program run once
 //!    behaves as it did before this module. Blocks, not alternation: a pool trial after a caller trial longer than
-//!    the spinners' [`crate::warm::IDLE`] found its workers asleep and paid their wake-up in its first parallel
-//!    step, so alternating trials kept the caller's thread for SqueezeNet at two threads (6.9 ms a run) where the
-//!    pool takes 5.1. Each trial's whole run is timed ([`Choice::next`], [`Choice::record`]); a run that fails is
-//!    not recorded.
+//!    the spinners' [`crate::warm::IDLE`] finds its workers asleep and pays their wake-up in its first parallel
+//!    step. SqueezeNet at two threads takes 5.1 ms a run in the pool and 7.0 on the caller's thread; over 16
+//!    processes of 12 runs each, alternating trials kept the caller's thread 7 times, blocks twice (2026-12-06).
+//!    Each trial's whole run is timed ([`Choice::next`], [`Choice::record`]); a run that fails is not recorded.
 //! 3. **Then the faster, for good.** After the trials every run takes the way whose fastest trial was faster,
 //!    decided once and kept for the program's life: the caller's thread only when its fastest trial beat the
 //!    pool's by [`MARGIN`], else the pool (also when a way has no recorded trial). Fastest, not median: a trial is
