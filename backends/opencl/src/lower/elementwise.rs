@@ -63,7 +63,7 @@ pub(super) fn reduce(
     noop_with_empty_axes: bool,
 ) -> Result<Lowered> {
     let x = cx.input(0, "input")?;
-    let t = codegen::dt_storage(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    let t = cx.storage(x.dt)?;
     let out_t = codegen::dt_storage(cx.out_ty.dt).ok_or_else(|| cx.unsupported(format!("{} data", cx.out_ty.dt)))?;
     let axes = match cx.ins.get(1).copied().flatten() {
         Some(_) => {
@@ -117,7 +117,7 @@ pub(super) fn arg_max(
     min: bool,
 ) -> Result<Lowered> {
     let x = cx.input(0, "input")?;
-    let t = codegen::dt_storage(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    let t = cx.storage(x.dt)?;
     let best_t = if matches!(t, "half" | "bf16") { "float" } else { t };
     let axis = axis as usize;
     let reduced: Vec<bool> = (0..x.shape.len()).map(|a| a == axis).collect();
@@ -150,7 +150,7 @@ pub(super) fn cumulative(
     reverse: bool,
 ) -> Result<Lowered> {
     let x = cx.input(0, "x")?;
-    let t = codegen::dt_storage(x.dt).ok_or_else(|| cx.unsupported(format!("{} data", x.dt)))?;
+    let t = cx.storage(x.dt)?;
     if x.dt == DatumType::Bool {
         return Err(cx.unsupported("bool data"));
     }

@@ -64,6 +64,11 @@ impl NodeCx<'_> {
         ArgRef::Slot(self.out)
     }
 
+    /// The OpenCL storage type of `dt`'s elements, or a refusal naming the type.
+    pub fn storage(&self, dt: DatumType) -> Result<&'static str> {
+        codegen::dt_storage(dt).ok_or_else(|| self.unsupported(format!("{dt} data")))
+    }
+
     /// The storage type of a product's or softmax's data: they read f16 and bf16 as float and sum in float; f64
     /// would need its own kernels.
     pub fn float_storage(&self, dt: DatumType) -> Result<&'static str> {
