@@ -1,4 +1,5 @@
-//! Compiles the model suite's SqueezeNet for the CPU, and its MLP for OpenCL, into typed modules.
+//! Compiles the model suite's SqueezeNet for the CPU, its MLP for OpenCL, and a run-time model compiled in stages
+//! for the CPU, into typed modules.
 
 use std::path::PathBuf;
 
@@ -16,6 +17,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     build.clone().target("cpu").module_name("squeezenet").compile(&squeezenet)?;
     // On a unified device the MLP's input is imported in place when it is page-aligned: its `run` takes an
     // `Aligned` buffer, or plain memory at the cost of one counted copy.
-    build.target("opencl").module_name("mlp_opencl").compile(&mlp)?;
+    build.clone().target("opencl").module_name("mlp_opencl").compile(&mlp)?;
+    // A detector's tail whose NonMaxSuppression keeps as many boxes as the data says: the part before it is built
+    // ahead of time, the rest compiles when a run reaches it (docs/building.md, "Models compiled in stages").
+    let detections = models.join("../run-time-models/nms_after_softmax/model.onnx");
+    if !detections.exists() {
+        return Err(
+            format!("{} is missing: run scripts/test (it writes the run-time models)", detections.display()).into()
+        );
+    }
+    build.target("cpu").module_name("detections").compile(&detections)?;
     Ok(())
 }

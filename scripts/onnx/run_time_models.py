@@ -2,7 +2,8 @@
 """Writes the run-time-shape suite: small models in which a node needs a value that is computed from the inputs
 (a `NonZero` or `Compress` of a product's result, `NonMaxSuppression` after a classifier's softmax, a `TopK` whose K
 is counted from the data, a `Loop` whose trip count is, `Unique` of an `ArgMax`, an `If` whose branches make
-different shapes or whose branch not taken would fail, a `ConstantOfShape` of computed sizes), so that stowage compiles them in stages (`compiler/driver/src/stages.rs`). Each has seeded
+different shapes or whose branch not taken would fail, a `ConstantOfShape` of computed sizes, a `SplitToSequence`
+of computed lengths), so that stowage compiles them in stages (`compiler/driver/src/stages.rs`). Each has seeded
 inputs and onnxruntime's outputs, in the node-test layout: OUT/<name>/model.onnx and
 OUT/<name>/test_data_set_0/{input_N,output_N}.pb; OUT/manifest.json lists them in the real-model suite's format.
 
@@ -266,6 +267,47 @@ def loop_rows():
     return m, {"x": RNG.uniform(0, 2, (5, 3)).astype(np.float32)}
 
 
+def seq_chunks():
+    """Chunks of a vector as long as its positive entries are many, plus one: a sequence whose length is counted
+    from the data, written out whole, counted and joined back."""
+    nodes = [
+        helper.make_node("Greater", ["x", "zero"], ["pos"]),
+        helper.make_node("Cast", ["pos"], ["pos_i"], to=I64),
+        helper.make_node("ReduceSum", ["pos_i"], ["count"], keepdims=0),
+        helper.make_node("Add", ["count", "one"], ["size"]),
+        helper.make_node("SplitToSequence", ["x", "size"], ["chunks"], name="chunk", axis=0),
+        helper.make_node("SequenceLength", ["chunks"], ["n"]),
+        helper.make_node("ConcatFromSequence", ["chunks"], ["joined"], axis=0),
+        helper.make_node("Mul", ["joined", "two"], ["y"]),
+    ]
+    inits = [init("zero", np.float32(0)), init("one", np.int64(1)), init("two", np.float32(2))]
+    outs = [helper.make_tensor_sequence_value_info("chunks", F, None), vi("n", I64, []), vi("y", F, [12])]
+    m = model("seq_chunks", nodes, [vi("x", F, [12])], outs, inits)
+    return m, {"x": RNG.standard_normal(12).astype(np.float32)}
+
+
+def seq_split_lengths():
+    """A vector split in two, as many entries in the second item as the vector has negative ones: items whose
+    lengths come from the data, each read back from the sequence."""
+    nodes = [
+        helper.make_node("Less", ["x", "zero"], ["neg"]),
+        helper.make_node("Cast", ["neg"], ["neg_i"], to=I64),
+        helper.make_node("ReduceSum", ["neg_i"], ["count"], keepdims=1),
+        helper.make_node("Sub", ["ten", "count"], ["head"]),
+        helper.make_node("Concat", ["head", "count"], ["lengths"], axis=0),
+        helper.make_node("SplitToSequence", ["x", "lengths"], ["pieces"], name="split", axis=0),
+        helper.make_node("SequenceAt", ["pieces", "zero_i"], ["first"]),
+        helper.make_node("SequenceAt", ["pieces", "one_i"], ["second"]),
+        helper.make_node("ReduceSum", ["first"], ["first_sum"], keepdims=0),
+        helper.make_node("Relu", ["second"], ["second_relu"]),
+    ]
+    inits = [init("zero", np.float32(0)), init("ten", np.array([10], np.int64)),
+             init("zero_i", np.int64(0)), init("one_i", np.int64(1))]
+    outs = [vi("first_sum", F, []), vi("second_relu", F, ["m"])]
+    m = model("seq_split_lengths", nodes, [vi("x", F, [10])], outs, inits)
+    return m, {"x": RNG.standard_normal(10).astype(np.float32)}
+
+
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "run-time-models"
     if out.exists():
@@ -274,7 +316,7 @@ def main():
     manifest = []
     for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
                  compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather, loop_until, loop_long,
-                 loop_rows]:
+                 loop_rows, seq_chunks, seq_split_lengths]:
         onx, feeds = make()
         name = onx.graph.name
         d = out / name
@@ -286,8 +328,11 @@ def main():
             (d / "test_data_set_0" / f"input_{k}.pb").write_bytes(
                 numpy_helper.from_array(feeds[n], n).SerializeToString())
         for k, value in enumerate(session.run(None, feeds)):
-            (d / "test_data_set_0" / f"output_{k}.pb").write_bytes(
-                numpy_helper.from_array(np.asarray(value), session.get_outputs()[k].name).SerializeToString())
+            oname = session.get_outputs()[k].name
+            # A sequence output is written as ONNX writes one: a SequenceProto of its tensors.
+            proto = (numpy_helper.from_list([np.asarray(v) for v in value], oname) if isinstance(value, list)
+                     else numpy_helper.from_array(np.asarray(value), oname))
+            (d / "test_data_set_0" / f"output_{k}.pb").write_bytes(proto.SerializeToString())
         ops = sorted({n.op_type for n in onx.graph.node})
         manifest.append({"name": name, "kind": "hand-built", "dataset": "", "ops": ops, "inputs": names, "ci": True})
         print(f"{name:<24} {' '.join(ops)}")

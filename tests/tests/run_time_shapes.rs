@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use stowage_cli::session::{self, Outcome, RunOptions};
 use stowage_compiler::onnx;
+use stowage_compiler::onnx::structure::Structure;
 use stowage_runtime::Tensor;
 
 fn suite() -> PathBuf {
@@ -57,7 +58,7 @@ fn every_run_time_model_matches_onnxruntime_on_the_cpu() {
         "run-time-models",
         "run_time_models.py",
         "cpu",
-        12,
+        14,
     );
 }
 
@@ -68,7 +69,7 @@ fn every_run_time_model_matches_onnxruntime_on_opencl_and_cpu() {
         "run-time-models",
         "run_time_models.py",
         "opencl,cpu",
-        12,
+        14,
     );
 }
 
@@ -186,4 +187,26 @@ fn an_iterated_loop_takes_its_input_fixed_by_input_value() {
     assert!(outcome.cuts[0].contains("8 iterations"), "{:?}", outcome.cuts);
     let want = onnx::read_tensor(data.join("output_1.pb")).unwrap();
     stowage_tests::compare(&outcome.outputs[1].1, &want, 1e-5, 1e-6).unwrap();
+}
+
+#[test]
+fn a_sequence_whose_length_comes_from_the_data_crosses_the_cut() {
+    // Chunks as long as the positive entries are many, plus one: three chunks of 4, twelve of 1, one of 12. The
+    // sequence the node part makes is read by the part after it (its length and the items joined back) and is a
+    // model output, written whole.
+    let model = suite().join("seq_chunks").join("model.onnx");
+    for (positives, items) in [(3, 3), (0, 12), (11, 1)] {
+        let x: Vec<f32> = (0..12).map(|i| if i < positives { 1.0 + i as f32 } else { -1.0 - i as f32 }).collect();
+        let input = Tensor::from_vec(&[12], x.clone()).unwrap();
+        let outcome = session::run(&model, vec![("x".into(), input)], &stowage_cli::run_options()).unwrap();
+        let values = outcome.values().unwrap();
+        let Structure::Sequence { items: chunks, .. } = &values[0].1 else { panic!("{:?}", values[0]) };
+        assert_eq!(chunks.len(), items, "{positives} positive entries");
+        let joined: Vec<f32> = chunks.iter().flat_map(|t| t.to_vec::<f32>().unwrap()).collect();
+        assert_eq!(joined, x);
+        let Structure::Tensor(n) = &values[1].1 else { panic!("{:?}", values[1]) };
+        assert_eq!(n.to_vec::<i64>().unwrap(), vec![items as i64]);
+        let Structure::Tensor(y) = &values[2].1 else { panic!("{:?}", values[2]) };
+        assert_eq!(y.to_vec::<f32>().unwrap(), x.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+    }
 }

@@ -60,6 +60,19 @@ pub struct Built {
     /// The kernels linked in, as the backend that compiled them ahead of time tables them
     /// ([`crate::ObjectCode::items`]); `None` when no target compiled any.
     pub linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
+    /// For a model compiled in stages (docs/compiler.md): what compiles at run time. `graph` and `plan` are then
+    /// the part before the innermost cut.
+    pub staged: Option<Staged>,
+}
+
+/// What built code of a model compiled in stages carries beside its first part (`stages.rs`, rule 5).
+#[derive(Clone, Copy, Debug)]
+pub struct Staged {
+    /// The model as ONNX, less the initializers only the first part reads: the later parts are cut from it and
+    /// compiled as the runs reach them.
+    pub model: &'static [u8],
+    /// The cuts the build made, outermost first ([`RunOptions::built_cuts`]).
+    pub cuts: &'static [usize],
 }
 
 impl Built {
@@ -79,6 +92,7 @@ impl Built {
         Ok(RunOptions {
             registry,
             linked: self.linked,
+            built_cuts: self.staged.map_or(&[], |s| s.cuts),
             target: self.target.to_string(),
             threads,
             repeat,
@@ -126,7 +140,10 @@ pub fn main(built: &'static Built) -> ExitCode {
     };
     let result = built
         .options(run.threads as usize, run.repeat as usize, run.output_dir.is_some())
-        .and_then(|options| crate::run::run_model(&[], Path::new(built.model_name), &run, &options, start))
+        .and_then(|options| {
+            let bytes = built.staged.map_or(&[][..], |s| s.model);
+            crate::run::run_model(bytes, Path::new(built.model_name), &run, &options, start)
+        })
         .map_err(|e| crate::run::one_line(&e));
     crate::run::finish(result)
 }

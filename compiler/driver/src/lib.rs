@@ -8,6 +8,7 @@ pub mod build;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod compile;
+mod crossing;
 pub mod error;
 pub mod exe;
 pub mod flags;

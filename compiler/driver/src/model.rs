@@ -17,7 +17,8 @@ pub use stowage_runtime::{half, DatumType, Ledger, Tensor};
 use stowage_runtime::{ExternalStorage, Layout, LedgerTag, MemorySpace, MoveKind};
 
 use crate::exe::Built;
-use crate::pipeline::{Session, INPUT_ALIGNMENT};
+use crate::pipeline::{RunOptions, Session, INPUT_ALIGNMENT};
+use crate::stages::Stage;
 
 /// Why a model could not be made or run.
 #[derive(Debug, thiserror::Error)]
@@ -151,17 +152,40 @@ impl<'a> RawInput<'a> {
 /// A compiled-in model, prepared once (imported, planned, lowered; its CPU kernels are the ones linked in) and
 /// run any number of times.
 pub struct Model {
-    session: Session,
+    runs: Runs,
     ledger: Ledger,
+}
+
+/// What a [`Model`] runs: the built session, or a model compiled in stages whose first part is the built session
+/// (`stages.rs`, rule 5).
+enum Runs {
+    Whole(Box<Session>),
+    Staged { stage: Stage, plan: Box<stowage_compiler::plan::Plan>, options: Box<RunOptions>, model: &'static str },
 }
 
 impl Model {
     /// Prepares `built` to run with `threads` kernel threads.
     pub fn new(built: &'static Built, threads: usize) -> Result<Model, ModelError> {
         let options = built.options(threads.max(1), 1, true).map_err(ModelError::Prepare)?;
-        let session = Session::new(&[], Path::new(built.model_name), &[], &options, Instant::now())
-            .map_err(|e| ModelError::Prepare(e.to_string()))?;
-        Ok(Model { session, ledger: Ledger::recording() })
+        let prepare = |e: crate::DriverError| ModelError::Prepare(e.to_string());
+        let runs = match built.staged {
+            None => Runs::Whole(Box::new(
+                Session::new(&[], Path::new(built.model_name), &[], &options, Instant::now()).map_err(prepare)?,
+            )),
+            Some(staged) => {
+                // The later parts cut at a top-level `If` whose condition comes at run time, as `stowage run`'s do.
+                let mut options = options;
+                options.config.branch_at_run_time = crate::outcome::branch_at_run_time(&options);
+                let stage = Stage::new(staged.model, Path::new(built.model_name), &[], &options, Instant::now())
+                    .map_err(prepare)?;
+                let plan = stage
+                    .first_plan()
+                    .cloned()
+                    .ok_or_else(|| ModelError::Prepare("the model built in stages has no first part".into()))?;
+                Runs::Staged { stage, plan: Box::new(plan), options: Box::new(options), model: built.model_name }
+            }
+        };
+        Ok(Model { runs, ledger: Ledger::recording() })
     }
 
     /// Every copy the runs have made, and every output read since.
@@ -169,9 +193,13 @@ impl Model {
         &self.ledger
     }
 
-    /// The plan the model runs.
+    /// The plan the model runs; for a model compiled in stages, the plan of its first part (the parts after it
+    /// are planned as the runs reach them).
     pub fn plan(&self) -> &stowage_compiler::plan::Plan {
-        &self.session.plan
+        match &self.runs {
+            Runs::Whole(session) => &session.plan,
+            Runs::Staged { plan, .. } => plan,
+        }
     }
 
     /// Runs once; the outputs come back in graph order, as lazy tensors (a device's stay there until read).
@@ -219,9 +247,14 @@ impl Model {
             .map_err(|e| ModelError::Run(format!("input '{}': {e}", input.name)))?;
             tensors.push((input.name.to_string(), t));
         }
-        let result = self.session.run(&tensors, &self.ledger);
+        let result = match &self.runs {
+            Runs::Whole(session) => session.run(&tensors, &self.ledger).map(|r| r.outputs),
+            Runs::Staged { stage, options, model, .. } => stage
+                .run(&tensors, Path::new(model), options, &self.ledger)
+                .map(|(outputs, _)| outputs.into_iter().map(|(_, t)| t).collect()),
+        };
         drop(tensors);
-        let mut outputs = result.map_err(|e| ModelError::Run(e.to_string()))?.outputs;
+        let mut outputs = result.map_err(|e| ModelError::Run(e.to_string()))?;
         if released.load(Ordering::SeqCst) != borrowed {
             // An output is (a view of) an input: give the caller a copy instead of the borrowed memory.
             outputs = outputs

@@ -36,6 +36,10 @@ pub struct RunOptions {
     /// In built code: the kernels linked in, handed to every target opened
     /// ([`OpenOptions::linked`](crate::OpenOptions::linked)).
     pub linked: Option<&'static (dyn std::any::Any + Send + Sync)>,
+    /// In built code of a model compiled in stages: the cuts `stowage build` made, outermost first (each a
+    /// top-level node's position in the part before the cut above it, `stages.rs` rule 5). The part before the
+    /// innermost cut is the built graph; the parts after each cut are compiled at run time. Empty otherwise.
+    pub built_cuts: &'static [usize],
     /// Targets the caller opened itself, taken by the kinds they are for instead of opening their own
     /// ([`OpenOptions::adopted`](crate::OpenOptions::adopted)): a session in the caller's OpenCL context.
     pub adopted: crate::backend::Adopted,
@@ -55,6 +59,7 @@ impl RunOptions {
             built_plans: Vec::new(),
             built_graph: None,
             linked: None,
+            built_cuts: &[],
             adopted: Default::default(),
         }
     }

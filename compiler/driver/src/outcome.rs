@@ -217,7 +217,7 @@ pub fn run_bytes(
 
 /// Whether a top-level `If` whose condition is known only at run time is cut at (`stages.rs`): unless the options
 /// are ones a staged model does not take (`--state`, `--input-device`), where it keeps its `Where` form.
-fn branch_at_run_time(options: &RunOptions) -> bool {
+pub(crate) fn branch_at_run_time(options: &RunOptions) -> bool {
     options.planning.states.is_empty() && options.planning.input_devices.is_empty()
 }
 
@@ -303,8 +303,8 @@ fn run_staged(
         built_path: None,
         later_plans: plans.collect(),
         cuts: stage.cuts(),
-        // Stage::new refuses a model with structured inputs or outputs.
-        structured_outputs: Vec::new(),
+        // Sequences and optionals among the outputs, as the last run made them (`crossing.rs`, rule 3).
+        structured_outputs: stage.output_forms(),
     })
 }
 

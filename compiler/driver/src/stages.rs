@@ -19,9 +19,15 @@
 //!    where it lives, not moved. Only what a part needs on the host moves: the values that set its shapes (read for
 //!    its key, one download each where they live on a device) and what its plan places on the host. The report
 //!    lists the copies planned by every part that ran, in order.
-//! 4. **Not with everything.** Built code and typed modules compile ahead of any run: for them the cut stays an
-//!    error (the import's line); so it does for a model with sequences or optionals. `--state` and `--input-device` are refused with a staged model (and a top-level
-//!    `If` with a run-time condition then keeps its `Where` form rather than cut).
+//! 4. **Not with everything.** `--state` and `--input-device` are refused with a staged model (and a top-level
+//!    `If` with a run-time condition then keeps its `Where` form rather than cut). Sequences and optionals cross
+//!    the cuts as their tensors and forms (`crossing.rs`).
+//! 5. **Built ahead where it can be.** `stowage build` and typed modules cut where a run would, at build time
+//!    (`build::stages`), and compile the part before the innermost cut ahead of time, as any built model; the
+//!    built code carries the cuts ([`RunOptions::built_cuts`]) and the model less the weights only that part reads,
+//!    and at run time cuts there again without trying to compile first: the first part runs as built, the later
+//!    parts compile as the runs reach them (rules 2 and 3), with the JIT, never with the built graph, plan or
+//!    kernels. A part of one `Loop`, which a run iterates, is cut from an empty first part.
 
 use std::path::Path;
 use std::rc::Rc;
@@ -30,9 +36,11 @@ use std::time::Instant;
 
 use prost::Message;
 use stowage_compiler::onnx::split::{self, Part};
+use stowage_compiler::onnx::structure::Structure;
 use stowage_compiler::onnx::{self};
 use stowage_runtime::{DatumType, Ledger, Tensor};
 
+use crate::crossing::{self, Forms};
 use crate::error::{DriverError, Result};
 use crate::loops::LoopRun;
 use crate::options::RunOptions;
@@ -96,29 +104,34 @@ impl Stage {
         options: &RunOptions,
         start: Instant,
     ) -> Result<Stage> {
-        let (index, message) = match Session::new(bytes, model, inputs, options, start) {
-            Ok(s) => return Ok(Stage::Whole(Box::new(s))),
-            Err(DriverError::AtRunTime { index, message }) if options.built_graph.is_none() => (index, message),
-            Err(e) => return Err(e),
+        // Rule 5: built code cuts where its build did, and compiles nothing before.
+        let built = options.built_cuts.split_first();
+        let (index, message) = match built {
+            Some((&index, _)) => (index, String::new()),
+            None => match Session::new(bytes, model, inputs, options, start) {
+                Ok(s) => return Ok(Stage::Whole(Box::new(s))),
+                Err(DriverError::AtRunTime { index, message }) if options.built_graph.is_none() => (index, message),
+                Err(e) => return Err(e),
+            },
         };
         let proto = onnx::decode_within(bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
-        // Rule 4: sequences and optionals live at import; a part's edges carry tensors only.
-        let structured = !options.config.input_structures.is_empty()
-            || proto.graph.iter().flat_map(|g| &g.output).any(|o| onnx::structure::is_structured(o.r#type.as_ref()))
-            || proto.graph.iter().flat_map(|g| &g.node).any(|n| onnx::sequences::SEQUENCE_OPS.contains(&n.op_type()));
-        if structured {
-            return Err(DriverError::AtRunTime {
+        if let Some((_, rest)) = built {
+            let cut = split::split(&proto, index).ok_or_else(|| {
+                DriverError::Built(format!("the cut built in at node {index} does not fit the model built in"))
+            })?;
+            return Stage::cut(
+                cut,
+                &proto,
                 index,
-                message: format!("{message}; a model with sequences or optionals is not compiled in stages"),
-            });
+                model,
+                inputs,
+                &RunOptions { built_cuts: rest, ..options.clone() },
+                start,
+            );
         }
-        if !options.planning.states.is_empty() || !options.planning.input_devices.is_empty() {
-            return Err(DriverError::Plan(format!(
-                "{message}; --state and --input-device are not taken by a model compiled in stages"
-            )));
-        }
+        refuse_cut(options, message.clone())?;
         if nodes == 1 {
             // A Loop the import could not unroll is iterated (`loops.rs`).
             if let Some(l) = LoopRun::of(&proto, options, model)? {
@@ -128,12 +141,28 @@ impl Stage {
         let Some(cut) = split::split(&proto, index).filter(|_| nodes > 1) else {
             return Err(DriverError::AtRunTime { index, message });
         };
+        Stage::cut(cut, &proto, index, model, inputs, options, start)
+    }
+
+    /// The stage of `proto` cut at its node `index` as `cut` says (rule 1): the part before compiled now (in built
+    /// code, the built graph when no cut is left, rule 5), the node and the part after as the runs reach them.
+    fn cut(
+        cut: split::Split,
+        proto: &onnx::proto::ModelProto,
+        index: usize,
+        model: &Path,
+        inputs: &[(String, Tensor<'static>)],
+        options: &RunOptions,
+        start: Instant,
+    ) -> Result<Stage> {
         // Rule 3: a part's outputs are read by the parts after it, so their downloads are planned.
         let options = &RunOptions { read_outputs: true, ..options.clone() };
         let node = &proto.graph.as_ref().expect("split has a graph").node[index];
         let node = (onnx::node_name(node, index), node.op_type().to_string());
-        drop(proto);
         let before = match cut.before.graph.as_ref() {
+            _ if options.built_graph.is_some() => {
+                Some(Stage::new(&cut.before.encode_to_vec(), model, inputs, options, start)?)
+            }
             Some(g) if !g.node.is_empty() || !g.output.is_empty() => {
                 Some(Stage::new(&cut.before.encode_to_vec(), model, inputs, options, start)?)
             }
@@ -172,6 +201,8 @@ impl Stage {
         for (n, t) in &options.config.input_values {
             values.push((n.clone(), t.clone()));
         }
+        // Sequences and optionals cross the cuts as their tensors and forms (`crossing.rs`).
+        let mut forms = crossing::input_forms(&options.config.input_structures);
         let mut peaks: Vec<(String, usize)> = Vec::new();
         // Rule 3: the later parts adopt the devices of the parts before them.
         let mut options = options.clone();
@@ -179,17 +210,62 @@ impl Stage {
             let (outs, p) = b.run(inputs, model, &options, ledger)?;
             add_peaks(&mut peaks, p);
             values.extend(outs);
+            forms.extend(b.forms());
             b.adopt_into(&mut options);
         }
         for later in &cut.later {
-            let (outs, p) = later.run(&values, model, &options, ledger, &cut.node)?;
+            let (outs, p) = later.run(&values, &forms, model, &options, ledger, &cut.node)?;
             add_peaks(&mut peaks, p);
             values.extend(outs);
             if let Some(stage) = later.last_stage() {
+                forms.extend(stage.forms());
                 stage.adopt_into(&mut options);
             }
         }
-        Ok((pick(&values, &cut.outputs)?, peaks))
+        Ok((crossing::outputs(&values, &forms, &cut.outputs)?.0, peaks))
+    }
+
+    /// The forms of the sequences and optionals among this stage's outputs, as its last run made them
+    /// (`crossing.rs`, rule 1).
+    pub(crate) fn forms(&self) -> Forms {
+        match self {
+            Stage::Whole(s) => crossing::structured(&s.cx.graph.metadata.structured_outputs),
+            Stage::Loop(_) => Vec::new(),
+            Stage::Cut(c) => {
+                let mut forms: Forms = c.before.as_ref().map(Stage::forms).unwrap_or_default();
+                forms.extend(c.later.iter().filter_map(Later::last_stage).flat_map(|s| s.forms()));
+                forms.retain(|(n, _)| c.outputs.contains(n));
+                forms
+            }
+        }
+    }
+
+    /// Every model output's form, in order, when one is a sequence or an optional (none otherwise), as the last
+    /// run made them (`crossing.rs`, rule 3).
+    pub(crate) fn output_forms(&self) -> Forms {
+        match self {
+            Stage::Cut(c) if !self.forms().is_empty() => {
+                let forms = self.forms();
+                c.outputs
+                    .iter()
+                    .map(|o| match forms.iter().find(|(n, _)| n == o) {
+                        Some(f) => f.clone(),
+                        None => (o.clone(), Structure::Tensor(o.clone())),
+                    })
+                    .collect()
+            }
+            Stage::Whole(s) => s.cx.graph.metadata.structured_outputs.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The plan of the part that runs first: the session compiled before any run.
+    pub(crate) fn first_plan(&self) -> Option<&stowage_compiler::plan::Plan> {
+        match self {
+            Stage::Whole(s) => Some(&s.plan),
+            Stage::Cut(c) => c.before.as_ref()?.first_plan(),
+            Stage::Loop(_) => None,
+        }
     }
 
     /// Adds the targets the last run's sessions opened to those `options` adopts (rule 3).
@@ -275,41 +351,49 @@ impl Later {
         self.versions.last()
     }
 
-    /// Runs the part on its inputs from `values`, compiling it for them first unless a version for them is kept.
+    /// Runs the part on its inputs from `values` (sequences and optionals among them as `forms` says), compiling
+    /// it for them first unless a version for them is kept.
     fn run(
         &self,
         values: &[(String, Tensor<'static>)],
+        forms: &Forms,
         model: &Path,
         options: &RunOptions,
         ledger: &Ledger,
         node: &(String, String),
     ) -> Result<Ran> {
-        let args = pick(values, &self.part.inputs)?;
+        let gathered = crossing::gather(values, forms, &self.part.inputs)?;
+        let args = &gathered.args;
         let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
-        let key = key_of(&args, |n, t| self.values.iter().any(|v| v == n) || (fix_outer && self.fixes(n, t)))?;
-        let stage = match self.versions.get(key, || self.compile(&args, model, options, node, fix_outer)) {
+        let mut key = crossing::key_entries(&gathered.structures);
+        key.extend(key_of(args, |n, t| self.values.iter().any(|v| v == n) || (fix_outer && self.fixes(n, t)))?);
+        let mut options = later_options(options);
+        options.config.input_structures = gathered.structures.clone();
+        let compile = || self.compile(args, &gathered.typed, model, &options, node, fix_outer);
+        let stage = match self.versions.get(key, compile) {
             // Rule 2: the subgraphs' shapes hang on what they read from around the node.
             Err(DriverError::AtRunTime { .. }) if !fix_outer && !self.outer.is_empty() => {
                 *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner()) = true;
-                return self.run(values, model, options, ledger, node);
+                return self.run(values, forms, model, &options, ledger, node);
             }
             stage => stage?,
         };
-        stage.run(&args, model, &later_options(options), ledger)
+        stage.run(args, model, &options, ledger)
     }
 
-    /// The part compiled for `args` (rule 2).
+    /// The part compiled for `args`, its inputs declared as `typed` (rule 2), with `options` made for it
+    /// ([`later_options`] and the forms of its structured inputs).
     fn compile(
         &self,
         args: &[(String, Tensor<'static>)],
+        typed: &[Structure<(DatumType, Vec<usize>)>],
         model: &Path,
         options: &RunOptions,
         node: &(String, String),
         fix_outer: bool,
     ) -> Result<Stage> {
-        let types: Vec<(DatumType, Vec<usize>)> = args.iter().map(|(_, t)| (t.dt(), t.shape().to_vec())).collect();
-        let bytes = self.part.typed(&types).encode_to_vec();
-        let mut options = later_options(options);
+        let bytes = self.part.typed_as(typed).encode_to_vec();
+        let mut options = options.clone();
         let mut given = Vec::with_capacity(args.len());
         for (n, t) in args {
             if fix_outer && self.fixes(n, t) {
@@ -332,14 +416,31 @@ impl Later {
     }
 }
 
+/// Rule 4: whether a model may be cut where its import stopped (`message`): not with `--state` or
+/// `--input-device`.
+pub(crate) fn refuse_cut(options: &RunOptions, message: String) -> Result<()> {
+    if !options.planning.states.is_empty() || !options.planning.input_devices.is_empty() {
+        return Err(DriverError::Plan(format!(
+            "{message}; --state and --input-device are not taken by a model compiled in stages"
+        )));
+    }
+    Ok(())
+}
+
 /// The options a later part is compiled and run with: the caller's, less what names the model's inputs (their
 /// fixed values are the part's inputs, rule 2).
 pub(crate) fn later_options(options: &RunOptions) -> RunOptions {
     let mut o = options.clone();
     // Rule 3: what a part makes is read by the parts after it (or the caller).
     o.read_outputs = true;
+    // Rule 5: a later part is compiled at run time, with none of what built code carries for its first part.
+    o.built_graph = None;
+    o.built_plans.clear();
+    o.linked = None;
+    o.built_cuts = &[];
     o.config.input_values.clear();
     o.config.input_shapes.clear();
+    o.config.input_structures.clear();
     o.planning.input_layouts.clear();
     o.planning.input_devices.clear();
     o.planning.states.clear();
@@ -394,17 +495,6 @@ impl Versions {
     }
 }
 
-/// The tensors named `names`, each the last of that name in `values`.
-pub(crate) fn pick(values: &[(String, Tensor<'static>)], names: &[String]) -> Result<Vec<(String, Tensor<'static>)>> {
-    names
-        .iter()
-        .map(|n| {
-            let found = values.iter().rev().find(|(m, _)| m == n).map(|(_, t)| t.clone());
-            found.map(|t| (n.clone(), t)).ok_or_else(|| not_made(n))
-        })
-        .collect()
-}
-
 /// The key of `named` (rule 2): each one's type and shape, and the bytes of those `sets_shape` picks (read on the
 /// host: one download where one lives on a device).
 pub(crate) fn key_of(
@@ -432,9 +522,4 @@ pub(crate) fn add_peaks(peaks: &mut Vec<(String, usize)>, more: Vec<(String, usi
             None => peaks.push((space, bytes)),
         }
     }
-}
-
-/// A value a part reads that no earlier part made: a stowage bug, said as such.
-fn not_made(name: &str) -> DriverError {
-    DriverError::Plan(format!("value '{name}' was not made by an earlier part of the model (a staging bug)"))
 }

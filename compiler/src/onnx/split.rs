@@ -24,6 +24,8 @@ use std::collections::HashSet;
 
 use stowage_runtime::DatumType;
 
+use super::structure::{Kind, Structure};
+
 use super::proto::tensor_shape_proto::{dimension, Dimension};
 use super::proto::{type_proto, GraphProto, ModelProto, NodeProto, TensorShapeProto, TypeProto, ValueInfoProto};
 
@@ -52,12 +54,62 @@ pub struct Part {
 impl Part {
     /// The part as a model whose input `k` is `types[k]` (datum type and shape).
     pub fn typed(&self, types: &[(DatumType, Vec<usize>)]) -> ModelProto {
+        let forms: Vec<Structure<(DatumType, Vec<usize>)>> = types.iter().cloned().map(Structure::Tensor).collect();
+        self.typed_as(&forms)
+    }
+
+    /// The part as a model whose input `k` is of the form `forms[k]`: a tensor of that datum type and shape, or a
+    /// sequence or an optional (declared with their items' element type; the importer takes their form from
+    /// `ImportConfig::input_structures`, `structure` rule 1).
+    pub fn typed_as(&self, forms: &[Structure<(DatumType, Vec<usize>)>]) -> ModelProto {
         let mut model = self.model.clone();
         if let Some(g) = model.graph.as_mut() {
-            g.input = self.inputs.iter().zip(types).map(|(n, (dt, shape))| value_info(n, *dt, shape)).collect();
+            g.input = self
+                .inputs
+                .iter()
+                .zip(forms)
+                .map(|(n, form)| match form {
+                    Structure::Tensor((dt, shape)) => value_info(n, *dt, shape),
+                    other => ValueInfoProto {
+                        name: Some(n.clone()),
+                        r#type: Some(structure_type(other)),
+                        ..Default::default()
+                    },
+                })
+                .collect();
         }
         model
     }
+}
+
+/// The ONNX type of a value of form `form`: a tensor of its datum type (no shape), a sequence of them, or an
+/// optional of either.
+fn structure_type(form: &Structure<(DatumType, Vec<usize>)>) -> TypeProto {
+    let tensor = |dt: DatumType| TypeProto {
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(super::tensor::onnx_type(dt) as i32),
+            shape: None,
+        })),
+        ..Default::default()
+    };
+    let value = match form {
+        Structure::Tensor((dt, _)) => return tensor(*dt),
+        Structure::Sequence { elem, .. } => {
+            type_proto::Value::SequenceType(Box::new(type_proto::Sequence { elem_type: Some(Box::new(tensor(*elem))) }))
+        }
+        Structure::Optional { kind, value } => {
+            let held = match (value, kind) {
+                (Some(v), _) => structure_type(v),
+                (None, Kind::Tensor) => tensor(DatumType::F32),
+                (None, Kind::Sequence) => TypeProto {
+                    value: Some(type_proto::Value::SequenceType(Box::new(type_proto::Sequence { elem_type: None }))),
+                    ..Default::default()
+                },
+            };
+            type_proto::Value::OptionalType(Box::new(type_proto::Optional { elem_type: Some(Box::new(held)) }))
+        }
+    };
+    TypeProto { value: Some(value), ..Default::default() }
 }
 
 /// Cuts `model` around its top-level node `index` (rules 1 to 5); `None` when there is no such node or no graph.

@@ -13,6 +13,13 @@ pub mod mlp_opencl {
     include!(concat!(env!("OUT_DIR"), "/mlp_opencl.rs"));
 }
 
+/// A detector's tail (`scripts/onnx/run_time_models.py`'s `nms_after_softmax`), compiled in stages: `run` takes
+/// the boxes and their features; the outputs' lengths are the number of boxes NonMaxSuppression keeps.
+#[allow(missing_docs)]
+pub mod detections {
+    include!(concat!(env!("OUT_DIR"), "/detections.rs"));
+}
+
 /// The bundled photo: "Chelsea the cat", 224×224 RGB, binary PPM.
 pub const PHOTO: &[u8] = include_bytes!("../chelsea.ppm");
 

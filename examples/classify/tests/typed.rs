@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use stowage_driver::model::Aligned;
-use stowage_example_classify::{mlp_opencl, preprocess, squeezenet, top5, PHOTO};
+use stowage_example_classify::{detections, mlp_opencl, preprocess, squeezenet, top5, PHOTO};
 use stowage_runtime::Tensor;
 
 fn model_suite(name: &str) -> PathBuf {
@@ -89,4 +89,30 @@ fn a_cpu_and_an_opencl_module_start_in_one_process_in_either_order() {
         let logits = opencl.run(&*x).expect("the OpenCL module runs").logits.to_vec::<f32>().expect("reads");
         assert_eq!(logits.len(), 10, "cpu first: {cpu_first}");
     }
+}
+
+#[test]
+fn a_model_compiled_in_stages_runs_from_its_typed_module() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/run-time-models/nms_after_softmax");
+    let read = |file: &str| {
+        stowage_compiler::onnx::read_tensor_within(dir.join("test_data_set_0").join(file), 1 << 20)
+            .unwrap_or_else(|e| panic!("{e}: run scripts/test (it writes the run-time models)"))
+    };
+    let (boxes, feat) =
+        (read("input_0.pb").to_vec::<f32>().expect("f32"), read("input_1.pb").to_vec::<f32>().expect("f32"));
+    let mut b: Box<detections::Boxes> = Box::new([[[0.0; 4]; 40]; 1]);
+    b[0].iter_mut().flatten().zip(&boxes).for_each(|(x, v)| *x = *v);
+    let mut f: Box<detections::Feat> = Box::new([[[0.0; 8]; 40]; 1]);
+    f[0].iter_mut().flatten().zip(&feat).for_each(|(x, v)| *x = *v);
+    let model = detections::Model::new().expect("prepares its first part");
+    for run in 0..2 {
+        let out = model.run(&b, &f).expect("runs");
+        let (sel, kept, right) = (read("output_0.pb"), read("output_1.pb"), read("output_2.pb"));
+        assert_eq!(out.sel.shape(), sel.shape(), "run {run}");
+        assert_eq!(out.sel.to_vec::<i64>().expect("i64"), sel.to_vec::<i64>().expect("i64"), "run {run}");
+        // The boxes kept are the input's, gathered; their right edges a maximum of them: exact.
+        assert_eq!(out.kept.to_vec::<f32>().expect("f32"), kept.to_vec::<f32>().expect("f32"), "run {run}");
+        assert_eq!(out.right.to_vec::<f32>().expect("f32"), right.to_vec::<f32>().expect("f32"), "run {run}");
+    }
+    assert_eq!(model.ledger().entries().len(), 0, "on the CPU nothing is copied: {:?}", model.ledger().entries());
 }

@@ -243,7 +243,8 @@ impl Build {
         let c = compile(model, &self.options()?, &format!("stowage_{name}_k")).map_err(BuildError::Model)?;
         let files: Vec<(String, String)> =
             c.values.iter().map(|(input, file, _)| (input.clone(), format!("{name}_{file}"))).collect();
-        let source = module_rs(&c.source(true, &files), &name, &c.prepared.cx.graph, &c.prepared.plan)
+        let outputs = c.staged.as_ref().map(|s| s.outputs.as_slice());
+        let source = module_rs(&c.source(true, &files), &name, &c.prepared.cx.graph, &c.prepared.plan, outputs)
             .map_err(|e| BuildError::Model(format!("{}: {e}", model.display())))?;
         let mut embedded = vec![
             (format!("{name}_graph.bin"), c.encoded.graph.clone()),
@@ -252,6 +253,9 @@ impl Build {
         ];
         if let Some((_, _, other)) = &c.other {
             embedded.push((format!("{name}_other_plan.bin"), other.clone()));
+        }
+        if let Some(staged) = &c.staged {
+            embedded.push((format!("{name}_staged.onnx"), staged.model.clone()));
         }
         embedded.extend(files.iter().zip(&c.values).map(|((_, file), (_, _, bytes))| (file.clone(), bytes.clone())));
         Ok(GeneratedModule { name, source, embedded, object: c.object })

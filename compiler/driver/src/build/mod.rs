@@ -12,6 +12,7 @@ mod api;
 mod module;
 mod names;
 mod source;
+mod staged;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,8 +39,10 @@ pub struct Built {
     pub bytes: u64,
     /// CPU kernels linked in.
     pub kernels: usize,
-    /// Copies per run the plan makes.
+    /// Copies per run the plan makes (for a model compiled in stages, its first part's plan).
     pub copies_per_run: usize,
+    /// One line per cut of a model compiled in stages, the first to run first; empty for any other.
+    pub staged: Vec<String>,
 }
 
 /// Where stowage's sources are: `STOWAGE_SOURCE`, else the tree this stowage was built from.
@@ -124,6 +127,10 @@ pub struct Generated {
     pub copies_per_run: usize,
     /// The backends' crates it depends on.
     pub kinds: Vec<crate::KindSource>,
+    /// `staged.onnx`, for a model compiled in stages: what its later parts are cut from.
+    pub staged: Option<Vec<u8>>,
+    /// One line per cut of a model compiled in stages, the first to run first.
+    pub staged_lines: Vec<String>,
 }
 
 /// A model planned, its kernels compiled: what both the executable and the typed module are written from.
@@ -147,6 +154,8 @@ pub(crate) struct Compiled {
     pub encoded: stowage_compiler::ir::serial::Encoded,
     /// The model's declared inputs (those fixed by `--input-value` included).
     pub inputs: Vec<String>,
+    /// For a model compiled in stages: the cuts and the model the later parts are cut from (`staged.rs`).
+    pub(crate) staged: Option<staged::Staged>,
 }
 
 impl Compiled {
@@ -166,6 +175,7 @@ impl Compiled {
             inputs: &self.inputs,
             constants_len: self.encoded.constants.len(),
             constants_hash: fnv(&[&self.encoded.constants]),
+            staged: self.staged.as_ref().map(|st| (st.cuts.as_slice(), st.lines())),
         }
     }
 
@@ -190,8 +200,11 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
         ));
     }
     // The plan is made as for a run that reads its outputs; the built code checks its own plan against it.
-    let options = RunOptions { read_outputs: true, ..options.clone() };
-    let mut prepared = session::prepare_build(&bytes, model, &options, prefix)?;
+    let mut options = RunOptions { read_outputs: true, ..options.clone() };
+    // A top-level If whose condition comes at run time is cut at, as a run cuts it (`staged.rs`, rule 1).
+    options.config.branch_at_run_time = crate::outcome::branch_at_run_time(&options);
+    // A model compiled in stages builds its first part ahead of time and carries the rest (`staged.rs`).
+    let (mut prepared, first, staged) = staged::prepare(&bytes, model, &options, prefix)?;
     // Both paths ahead of time: a plan made on a unified device also carries the staging plan a discrete one takes.
     let other = match prepared.alternative.clone() {
         Some(target) => {
@@ -212,9 +225,9 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
                 new.iter().cloned().zip(prepared.plan.precisions.iter().map(|g| g.asked)).collect();
             planning.pins.iter_mut().for_each(|(_, t)| renamed(t));
             planning.input_devices.iter_mut().for_each(|(_, t)| renamed(t));
-            let staged = session::prepare_build(&bytes, model, &staged_options, prefix)?;
-            let copies = staged.plan.copies.iter().map(|c| c.to_string()).collect();
-            Some((staged.path, copies, plan::serial::encode(&staged.plan)))
+            let other = session::prepare_build(&first, model, &staged_options, prefix)?;
+            let copies = other.plan.copies.iter().map(|c| c.to_string()).collect();
+            Some((other.path, copies, plan::serial::encode(&other.plan)))
         }
         None => None,
     };
@@ -239,7 +252,21 @@ pub(crate) fn compile(model: &Path, options: &RunOptions, prefix: &str) -> Resul
         })
         .collect();
     let plan_bytes = plan::serial::encode(&prepared.plan);
-    Ok(Compiled { model_name, options, prepared, object, kernels, items, values, plan_bytes, other, encoded, inputs })
+    drop(first);
+    Ok(Compiled {
+        model_name,
+        options,
+        prepared,
+        object,
+        kernels,
+        items,
+        values,
+        plan_bytes,
+        other,
+        encoded,
+        inputs,
+        staged,
+    })
 }
 
 /// Plans `model` for `options` and generates its executable crate's source and kernel object.
@@ -259,6 +286,8 @@ pub fn generate(model: &Path, options: &RunOptions) -> Result<Generated, String>
         other_plan: c.other.map(|(_, _, b)| b),
         object: c.object,
         kinds: c.prepared.kinds,
+        staged_lines: c.staged.as_ref().map(|s| s.lines()).unwrap_or_default(),
+        staged: c.staged.map(|s| s.model),
     })
 }
 
@@ -293,6 +322,12 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
         }
     }
     let _ = std::fs::remove_file(dir.join("model.onnx"));
+    match &generated.staged {
+        Some(model) => write_if_changed(&dir.join("staged.onnx"), model)?,
+        None => {
+            let _ = std::fs::remove_file(dir.join("staged.onnx"));
+        }
+    }
     match &generated.object {
         Some(object) => write_if_changed(&dir.join("kernels.o"), object)?,
         None => {
@@ -314,7 +349,7 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
     let size = install(&built, output)?;
     // The executable now lives at `-o`: cargo's copies of it and the crate's copies of the model's bytes (each as
     // large as the model) go; the crate's sources stay, to be read.
-    for file in ["graph.bin", "constants.bin"] {
+    for file in ["graph.bin", "constants.bin", "staged.onnx"] {
         let _ = std::fs::remove_file(dir.join(file));
     }
     if let Ok(entries) = std::fs::read_dir(root.join("target/release/deps")) {
@@ -331,6 +366,7 @@ pub fn build(model: &Path, output: &Path, options: &RunOptions) -> Result<Built,
         bytes: size,
         kernels: generated.kernels,
         copies_per_run: generated.copies_per_run,
+        staged: generated.staged_lines,
     })
 }
 

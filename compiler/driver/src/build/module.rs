@@ -38,8 +38,15 @@ fn array(ty: TokenStream, shape: &[usize]) -> TokenStream {
     })
 }
 
-/// The module's source, for `include!` inside a module of the caller's.
-pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Result<String, String> {
+/// The module's source, for `include!` inside a module of the caller's. `staged_outputs`: the model's outputs
+/// when it is compiled in stages (`graph` is then its first part; the outputs' shapes are known at run time).
+pub fn module_rs(
+    s: &Source<'_>,
+    name: &str,
+    graph: &Graph,
+    plan: &Plan,
+    staged_outputs: Option<&[String]>,
+) -> Result<String, String> {
     let docs: Vec<TokenStream> = summary(s)
         .into_iter()
         .map(|l| {
@@ -86,11 +93,23 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
     let generics = if params.iter().any(|p| p.to_string().contains("'a")) { quote!(<'a>) } else { quote!() };
     let mut fields = Vec::new();
     let mut inits = Vec::new();
-    for o in graph.outputs() {
-        let ty = graph.ty(o.value);
-        let field = field_names.snake(&o.name);
-        let doc = format!(" Output `{}`: {}{:?}.", o.name, ty.dt, ty.shape);
-        let missing = format!("output '{}' is missing", o.name);
+    let outputs: Vec<(String, String)> = match staged_outputs {
+        Some(names) => names
+            .iter()
+            .map(|n| (n.clone(), format!(" Output `{n}`: its type and shape are known when the run makes it.")))
+            .collect(),
+        None => graph
+            .outputs()
+            .iter()
+            .map(|o| {
+                let ty = graph.ty(o.value);
+                (o.name.clone(), format!(" Output `{}`: {}{:?}.", o.name, ty.dt, ty.shape))
+            })
+            .collect(),
+    };
+    for (name, doc) in &outputs {
+        let field = field_names.snake(name);
+        let missing = format!("output '{name}' is missing");
         fields.push(quote! {
             #[doc = #doc]
             pub #field: ::stowage_driver::model::Tensor<'static>
@@ -99,7 +118,8 @@ pub fn module_rs(s: &Source<'_>, name: &str, graph: &Graph, plan: &Plan) -> Resu
             quote!(#field: outputs.next().ok_or_else(|| ::stowage_driver::model::ModelError::Run(#missing.into()))?),
         );
     }
-    let built = built_literal(s);
+    let staged_file = format!("/{name}_staged.onnx");
+    let built = built_literal(s, quote!(concat!(env!("OUT_DIR"), #staged_file)));
     let (plan_file, other_file) = (format!("/{name}_plan.bin"), format!("/{name}_other_plan.bin"));
     let copies = copies_items(
         s,

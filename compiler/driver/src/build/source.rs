@@ -37,6 +37,8 @@ pub struct Source<'a> {
     pub constants_len: usize,
     /// A digest of `constants.bin`.
     pub constants_hash: u64,
+    /// For a model compiled in stages (`staged.rs`): the cuts, outermost first, and one line per cut.
+    pub staged: Option<(&'a [usize], Vec<String>)>,
 }
 
 fn option(v: Option<usize>) -> TokenStream {
@@ -81,6 +83,16 @@ pub(super) fn summary(s: &Source<'_>) -> Vec<String> {
     let setup = plan.copies.iter().filter(|c| c.when == When::Setup).count();
     if setup > 0 {
         lines.push(format!("Constants uploaded once at setup: {setup}."));
+    }
+    if let Some((_, cuts)) = &s.staged {
+        lines.push(String::new());
+        lines.push(
+            "Compiled in stages: what is above is the part that runs first, built ahead of time; the rest is \
+             compiled when a run reaches it, for the shapes that came:"
+                .to_string(),
+        );
+        lines.push(String::new());
+        lines.extend(cuts.iter().map(|l| format!("- {l}")));
     }
     lines.push(String::new());
     lines.push("Memory:".to_string());
@@ -197,8 +209,9 @@ pub(super) fn graph_items(
     }
 }
 
-/// `Built { … }` for what `s` describes, naming the statics `GRAPH`, `CONSTANTS`, `COPIES`, `KINDS` and `LINKED`.
-pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
+/// `Built { … }` for what `s` describes, naming the statics `GRAPH`, `CONSTANTS`, `COPIES`, `KINDS` and `LINKED`;
+/// `staged_file` is the embedded model of a model compiled in stages.
+pub(super) fn built_literal(s: &Source<'_>, staged_file: TokenStream) -> TokenStream {
     let options = s.options;
     let model_name = s.model_name;
     let target = &options.target;
@@ -225,6 +238,13 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
         None => quote!(None),
     };
     let linked = if s.items.is_some() { quote!(Some(&LINKED)) } else { quote!(None) };
+    let staged = match &s.staged {
+        Some((cuts, _)) => {
+            let cuts = cuts.iter().map(|&c| Literal::usize_unsuffixed(c));
+            quote!(Some(::stowage_driver::exe::Staged { model: include_bytes!(#staged_file), cuts: &[#(#cuts),*] }))
+        }
+        None => quote!(None),
+    };
     quote! {
         ::stowage_driver::exe::Built {
             model_name: #model_name,
@@ -244,6 +264,7 @@ pub(super) fn built_literal(s: &Source<'_>) -> TokenStream {
             other: #other,
             kinds: KINDS,
             linked: #linked,
+            staged: #staged,
         }
     }
 }
@@ -268,7 +289,7 @@ pub fn main_rs(s: &Source<'_>) -> Result<String, String> {
         quote!(#![doc = #l])
     });
     let kernels = kernel_items(s)?;
-    let built = built_literal(s);
+    let built = built_literal(s, quote!("../staged.onnx"));
     let copies = copies_items(s, false, quote!("../plan.bin"), quote!("../other_plan.bin"));
     let graph = graph_items(
         s,

@@ -150,14 +150,20 @@ pub fn main(kinds: &[&'static dyn TargetKind]) -> ExitCode {
             let result = shapes.config().and_then(|config| {
                 let options = RunOptions { target, config, planning: planning.planning()?, ..defaults() };
                 let built = crate::build::build(&model, &output, &options)?;
-                Ok(format!(
-                    "built {}: {} bytes, {} CPU kernels linked in, {} copies per run planned (crate: {})\n",
+                let mut text = String::new();
+                for line in &built.staged {
+                    text.push_str(&format!("staged: {}\n", crate::run::shown(line)));
+                }
+                let first = if built.staged.is_empty() { "" } else { " by its first part" };
+                text.push_str(&format!(
+                    "built {}: {} bytes, {} CPU kernels linked in, {} copies per run planned{first} (crate: {})\n",
                     built.executable.display(),
                     built.bytes,
                     built.kernels,
                     built.copies_per_run,
                     built.crate_dir.display()
-                ))
+                ));
+                Ok(text)
             });
             finish(result)
         }
