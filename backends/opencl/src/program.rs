@@ -65,8 +65,9 @@ impl Target {
             log: e.to_string(),
         })?;
         let source = rewritten.as_str();
+        let options = build_options();
         let mut h = DefaultHasher::new();
-        (&inner.info.platform, &inner.info.name, &inner.driver, source).hash(&mut h);
+        (&inner.info.platform, &inner.info.name, &inner.driver, source, &options).hash(&mut h);
         let key = h.finish();
         let mut programs = inner.programs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = programs.get(&key) {
@@ -94,7 +95,7 @@ impl Target {
                     call: "clCreateProgramWithSource",
                     code: code_name(e.0),
                 })?;
-                if let Err(e) = p.build(&[device], "-cl-std=CL1.2") {
+                if let Err(e) = p.build(&[device], &options) {
                     let log = p.get_build_log(device).unwrap_or_default();
                     let log = if log.trim().is_empty() { code_name(e.0) } else { log.trim().to_string() };
                     return Err(ClError::Build { space, op: op.into(), log });
@@ -271,6 +272,15 @@ fn store(file: &std::path::Path, bytes: &[u8]) {
     if tmp.write_all(bytes).is_ok() {
         // A failed rename drops `tmp`, which removes it.
         let _ = tmp.persist(file);
+    }
+}
+
+/// The options programs are built with: OpenCL C 1.2, and for measuring, what `STOWAGE_OPENCL_BUILD_OPTIONS` adds
+/// (a driver's own, such as NVIDIA's `-cl-nv-maxrregcount=128`, which caps the registers a kernel's items take).
+fn build_options() -> String {
+    match std::env::var("STOWAGE_OPENCL_BUILD_OPTIONS") {
+        Ok(extra) if !extra.trim().is_empty() => format!("-cl-std=CL1.2 {}", extra.trim()),
+        _ => "-cl-std=CL1.2".to_string(),
     }
 }
 

@@ -296,12 +296,15 @@ fn models_compiled_in_stages_build_their_first_part_and_run_as_stowage_run_does(
         if let Err(e) = compare(&model, &exe, &suite_inputs(&dir), &[], &["--repeat", "2"]) {
             failures.push(format!("{name}: {e}"));
         }
-        // The first part on a device, the later parts compiled at run time over the same devices.
-        if name == "nms_after_softmax" || name == "nonzero_of_product" {
-            let exe = tmp.path().join("model_opencl");
-            build(&model, &exe, &["--target", "opencl,cpu"]);
-            if let Err(e) = compare(&model, &exe, &suite_inputs(&dir), &["--target", "opencl,cpu"], &[]) {
-                failures.push(format!("{name} on opencl,cpu: {e}"));
+        // The first part on a device, the later parts compiled at run time over the same devices, and at the
+        // precision the build asked (which the built options leave to the built plan).
+        if name == "nms_after_softmax" || name == "compress_then_dense" {
+            for flags in [&["--target", "opencl,cpu"][..], &["--target", "opencl", "--precision", "fp16"]] {
+                let exe = tmp.path().join("model_opencl");
+                build(&model, &exe, flags);
+                if let Err(e) = compare(&model, &exe, &suite_inputs(&dir), flags, &[]) {
+                    failures.push(format!("{name} with {flags:?}: {e}"));
+                }
             }
         }
     }

@@ -94,7 +94,9 @@ pub(crate) fn compile(
         }
         if value_inputs.contains(name) {
             // Specialise on the values of shape-setting inputs: they become constants of this compilation.
-            config.input_values.insert(name.clone(), t.clone());
+            // Owned: the compiled code must not hold a caller's memory past the run (a typed module's input).
+            let owned = t.deep_clone().map_err(|e| DriverError::Input(format!("input '{name}': {e}")))?;
+            config.input_values.insert(name.clone(), owned);
         } else {
             // And on the shapes of the others: symbolic dimensions take those of the given tensors.
             config.input_shapes.entry(name.clone()).or_insert_with(|| t.shape().to_vec());

@@ -257,7 +257,12 @@ fn run_staged(
     let (mut plans, mut steps, mut const_bytes, mut setup, mut assumed) =
         (Vec::new(), Vec::new(), 0, Vec::new(), Vec::new());
     let mut paths: Vec<String> = Vec::new();
+    // In built code, the first part runs a built plan (`stages.rs`, rule 5): its path is the report's.
+    let mut built_path = None;
     stage.each_session(&mut |s| {
+        if plans.is_empty() {
+            built_path.clone_from(&s.built_path);
+        }
         plans.push(s.plan.clone());
         steps.extend(s.programs.iter().flat_map(|p| p.steps()));
         const_bytes += s.programs.iter().map(|p| p.const_bytes()).sum::<usize>();
@@ -300,11 +305,11 @@ fn run_staged(
         placed_inputs: Vec::new(),
         path: paths.pop(),
         plan,
-        built_path: None,
+        built_path,
         later_plans: plans.collect(),
         cuts: stage.cuts(),
         // Sequences and optionals among the outputs, as the last run made them (`crossing.rs`, rule 3).
-        structured_outputs: stage.output_forms(),
+        structured_outputs: stage.output_forms(&crate::crossing::input_forms(&options.config.input_structures)),
     })
 }
 

@@ -23,7 +23,7 @@
 //!    `If` with a run-time condition then keeps its `Where` form rather than cut). Sequences and optionals cross
 //!    the cuts as their tensors and forms (`crossing.rs`).
 //! 5. **Built ahead where it can be.** `stowage build` and typed modules cut where a run would, at build time
-//!    (`build::stages`), and compile the part before the innermost cut ahead of time, as any built model; the
+//!    (`build/staged.rs`), and compile the part before the innermost cut ahead of time, as any built model; the
 //!    built code carries the cuts ([`RunOptions::built_cuts`]) and the model less the weights only that part reads,
 //!    and at run time cuts there again without trying to compile first: the first part runs as built, the later
 //!    parts compile as the runs reach them (rules 2 and 3), with the JIT, never with the built graph, plan or
@@ -73,6 +73,9 @@ pub(crate) struct Cut {
     later: Vec<Later>,
     /// The model's outputs, in order.
     outputs: Vec<String>,
+    /// In built code (rule 5): the precision the build asked of each target, which the parts compiled at run time
+    /// are asked too (the built options carry none: the built plan holds them).
+    asked: Vec<(String, stowage_compiler::plan::Precision)>,
 }
 
 /// A part compiled at run time for the tensors it is given (rule 2).
@@ -169,7 +172,15 @@ impl Stage {
             _ => None,
         };
         let later = std::iter::once(cut.node).chain(cut.after).map(Later::new).collect();
-        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs })))
+        // Rule 5: the precision asked at build time, as the first part's plan records it, target by target.
+        let asked = match before.as_ref().and_then(Stage::first_plan) {
+            Some(plan) if options.built_graph.is_some() => {
+                let names = options.target.split(',').map(|t| t.trim().to_string());
+                names.zip(plan.precisions.iter().map(|g| g.asked)).collect()
+            }
+            _ => Vec::new(),
+        };
+        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs, asked })))
     }
 
     /// Runs once on `inputs` (by name; extra ones are ignored), recording copies in `ledger`; the outputs by name,
@@ -213,6 +224,9 @@ impl Stage {
             forms.extend(b.forms());
             b.adopt_into(&mut options);
         }
+        if !cut.asked.is_empty() {
+            options.planning.target_precisions.clone_from(&cut.asked);
+        }
         for later in &cut.later {
             let (outs, p) = later.run(&values, &forms, model, &options, ledger, &cut.node)?;
             add_peaks(&mut peaks, p);
@@ -241,19 +255,19 @@ impl Stage {
     }
 
     /// Every model output's form, in order, when one is a sequence or an optional (none otherwise), as the last
-    /// run made them (`crossing.rs`, rule 3).
-    pub(crate) fn output_forms(&self) -> Forms {
+    /// run made them, or as the caller gave them (`inputs`: an input passed through; `crossing.rs`, rule 3).
+    pub(crate) fn output_forms(&self, inputs: &Forms) -> Forms {
+        let mut forms = inputs.clone();
+        forms.extend(self.forms());
         match self {
-            Stage::Cut(c) if !self.forms().is_empty() => {
-                let forms = self.forms();
-                c.outputs
-                    .iter()
-                    .map(|o| match forms.iter().find(|(n, _)| n == o) {
-                        Some(f) => f.clone(),
-                        None => (o.clone(), Structure::Tensor(o.clone())),
-                    })
-                    .collect()
-            }
+            Stage::Cut(c) if c.outputs.iter().any(|o| forms.iter().any(|(n, _)| n == o)) => c
+                .outputs
+                .iter()
+                .map(|o| match forms.iter().find(|(n, _)| n == o) {
+                    Some(f) => f.clone(),
+                    None => (o.clone(), Structure::Tensor(o.clone())),
+                })
+                .collect(),
             Stage::Whole(s) => s.cx.graph.metadata.structured_outputs.clone(),
             _ => Vec::new(),
         }
@@ -397,7 +411,9 @@ impl Later {
         let mut given = Vec::with_capacity(args.len());
         for (n, t) in args {
             if fix_outer && self.fixes(n, t) {
-                options.config.input_values.insert(n.clone(), t.clone());
+                // Owned: a kept version must not hold a caller's memory past the run (a typed module's input).
+                let owned = t.deep_clone().map_err(|e| DriverError::Input(format!("value '{n}': {e}")))?;
+                options.config.input_values.insert(n.clone(), owned);
             } else {
                 given.push((n.clone(), t.clone()));
             }

@@ -90,7 +90,7 @@ pub(crate) fn prepare<'a>(
         // A part of one node is not cut by a run: a Loop is iterated (here: cut from an empty first part, which
         // comes to the same), anything else is the import's error.
         let nodes_in = proto.graph.as_ref().map_or(&[][..], |g| g.node.as_slice());
-        let iterated = matches!(nodes_in, [n] if n.op_type() == "Loop");
+        let iterated = nodes_in.len() == 1 && crate::loops::LoopRun::of(&proto, options, model)?.is_some();
         let Some(cut) = split::split(&proto, index).filter(|_| nodes_in.len() > 1 || iterated) else {
             return Err(message);
         };
@@ -103,7 +103,13 @@ pub(crate) fn prepare<'a>(
         let mut before = cut.before;
         if let Some(g) = before.graph.as_mut().filter(|g| g.node.is_empty() && g.output.is_empty()) {
             // Nothing runs before the node: the first part passes an input through, as a model must make something.
-            g.output.extend(g.input.first().map(|i| ValueInfoProto { name: i.name.clone(), ..Default::default() }));
+            let Some(first) = g.input.iter().find(|i| !g.initializer.iter().any(|t| t.name() == i.name())) else {
+                return Err(format!(
+                    "{message}; nothing comes before it to build ahead of time and the model has no inputs: run it \
+                     with stowage run"
+                ));
+            };
+            g.output.push(ValueInfoProto { name: first.name.clone(), ..Default::default() });
         }
         part = Cow::Owned(before.encode_to_vec());
     };
