@@ -274,11 +274,16 @@ fn chain_epilogue(s: &mut String, e: &Epilogue, at: &str, elem: &str) {
 
 /// The statements that set `dst` to B's element (`gk`, `gc`), 0 outside K's range `kend` or past N, and close the
 /// caller's block: read through B's strides, or computed from the convolution's input `X` (the implicit im2col).
-pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str) {
+/// `inside`: every tile is whole ([`whole_tiles`]), so B's element is read without a check.
+pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str, inside: bool) {
     match &g.im2col {
         None => {
             let b = super::load(g.elem, "B", &format!("bo + (size_t)gk * {} + (size_t)gc * {}", g.b.1, g.b.2));
-            let _ = writeln!(s, "        {dst} = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
+            if inside {
+                let _ = writeln!(s, "        {dst} = {b}; }}");
+            } else {
+                let _ = writeln!(s, "        {dst} = (gk < kend && gc < {}) ? {b} : 0.0f; }}", g.n);
+            }
         }
         Some((w, channels, groups)) => {
             let _ = writeln!(s, "        float v = 0.0f;\n        if (gk < kend && gc < {}) {{", g.n);
@@ -286,6 +291,12 @@ pub(super) fn load_b(s: &mut String, g: &Gemm, dst: &str) {
             let _ = writeln!(s, "        }}\n        {dst} = v; }}");
         }
     }
+}
+
+/// Whether every tile of `g` divided as `d` is whole: the output a whole number of `bm` × `bn` tiles and K of steps
+/// of `step` in every range, so that a tile's loads need no bounds check (BERT's products, ResNet's 1 × 1 layers).
+pub(super) fn whole_tiles(g: &Gemm, d: &Division, bm: usize, bn: usize, step: usize) -> bool {
+    g.m.is_multiple_of(bm) && g.n.is_multiple_of(bn) && g.k.is_multiple_of(step) && d.chunk.is_multiple_of(step)
 }
 
 /// Kernel `name(A, B, C[, bias])` for `g` divided as [`division`] says: work-groups of 16 × 16 items, each item
@@ -340,19 +351,16 @@ pub fn gemm(name: &str, g: &Gemm) -> String {
     // Element u of this item's share of the tiles at K offset `t`: A's (rr, kk) and B's (kk, cc).
     let a_at = |u: usize| format!("const int e = tid + {}, rr = e / {TILE}, kk = e % {TILE}", u * items);
     let b_at = |u: usize| format!("const int e = tid + {}, kk = e / {bn}, cc = e % {bn}", u * items);
+    let inside = whole_tiles(g, &d, bm, bn, TILE);
     let load = |s: &mut String, t: &str| {
         for u in 0..r {
             let a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2));
-            let _ = writeln!(
-                s,
-                "      {{ {}, gr = row0 + rr, gk = {t} + kk; pa[{u}] = (gr < {} && gk < kend) ? {a} : 0.0f; }}",
-                a_at(u),
-                g.m
-            );
+            let a = if inside { a } else { format!("(gr < {} && gk < kend) ? {a} : 0.0f", g.m) };
+            let _ = writeln!(s, "      {{ {}, gr = row0 + rr, gk = {t} + kk; pa[{u}] = {a}; }}", a_at(u));
         }
         for u in 0..r {
             let _ = writeln!(s, "      {{ {}, gk = {t} + kk, gc = col0 + cc;", b_at(u));
-            load_b(s, g, &format!("pb[{u}]"));
+            load_b(s, g, &format!("pb[{u}]"), inside);
         }
     };
     load(&mut s, "k0");

@@ -101,19 +101,21 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
     let _ = writeln!(s, "  float {};", sums.join(", "));
     let per_item = MMA_TILE * bk / items;
     let _ = writeln!(s, "  float pa[{per_item}], pb[{per_item}];");
+    // Whole tiles (every tile inside the output, every step inside its range of K) load without checks.
+    let inside = super::gemm::whole_tiles(g, d, MMA_TILE, MMA_TILE, bk);
     let load = |s: &mut String, t: &str| {
         for u in 0..per_item {
             let a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2));
+            let a = if inside { a } else { format!("(gr < {} && gk < kend) ? {a} : 0.0f", g.m) };
             let _ = writeln!(
                 s,
-                "    {{ const int e = tid + {}, gr = row0 + e / {bk}, gk = {t} + e % {bk}; pa[{u}] = (gr < {} && gk < kend) ? {a} : 0.0f; }}",
-                u * items,
-                g.m
+                "    {{ const int e = tid + {}, gr = row0 + e / {bk}, gk = {t} + e % {bk}; pa[{u}] = {a}; }}",
+                u * items
             );
         }
         for u in 0..per_item {
             let _ = writeln!(s, "    {{ const int e = tid + {}, gk = {t} + (e >> 6), gc = col0 + (e & 63);", u * items);
-            load_b(s, g, &format!("pb[{u}]"));
+            load_b(s, g, &format!("pb[{u}]"), inside);
         }
     };
     load(&mut s, "k0");
