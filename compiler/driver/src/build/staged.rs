@@ -10,7 +10,9 @@
 //! 2. **Refused as a run refuses**, with the import's line and why (`stages::refuse_cut`: `--state`,
 //!    `--input-device`; a part of one node that needs such a value, unless it is a `Loop`, which a run iterates:
 //!    that is cut from an empty first part, which passes the model's first input through); and where built code
-//!    would take or give a sequence or an optional (it takes and gives tensors only).
+//!    would take or give a sequence or an optional (a model's input or output; the first part's outputs are
+//!    checked when its graph is written out): it takes and gives tensors only. Sequences that live inside the
+//!    later parts cross their cuts as at any run (`crossing.rs`).
 //! 3. **The model embedded is what the later parts read.** Every initializer no later part reads (the first
 //!    part's weights, which its built graph holds) is left out of the embedded model, and so are graph inputs
 //!    that named them (IR < 4), so a backbone's weights are in the executable once.
@@ -77,14 +79,14 @@ pub(crate) fn prepare<'a>(
         let proto = onnx::decode_within(&part, options.config.value_limit())
             .map_err(|e| format!("{}: {e}", model.display()))?;
         crate::stages::refuse_cut(options, message.clone())?;
-        // Built code and typed modules take and give tensors only.
-        let structured = !options.config.input_structures.is_empty()
-            || proto.graph.iter().flat_map(|g| &g.output).any(|o| onnx::structure::is_structured(o.r#type.as_ref()))
-            || proto.graph.iter().flat_map(|g| &g.node).any(|n| onnx::sequences::SEQUENCE_OPS.contains(&n.op_type()));
-        if structured {
+        // Built code and typed modules take and give tensors only: a sequence may live inside the later parts,
+        // not at the model's edges (and the first part's, checked when its graph is written out).
+        let edges = proto.graph.iter().flat_map(|g| g.output.iter().chain(&g.input));
+        if let Some(v) = edges.into_iter().find(|v| onnx::structure::is_structured(v.r#type.as_ref())) {
             return Err(format!(
-                "{message}; built code of a model with sequences or optionals compiled in stages is not made yet: \
-                 run it with stowage run"
+                "{message}; '{}' is a sequence or an optional, and built code takes and gives tensors only: run \
+                 the model with stowage run",
+                v.name()
             ));
         }
         // A part of one node is not cut by a run: a Loop is iterated (here: cut from an empty first part, which
