@@ -144,9 +144,12 @@ impl Context {
         Ok(stored)
     }
 
-    fn run(&mut self, pass: &'static str, f: impl FnOnce(&mut Graph) -> usize) -> Result<(), Error> {
+    /// Runs `f` on the graph and inside every subgraph (`ir/subgraph.rs`, rule 3).
+    fn run(&mut self, pass: &'static str, f: impl Fn(&mut Graph) -> usize) -> Result<(), Error> {
         let start = Instant::now();
-        let changes = f(&mut self.graph);
+        let mut changes = 0;
+        crate::ir::subgraph::for_each_mut(&mut self.graph, &mut |g| changes += f(g));
+        changes += f(&mut self.graph);
         self.timings.push(PassTiming { pass, duration: start.elapsed(), changes });
         self.check(pass)
     }

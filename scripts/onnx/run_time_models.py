@@ -204,6 +204,54 @@ def if_guarded_gather():
     return m, {"x": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
 
 
+def if_nested_guard():
+    """An If on the data inside the branch of another: the inner branch not taken would read out of range, so
+    only the branch taken may run at every depth (the CPU runs the inner If with its branches as subgraphs)."""
+    inner_then = helper.make_graph(
+        [helper.make_node("Gather", ["x", "far"], ["a"], axis=0)], "inner_then", [], [vi("a", F, [1])],
+        [init("far", np.array([7], np.int64))])
+    inner_else = helper.make_graph(
+        [helper.make_node("Slice", ["x", "s0", "s1"], ["b"])], "inner_else", [], [vi("b", F, [1])],
+        [init("s0", np.array([1], np.int64)), init("s1", np.array([2], np.int64))])
+    outer_then = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["top"], keepdims=0),
+         helper.make_node("Greater", ["top", "big"], ["c2"]),
+         helper.make_node("If", ["c2"], ["t"], then_branch=inner_then, else_branch=inner_else, name="inner")],
+        "outer_then", [], [vi("t", F, [1])])
+    outer_else = helper.make_graph(
+        [helper.make_node("ReduceMin", ["x"], ["low"], keepdims=1)], "outer_else", [], [vi("low", F, [1])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0),
+        helper.make_node("Greater", ["sum", "zero"], ["c1"]),
+        helper.make_node("If", ["c1"], ["picked"], then_branch=outer_then, else_branch=outer_else, name="outer"),
+        helper.make_node("Mul", ["picked", "x"], ["y"]),
+    ]
+    inits = [init("zero", np.float32(0)), init("big", np.float32(100))]
+    m = model("if_nested_guard", nodes, [vi("x", F, [4])], [vi("y", F, [4])], inits)
+    return m, {"x": np.array([1.0, 2.0, 3.0, 4.0], np.float32)}
+
+
+def if_in_loop():
+    """A Loop of a known trip count (unrolled) whose body halves its state when the state's sum passes 10 and adds
+    one otherwise: an If on the data in every iteration, nothing staged."""
+    halve = helper.make_graph([helper.make_node("Mul", ["s_in", "half"], ["h"])], "halve", [], [vi("h", F, [4])])
+    grow = helper.make_graph([helper.make_node("Add", ["s_in", "one_f"], ["g"])], "grow", [], [vi("g", F, [4])])
+    body = helper.make_graph(
+        [helper.make_node("ReduceSum", ["s_in"], ["total"], keepdims=0),
+         helper.make_node("Greater", ["total", "ten"], ["big"]),
+         helper.make_node("If", ["big"], ["s_out"], then_branch=halve, else_branch=grow, name="step"),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "body",
+        [vi("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), vi("s_in", F, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", F, [4])],
+    )
+    nodes = [helper.make_node("Loop", ["trips", "", "x"], ["final"], body=body, name="steps")]
+    inits = [init("trips", np.array(6, np.int64)), init("half", np.float32(0.5)), init("one_f", np.float32(1.0)),
+             init("ten", np.float32(10.0))]
+    m = model("if_in_loop", nodes, [vi("x", F, [4])], [vi("final", F, [4])], inits)
+    return m, {"x": np.array([1.0, 2.0, 3.0, 0.5], np.float32)}
+
+
 def loop_until():
     """A while loop: the state grows until its largest element passes 100, the body computing the condition; the
     sums of each step scanned."""
@@ -316,7 +364,7 @@ def main():
     manifest = []
     for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
                  compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather, loop_until, loop_long,
-                 loop_rows, seq_chunks, seq_split_lengths]:
+                 loop_rows, seq_chunks, seq_split_lengths, if_nested_guard, if_in_loop]:
         onx, feeds = make()
         name = onx.graph.name
         d = out / name

@@ -88,9 +88,10 @@ impl TargetKind for CpuKind {
         }))
     }
 
-    /// `LSTM` runs as one kernel here (`kernels/recurrent.rs`): some 25 steps per time step fewer than unrolled.
+    /// `LSTM` runs as one kernel here (`kernels/recurrent.rs`): some 25 steps per time step fewer than unrolled;
+    /// `If` with its branches as subgraphs (`lower/branches.rs`): only the branch taken runs.
     fn whole_ops(&self) -> &'static [&'static str] {
-        &["LSTM"]
+        &["LSTM", "If"]
     }
 }
 

@@ -161,6 +161,12 @@ impl Program {
         ran
     }
 
+    /// A run inside another program's step (an `If`'s branch, `lower/branches.rs`): on the current thread, its
+    /// kernels on `threads` of the pool the step runs in, not profiled.
+    pub(crate) fn run_within(&self, inputs: Vec<Tensor<'static>>, threads: usize) -> Result<RunOutput> {
+        self.run_here(inputs, false, threads)
+    }
+
     /// A run in the program's pool (made on the first), its kernels on all the program's threads.
     fn run_in_pool(&self, inputs: Vec<Tensor<'static>>, profile: bool) -> Result<RunOutput> {
         let pool = match self.pool.get() {

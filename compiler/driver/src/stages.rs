@@ -20,8 +20,12 @@
 //!    its key, one download each where they live on a device) and what its plan places on the host. The report
 //!    lists the copies planned by every part that ran, in order.
 //! 4. **Not with everything.** `--state` and `--input-device` are refused with a staged model (and a top-level
-//!    `If` with a run-time condition then keeps its `Where` form rather than cut). Sequences and optionals cross
-//!    the cuts as their tensors and forms (`crossing.rs`).
+//!    `If` with a run-time condition is then not cut at: on the CPU it is an `Op::If` with its branches as
+//!    subgraphs, elsewhere its `Where` form). Sequences and optionals cross the cuts as their tensors and forms
+//!    (`crossing.rs`).
+//! 6. **Branches counted.** A cut at an `If` counts the runs that took each branch (its condition read from the
+//!    values the node part is given, as its key is), and its line says so: `the then branch 3 times, the else
+//!    branch once`.
 //! 5. **Built ahead where it can be.** `stowage build` and typed modules cut where a run would, at build time
 //!    (`build/staged.rs`), and compile the part before the innermost cut ahead of time, as any built model; the
 //!    built code carries the cuts ([`RunOptions::built_cuts`]) and the model less the weights only that part reads,
@@ -76,6 +80,8 @@ pub(crate) struct Cut {
     /// In built code (rule 5): the precision the build asked of each target, which the parts compiled at run time
     /// are asked too (the built options carry none: the built plan holds them).
     asked: Vec<(String, stowage_compiler::plan::Precision)>,
+    /// For a cut at an `If` (rule 6): how many runs took its then branch and its else branch.
+    taken: Mutex<[u64; 2]>,
 }
 
 /// A part compiled at run time for the tensors it is given (rule 2).
@@ -180,7 +186,8 @@ impl Stage {
             }
             _ => Vec::new(),
         };
-        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs, asked })))
+        let taken = Mutex::new([0; 2]);
+        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs, asked, taken })))
     }
 
     /// Runs once on `inputs` (by name; extra ones are ignored), recording copies in `ledger`; the outputs by name,
@@ -226,6 +233,9 @@ impl Stage {
         }
         if !cut.asked.is_empty() {
             options.planning.target_precisions.clone_from(&cut.asked);
+        }
+        if let Some(taken) = cut.branch(&values) {
+            cut.taken.lock().unwrap_or_else(|p| p.into_inner())[usize::from(!taken)] += 1;
         }
         for later in &cut.later {
             let (outs, p) = later.run(&values, &forms, model, &options, ledger, &cut.node)?;
@@ -331,12 +341,37 @@ impl Stage {
             if compiled[0] == "1" { "" } else { "s" },
             compiled.get(1).map_or("none", String::as_str)
         ));
+        if c.node.1 == "If" {
+            let [then, otherwise] = *c.taken.lock().unwrap_or_else(|p| p.into_inner());
+            let times = |n: u64| match n {
+                0 => "never".to_string(),
+                1 => "once".to_string(),
+                n => format!("{n} times"),
+            };
+            if let Some(last) = lines.last_mut() {
+                last.push_str(&format!("; the then branch {}, the else branch {}", times(then), times(otherwise)));
+            }
+        }
         for l in &c.later {
             if let Some(stage) = l.last_stage() {
                 lines.extend(stage.cuts());
             }
         }
         lines
+    }
+}
+
+impl Cut {
+    /// For a cut at an `If`: whether this run takes its then branch, from its condition among `values` (rule 6).
+    fn branch(&self, values: &[(String, Tensor<'static>)]) -> Option<bool> {
+        if self.node.1 != "If" {
+            return None;
+        }
+        let node = self.later.first()?.part.model.graph.as_ref()?.node.first()?;
+        let cond = node.input.first()?;
+        let (_, t) = values.iter().rev().find(|(n, _)| n == cond)?;
+        let bytes = t.to_row_major().ok()?.as_bytes().ok()?.to_vec();
+        Some(bytes.first().is_some_and(|&b| b != 0))
     }
 }
 

@@ -12,6 +12,7 @@ mod op;
 pub mod print;
 pub mod recurrent;
 pub mod serial;
+pub mod subgraph;
 pub mod text;
 pub mod tfidf;
 pub mod trees;
@@ -27,5 +28,6 @@ pub use op::{
     Window,
 };
 pub use recurrent::{Activation, Lstm};
+pub use subgraph::Branches;
 pub use text::Text;
 pub use types::{ShapeDisplay, ValueType};

@@ -623,6 +623,9 @@ pub enum Op {
     },
     /// An op that reads strings, or `LabelEncoder`'s lookup (`ir/text.rs`).
     Text(super::Text),
+    /// `If` whose condition is known only at run time, its branches kept as subgraphs (`ir/subgraph.rs`): the
+    /// condition, then the values the branches read from around the node, in the branches' input order.
+    If(Box<super::subgraph::Branches>),
     /// Copy: input.
     Identity,
 }
@@ -747,6 +750,7 @@ impl Op {
             Op::Dropout { .. } => "Dropout",
             Op::Identity => "Identity",
             Op::Text(t) => t.name(),
+            Op::If(_) => "If",
         }
     }
 
@@ -778,7 +782,7 @@ impl Op {
             | Op::GridSample { .. }
             | Op::Expand
             | Op::Tile => (2, 2),
-            Op::Variadic(_) | Op::Concat { .. } => (1, usize::MAX),
+            Op::Variadic(_) | Op::Concat { .. } | Op::If(_) => (1, usize::MAX),
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
             Op::Lstm(_) => (3, 8),

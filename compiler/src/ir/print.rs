@@ -10,12 +10,25 @@
 //! ```
 //! Constants with more than [`PrintOptions::max_elements`] elements are elided: `splat(x)` when every element is
 //! `x`, else `<N elements>`. An omitted optional input prints as `_`, an output nobody asked for as `_`.
+//!
+//! A node's subgraphs (an `If`'s branches, `ir/subgraph.rs`) print under it, indented, each as a graph of its own
+//! (its ids its own; its inputs are the node's inputs after the condition, in order):
+//! ```text
+//!   v3 "y": f32[4] = If(v2, v0)  # n1 "guard"
+//!     then:
+//!       input v0 "x": f32[4]
+//!       v1 "t": f32[4] = Relu(v0)  # n0 "t"
+//!       output "t" = v1
+//!     else:
+//!       input v0 "x": f32[4]
+//!       output "x" = v0
+//! ```
 
 use std::fmt::{self, Write};
 
 use stowage_runtime::{DatumType, Tensor};
 
-use super::{Graph, OpAttrs, ValueDef, ValueId};
+use super::{Graph, Op, OpAttrs, ValueDef, ValueId};
 use crate::consts;
 
 /// How much to print.
@@ -39,26 +52,26 @@ pub fn print(graph: &Graph) -> String {
 /// Prints `graph`.
 pub fn print_with(graph: &Graph, options: PrintOptions) -> String {
     let mut out = String::new();
-    write_graph(&mut out, graph, options).expect("writing to a String cannot fail");
+    writeln!(out, "graph {:?} opset {}", graph.name, graph.metadata.opset).expect("writing to a String cannot fail");
+    write_graph(&mut out, graph, options, "  ").expect("writing to a String cannot fail");
     out
 }
 
-fn write_graph(out: &mut String, g: &Graph, options: PrintOptions) -> fmt::Result {
-    writeln!(out, "graph {:?} opset {}", g.name, g.metadata.opset)?;
+fn write_graph(out: &mut String, g: &Graph, options: PrintOptions, pad: &str) -> fmt::Result {
     for &v in g.inputs() {
-        writeln!(out, "  input {v} {:?}: {}", g.value(v).name, g.ty(v))?;
+        writeln!(out, "{pad}input {v} {:?}: {}", g.value(v).name, g.ty(v))?;
     }
     let uses = g.use_counts();
     for (v, data) in g.values() {
         if let ValueDef::Const(t) = &data.def {
             if uses[v] > 0 {
-                writeln!(out, "  const {v} {:?}: {} = {}", data.name, data.ty, Elements(t, options.max_elements))?;
+                writeln!(out, "{pad}const {v} {:?}: {} = {}", data.name, data.ty, Elements(t, options.max_elements))?;
             }
         }
     }
     for &n in g.order() {
         let node = g.node(n);
-        out.push_str("  ");
+        out.push_str(pad);
         for (i, o) in node.outputs.iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
@@ -79,9 +92,15 @@ fn write_graph(out: &mut String, g: &Graph, options: PrintOptions) -> fmt::Resul
             }
         }
         writeln!(out, "){}  # {n} {:?}", OpAttrs(&node.op), node.name)?;
+        if let Op::If(b) = &node.op {
+            for (which, branch) in ["then", "else"].into_iter().zip(b.graphs()) {
+                writeln!(out, "{pad}  {which}:")?;
+                write_graph(out, branch, options, &format!("{pad}    "))?;
+            }
+        }
     }
     for o in g.outputs() {
-        writeln!(out, "  output {:?} = {}", o.name, o.value)?;
+        writeln!(out, "{pad}output {:?} = {}", o.name, o.value)?;
     }
     Ok(())
 }

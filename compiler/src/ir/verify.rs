@@ -12,6 +12,9 @@
 //!    that rewrites a node must keep its types right), and leaves the op unchanged (attributes are normalised).
 //! 7. A constant's recorded type is its tensor's datum type and shape.
 //! 8. Graph outputs are defined by a graph input, a constant, or a live node.
+//! 9. A node's subgraphs (an `If`'s branches, `ir/subgraph.rs`) hold every invariant here, nested at most
+//!    [`MAX_DEPTH`](super::subgraph::MAX_DEPTH) deep; that they fit the node (inputs, outputs, types) is
+//!    invariant 6, through inference.
 //!
 //! A failure is a bug in stowage (an import or a pass broke the graph), never a problem with the user's model.
 
@@ -19,7 +22,7 @@ use std::collections::HashSet;
 
 use cranelift_entity::{EntityRef, SecondaryMap};
 
-use super::{Graph, NodeId, ValueDef, ValueId, ValueType};
+use super::{Graph, NodeId, Op, ValueDef, ValueId, ValueType};
 use crate::infer::{self, Fact};
 
 /// A broken invariant: a bug in the pass that ran last.
@@ -38,6 +41,10 @@ fn fail<T>(location: impl Into<String>, message: impl Into<String>) -> Result<T,
 
 /// Checks every invariant listed in the module doc.
 pub fn verify(g: &Graph) -> Result<(), VerifierError> {
+    verify_at(g, 0)
+}
+
+fn verify_at(g: &Graph, depth: usize) -> Result<(), VerifierError> {
     let exists = |v: ValueId| v.index() < g.value_count();
     let mut defined: SecondaryMap<ValueId, bool> = SecondaryMap::with_capacity(g.value_count());
     for (v, data) in g.values() {
@@ -90,7 +97,17 @@ pub fn verify(g: &Graph) -> Result<(), VerifierError> {
             Ok(t) => t,
             Err(e) => return fail(at(), format!("shape inference fails on the node as it stands: {e}")),
         };
-        if format!("{op:?}") != format!("{:?}", node.op) {
+        if let Op::If(b) = &node.op {
+            if depth >= super::subgraph::MAX_DEPTH {
+                return fail(at(), format!("subgraphs nest more than {} deep", super::subgraph::MAX_DEPTH));
+            }
+            for (which, branch) in ["then", "else"].into_iter().zip(b.graphs()) {
+                verify_at(branch, depth + 1).map_err(|e| VerifierError {
+                    location: format!("{} {which} branch: {}", at(), e.location),
+                    message: e.message,
+                })?;
+            }
+        } else if format!("{op:?}") != format!("{:?}", node.op) {
             return fail(at(), "attributes are not normalised (inference changes them)");
         }
         for (i, out) in node.outputs.iter().enumerate() {

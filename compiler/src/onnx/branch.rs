@@ -14,7 +14,9 @@
 //!    selected this way: an error naming the node, the output and both types. With
 //!    `ImportConfig::branch_at_run_time` (the driver's runs), a top-level `If` asks for its condition instead
 //!    (`ImportErrorKind::NeedsValue`): the model is compiled in stages and only the branch taken runs
-//!    (`driver/src/stages.rs`); nested `If`s still take both.
+//!    (`driver/src/stages.rs`); nested `If`s still take both. Where a target of the run executes an `If` whole
+//!    (`ImportConfig::whole` holds "If": the CPU), the node is kept as an `Op::If` with both branches as
+//!    subgraphs (`ir/subgraph.rs`), and only the branch taken runs, wherever it is nested.
 //! 3. **Branches agree.** Both branches are present, take no inputs, and make as many outputs as the node has;
 //!    otherwise an error names the node and the branch.
 //! 4. **The branch's names stay in the branch.** Its initializers and node outputs are visible to its own nodes and
@@ -35,7 +37,7 @@ use crate::error::ImportErrorKind as E;
 use crate::ir::{Graph, ValueId};
 
 /// How deep subgraphs may nest.
-pub const MAX_DEPTH: usize = 16;
+pub const MAX_DEPTH: usize = crate::ir::subgraph::MAX_DEPTH;
 
 /// The graphs a node's attributes hold.
 fn subgraphs(node: &NodeProto) -> impl Iterator<Item = &GraphProto> {
@@ -148,6 +150,11 @@ pub(super) fn inline_if(
                 ),
             })
         }
+        // `ir/subgraph.rs`: a target that runs an If whole takes both branches as subgraphs.
+        None if at.whole.contains("If") => match keep(graph, names, node, (then, otherwise), name, inner, &fail)? {
+            Some(outputs) => outputs,
+            None => select(graph, names, (then, otherwise), (cond_name, cond), name, inner, &fail)?,
+        },
         None => select(graph, names, (then, otherwise), (cond_name, cond), name, inner, &fail)?,
     };
     for (out, v) in node.output.iter().zip(outputs) {
@@ -192,6 +199,65 @@ fn import_branch(
         names.remove(defined);
     }
     Ok(outputs)
+}
+
+/// A condition known only at run time where a target runs an `If` whole (rule 2): the node as an
+/// [`Op::If`](crate::ir::Op::If) with both branches imported as graphs of their own (`ir/subgraph.rs`): the values
+/// they read from around the node are its inputs after the condition (constants are copied in, rule 1 there).
+/// `None` where a branch reads a sequence or an optional from around it, or makes one: those take the `Where` form.
+fn keep(
+    graph: &mut Graph,
+    names: &mut Scope,
+    node: &NodeProto,
+    (then, otherwise): (&GraphProto, &GraphProto),
+    name: &str,
+    at: At<'_>,
+    fail: &dyn Fn(String) -> E,
+) -> Result<Option<Vec<Composite>>, E> {
+    let cond = node.input.first().and_then(|c| names.get(c.as_str()).copied());
+    let mut inputs = vec![cond];
+    let mut outer: Vec<(&str, ValueId)> = Vec::new();
+    for read in outer_inputs(node) {
+        match names.bound(read) {
+            Some(Structure::Tensor(v)) => outer.push((read, v)),
+            Some(_) => return Ok(None),
+            // Not in scope: the branch's import names it (an undefined input).
+            None => {}
+        }
+    }
+    let mut branches = Vec::with_capacity(2);
+    for (which, g) in [("then", then), ("else", otherwise)] {
+        let mut sub = Graph::new(format!("{name}::{which}"));
+        sub.metadata.opset = graph.metadata.opset;
+        let mut scope = Scope::default();
+        for &(read, v) in &outer {
+            let inner = match graph.const_value(v) {
+                Some(t) => sub.add_const(read, t.clone()),
+                None => sub.add_input(read, graph.ty(v).clone()),
+            };
+            scope.insert(read.to_string(), inner);
+        }
+        let made = import_branch(&mut sub, &mut scope, g, which, at, fail)?;
+        for (vi, out) in g.output.iter().zip(made) {
+            match out {
+                Structure::Tensor(v) => sub.add_output(vi.name(), v),
+                _ => return Ok(None),
+            }
+        }
+        branches.push(sub);
+    }
+    inputs.extend(outer.iter().filter(|(_, v)| graph.const_value(*v).is_none()).map(|&(_, v)| Some(v)));
+    let otherwise = branches.pop().expect("two branches");
+    let then = branches.pop().expect("two branches");
+    let op = crate::ir::Op::If(Box::new(crate::ir::Branches { then, otherwise }));
+    // The outputs under their own names, taken out of scope again: `inline_if` binds them.
+    let outs = &node.output;
+    if let Some(o) = outs.iter().find(|o| !o.is_empty() && names.contains_key(o)) {
+        return Err(E::Duplicate { name: o.clone() });
+    }
+    super::import::add_op(graph, names, name, "If", op, inputs, outs, at.limit)?;
+    let cond = cond.ok_or_else(|| fail("has no condition input".into()))?;
+    Ok(Some(outs.iter().map(|o| Structure::Tensor(names.remove(o).unwrap_or(cond))).collect()))
 }
 
 /// A condition known only at run time (rule 2): both branches are imported and each output is

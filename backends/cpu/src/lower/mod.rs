@@ -15,6 +15,7 @@ use crate::kernels::elementwise::{self, BinaryFn};
 use crate::kernels::{cast, cumulative, movement, scatter};
 use crate::program::{Binding, Kernel, Program, Step};
 
+mod branches;
 mod nn;
 mod recurrent;
 mod text;
@@ -134,6 +135,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                         let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act).map_err(step_err)?;
                         (conv_step_name(act), k)
                     }
+                    (Op::If(b), _) => ("If", branches::kernel(b, options).map_err(step_err)?),
                     _ => (node.op.name(), kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(step_err)?),
                 }
             }

@@ -199,7 +199,9 @@ fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String
 }
 
 fn import(model: &std::path::Path, shapes: &ShapeOptions, raw: bool, timings: bool) -> Result<String, String> {
-    let config = shapes.config()?;
+    let config = shapes.config()?.keep_whole("If");
+    // An If on a condition known only at run time prints with its branches as subgraphs (`ir/subgraph.rs`), as
+    // the CPU takes it; a target list without a kind that runs it whole gets the `Where` form (`stowage plan`).
     let mut cx = Context::import(model, &config).map_err(|e| e.to_string())?;
     if !raw {
         cx.optimize().map_err(|e| e.to_string())?;

@@ -1,0 +1,148 @@
+//! `If` with its branches as subgraphs (`ir/subgraph.rs`): where a target runs an `If` whole
+//! (`ImportConfig::whole` holds "If"), a condition known only at run time keeps both branches as graphs of their
+//! own, whose inputs are the values they read from around the node; the verifier checks them, the text form
+//! prints them, the passes run inside them, and built code writes them out and reads them back.
+
+mod common;
+
+use common::build::{self, node, value};
+use stowage_compiler::ir::print::print;
+use stowage_compiler::ir::verify::verify;
+use stowage_compiler::ir::{serial, Graph, Op};
+use stowage_compiler::onnx::proto::{attribute_proto::AttributeType, tensor_proto::DataType};
+use stowage_compiler::onnx::proto::{AttributeProto, GraphProto, NodeProto};
+use stowage_compiler::onnx::{self, ImportConfig};
+use stowage_compiler::Context;
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
+fn branch(nodes: Vec<NodeProto>, outputs: &[(&str, &[i64])]) -> GraphProto {
+    GraphProto {
+        name: Some("branch".into()),
+        node: nodes,
+        output: outputs.iter().map(|(o, dims)| value(o, dims)).collect(),
+        ..Default::default()
+    }
+}
+
+fn if_node(name: &str, cond: &str, out: &str, then: GraphProto, otherwise: GraphProto) -> NodeProto {
+    NodeProto {
+        name: Some(name.into()),
+        ..node("If", &[cond], &[out], vec![graph_attr("then_branch", then), graph_attr("else_branch", otherwise)])
+    }
+}
+
+/// `y = If(cond) { Identity(Relu(x)) * w } else { Neg(x) }` over x[2,3], `cond` a graph input, `w` an outer
+/// initializer.
+fn if_model() -> Vec<u8> {
+    let then = branch(
+        vec![
+            node("Relu", &["x"], &["r"], vec![]),
+            node("Identity", &["r"], &["i"], vec![]),
+            node("Mul", &["i", "w"], &["t"], vec![]),
+        ],
+        &[("t", &[2, 3])],
+    );
+    let otherwise = branch(vec![node("Neg", &["x"], &["e"], vec![])], &[("e", &[2, 3])]);
+    let inputs = vec![value("x", &[2, 3]), build::typed_value("cond", DataType::Bool, &[])];
+    let inits = vec![build::floats("w", &[3], &[1.0, 2.0, 3.0])];
+    let iff = if_node("guard", "cond", "y", then, otherwise);
+    build::bytes(&build::model(16, vec![iff], inputs, vec![value("y", &[2, 3])], inits))
+}
+
+fn kept() -> ImportConfig {
+    ImportConfig::new().keep_whole("If")
+}
+
+fn the_if(g: &Graph) -> &stowage_compiler::ir::Branches {
+    let n = g.order().iter().find(|&&n| matches!(g.node(n).op, Op::If(_))).expect("an If node");
+    match &g.node(*n).op {
+        Op::If(b) => b,
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_run_time_condition_keeps_both_branches_as_subgraphs_with_outer_values_explicit() {
+    let g = onnx::load_bytes(&if_model(), &kept()).expect("imports");
+    verify(&g).expect("verifies");
+    // One node in the model's graph: the If, reading the condition and x (w, a constant, is copied in).
+    assert_eq!(g.order().len(), 1, "{}", print(&g));
+    let n = g.order()[0];
+    assert_eq!(g.node(n).inputs.len(), 2, "{}", print(&g));
+    let b = the_if(&g);
+    assert_eq!(b.then.inputs().len(), 1);
+    assert!(b.then.values().any(|(_, v)| v.name == "w" && matches!(v.def, stowage_compiler::ir::ValueDef::Const(_))));
+    let text = print(&g);
+    assert!(text.contains("= If(") && text.contains("    then:\n") && text.contains("    else:\n"), "{text}");
+    assert!(text.contains("Relu") && text.contains("Neg") && !text.contains("Where"), "{text}");
+    // Without a target that runs If whole, the same model takes the Where form.
+    let selected = print(&onnx::load_bytes(&if_model(), &ImportConfig::new()).expect("imports"));
+    assert!(selected.contains("Where") && !selected.contains("then:"), "{selected}");
+}
+
+#[test]
+fn the_passes_run_inside_the_branches() {
+    let mut cx = Context::new(onnx::load_bytes(&if_model(), &kept()).expect("imports"));
+    assert!(print(&the_if(&cx.graph).then).contains("Identity"));
+    cx.optimize().expect("optimizes");
+    let then = print(&the_if(&cx.graph).then);
+    assert!(!then.contains("Identity") && then.contains("Relu"), "{then}");
+    let removed = cx.timings().iter().find(|t| t.pass == "remove_identities").expect("ran");
+    assert_eq!(removed.changes, 1);
+}
+
+#[test]
+fn the_verifier_checks_each_branch() {
+    let mut g = onnx::load_bytes(&if_model(), &kept()).expect("imports");
+    let n = g.order()[0];
+    let Op::If(b) = &mut g.node_mut(n).op else { panic!("an If") };
+    let relu = b.then.order()[0];
+    b.then.node_mut(relu).inputs.push(None);
+    let e = verify(&g).expect_err("broken").to_string();
+    assert!(e.contains("\"guard\" then branch") && e.contains("Relu takes 1 to 1 inputs"), "{e}");
+}
+
+#[test]
+fn built_code_writes_the_branches_out_and_reads_them_back() {
+    let g = onnx::load_bytes(&if_model(), &kept()).expect("imports");
+    let encoded = serial::encode(&g).expect("written");
+    let back = serial::decode(&encoded.graph, &encoded.constants).expect("read");
+    verify(&back).expect("verifies");
+    assert_eq!(print(&back), print(&g));
+}
+
+#[test]
+fn branches_that_disagree_and_nesting_past_the_bound_are_refused() {
+    // Branches of different types, the condition known only at run time.
+    let then = branch(vec![node("Relu", &["x"], &["t"], vec![])], &[("t", &[2, 3])]);
+    let otherwise = branch(vec![node("ReduceSum", &["x"], &["e"], vec![build::int("keepdims", 0)])], &[("e", &[])]);
+    let inputs = vec![value("x", &[2, 3]), build::typed_value("cond", DataType::Bool, &[])];
+    let m = build::model(16, vec![if_node("guard", "cond", "y", then, otherwise)], inputs, vec![], vec![]);
+    let e = onnx::load_bytes(&build::bytes(&m), &kept()).expect_err("refused").to_string();
+    assert!(e.contains("node 'guard' (If)") && e.contains("different types for output 0"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+
+    // Ifs on a run-time condition nested `levels` deep, each the then_branch of the one around it.
+    let nested = |levels: usize| {
+        let mut body = node("Relu", &["x"], &["y"], vec![]);
+        for level in 0..levels {
+            let otherwise = branch(vec![node("Neg", &["x"], &["y"], vec![])], &[("y", &[2, 3])]);
+            body = if_node(&format!("level{level}"), "c", "y", branch(vec![body], &[("y", &[2, 3])]), otherwise);
+        }
+        let inputs = vec![value("x", &[2, 3]), build::typed_value("c", DataType::Bool, &[])];
+        build::bytes(&build::model(16, vec![body], inputs, vec![value("y", &[2, 3])], vec![]))
+    };
+    let g = onnx::load_bytes(&nested(16), &kept()).expect("16 deep imports");
+    verify(&g).expect("verifies");
+    assert_eq!(print(&g).matches("then:").count(), 16);
+    let e = onnx::load_bytes(&nested(17), &kept()).expect_err("refused").to_string();
+    assert!(e.contains("(If)") && e.contains("nest more than 16 deep"), "{e}");
+}
