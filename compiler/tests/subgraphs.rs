@@ -107,7 +107,7 @@ fn the_verifier_checks_each_branch() {
     let relu = b.then.order()[0];
     b.then.node_mut(relu).inputs.push(None);
     let e = verify(&g).expect_err("broken").to_string();
-    assert!(e.contains("\"guard\" then branch") && e.contains("Relu takes 1 to 1 inputs"), "{e}");
+    assert!(e.contains("\"guard\" then: ") && e.contains("Relu takes 1 to 1 inputs"), "{e}");
 }
 
 #[test]
@@ -145,4 +145,72 @@ fn branches_that_disagree_and_nesting_past_the_bound_are_refused() {
     assert_eq!(print(&g).matches("then:").count(), 16);
     let e = onnx::load_bytes(&nested(17), &kept()).expect_err("refused").to_string();
     assert!(e.contains("(If)") && e.contains("nest more than 16 deep"), "{e}");
+}
+
+/// `y = Loop(trip, cond, x) { s * 2 while max(s * 2) < limit }`, `trip` and `cond` graph inputs or absent, the
+/// body reading `limit` (a graph input) from around it; `grow` makes the body concatenate instead (a carried value
+/// whose shape changes).
+fn loop_model(grow: bool) -> Vec<u8> {
+    let bool_value = |n: &str| build::typed_value(n, DataType::Bool, &[]);
+    let step = if grow {
+        node("Concat", &["s", "s"], &["next"], vec![build::int("axis", 0)])
+    } else {
+        node("Mul", &["s", "two"], &["next"], vec![])
+    };
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![
+            step,
+            node("ReduceMax", &["next"], &["top"], vec![build::int("keepdims", 0)]),
+            node("Less", &["top", "limit"], &["more"], vec![]),
+        ],
+        input: vec![build::typed_value("i", DataType::Int64, &[]), bool_value("c"), value("s", &[3])],
+        output: vec![bool_value("more"), value("next", &[3])],
+        initializer: vec![build::floats("two", &[], &[2.0])],
+        ..Default::default()
+    };
+    let attrs = vec![AttributeProto {
+        name: Some("body".into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(body),
+        ..Default::default()
+    }];
+    let looped = NodeProto { name: Some("double".into()), ..node("Loop", &["", "go", "x"], &["y"], attrs) };
+    let inputs = vec![value("x", &[3]), value("limit", &[]), bool_value("go")];
+    build::bytes(&build::model(16, vec![looped], inputs, vec![value("y", &[3])], vec![]))
+}
+
+#[test]
+fn a_loop_the_import_cannot_unroll_keeps_its_body_as_a_subgraph() {
+    let g = onnx::load_bytes(&loop_model(false), &ImportConfig::new().keep_whole("Loop")).expect("imports");
+    verify(&g).expect("verifies");
+    assert_eq!(g.order().len(), 1);
+    let node = g.node(g.order()[0]);
+    let Op::Loop(l) = &node.op else { panic!("a Loop: {}", print(&g)) };
+    // No trip count, the condition, the carried value, then `limit`, read from around it; `two` is the body's own.
+    assert_eq!(node.inputs.len(), 4);
+    assert!(node.inputs[0].is_none());
+    assert_eq!(l.carried, 1);
+    let names: Vec<&str> = l.body.inputs().iter().map(|&v| l.body.value(v).name.as_str()).collect();
+    assert_eq!(names, ["i", "c", "s", "limit"]);
+    let text = print(&g);
+    assert!(text.contains("= Loop(_, ") && text.contains("    body:\n") && text.contains("Less"), "{text}");
+    // Written out and read back.
+    let encoded = serial::encode(&g).expect("written");
+    let back = serial::decode(&encoded.graph, &encoded.constants).expect("read");
+    assert_eq!(print(&back), text);
+    // The passes run inside the body too (its Mul by a constant two stays; nothing to remove), and it verifies.
+    let mut cx = Context::new(g);
+    cx.optimize().expect("optimizes");
+    assert!(print(&cx.graph).contains("body:"));
+}
+
+#[test]
+fn a_loop_whose_carried_value_changes_shape_keeps_the_imports_error() {
+    let e = onnx::load_bytes(&loop_model(true), &ImportConfig::new().keep_whole("Loop")).expect_err("refused");
+    let e = e.to_string();
+    assert!(e.contains("node 'double' (Loop)") && e.contains("condition 'go' is known only at run time"), "{e}");
+    // Without a target that runs a Loop whole, the same error for the loop that could be kept.
+    let e = onnx::load_bytes(&loop_model(false), &ImportConfig::new()).expect_err("refused").to_string();
+    assert!(e.contains("node 'double' (Loop)") && e.contains("condition 'go' is known only at run time"), "{e}");
 }

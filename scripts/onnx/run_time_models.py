@@ -252,6 +252,37 @@ def if_in_loop():
     return m, {"x": np.array([1.0, 2.0, 3.0, 0.5], np.float32)}
 
 
+def loop_in_loop():
+    """A Loop of three iterations (unrolled) whose body holds a while loop: the state doubles until its largest
+    element passes a limit that grows with the outer iteration, so the inner loop's iterations come from the data
+    (the CPU runs it with its body as a subgraph)."""
+    inner = helper.make_graph(
+        [helper.make_node("Mul", ["t_in", "two"], ["t_out"]),
+         helper.make_node("ReduceMax", ["t_out"], ["top"], keepdims=0),
+         helper.make_node("Less", ["top", "limit"], ["more"])],
+        "inner",
+        [vi("j", I64, []), helper.make_tensor_value_info("again", TensorProto.BOOL, []), vi("t_in", F, [4])],
+        [helper.make_tensor_value_info("more", TensorProto.BOOL, []), vi("t_out", F, [4])],
+        [init("two", np.float32(2.0))],
+    )
+    outer = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["i_f", "hundred"], ["extra"]),
+         helper.make_node("Add", ["extra", "base"], ["limit"]),
+         helper.make_node("Loop", ["", "go", "s_in"], ["doubled"], body=inner, name="double_until"),
+         helper.make_node("Mul", ["doubled", "shrink"], ["s_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "outer",
+        [vi("i", I64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), vi("s_in", F, [4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", F, [4])],
+        [init("hundred", np.float32(100.0)), init("base", np.float32(50.0)), init("shrink", np.float32(0.25))],
+    )
+    nodes = [helper.make_node("Loop", ["trips", "", "x"], ["final"], body=outer, name="rounds")]
+    inits = [init("trips", np.array(3, np.int64)), init("go", np.array(True))]
+    m = model("loop_in_loop", nodes, [vi("x", F, [4])], [vi("final", F, [4])], inits)
+    return m, {"x": np.array([0.5, -1.0, 2.0, 3.0], np.float32)}
+
+
 def loop_until():
     """A while loop: the state grows until its largest element passes 100, the body computing the condition; the
     sums of each step scanned."""
@@ -364,7 +395,8 @@ def main():
     manifest = []
     for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
                  compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather, loop_until, loop_long,
-                 loop_rows, seq_chunks, seq_split_lengths, if_nested_guard, if_in_loop]:
+                 loop_rows, seq_chunks, seq_split_lengths, if_nested_guard, if_in_loop,
+                 loop_in_loop]:
         onx, feeds = make()
         name = onx.graph.name
         d = out / name

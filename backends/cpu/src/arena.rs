@@ -209,6 +209,23 @@ impl Drop for OfferGuard {
     }
 }
 
+/// Takes this thread's offer away until the returned guard drops, when it is given back as it was: a step that
+/// runs a program of its own inside it (an `If`'s branch, a `Loop`'s body: `lower/subgraphs.rs`) keeps that
+/// program's allocations out of the regions offered to its outputs, and writes its outputs there after (rule 2).
+pub(crate) fn withhold() -> Withheld {
+    Withheld(OFFER.with(|o| o.borrow_mut().take()))
+}
+
+/// An offer taken away by [`withhold`], given back when dropped.
+pub(crate) struct Withheld(Option<Offer>);
+
+impl Drop for Withheld {
+    fn drop(&mut self) {
+        let offer = self.0.take();
+        OFFER.with(|o| *o.borrow_mut() = offer);
+    }
+}
+
 /// What a region holds when a buffer takes it (rule 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fill {

@@ -20,8 +20,10 @@
 //!    is made, the stack bounded by the size limit on one value); they must agree in type and shape. A loop that
 //!    runs no iteration and has scan outputs is an error naming the node (their shape is unknown), as in the
 //!    unrolled form. Errors in an iteration name the node and the iteration.
-//! 5. **Only top-level loops that end.** A loop nested in another node's subgraph keeps the import's error, and
-//!    so does one with neither a trip count nor a condition.
+//! 5. **Only top-level loops that end.** A loop nested in another node's subgraph is not iterated here: where a
+//!    target runs `Loop` whole (the CPU) it is kept in the IR with its body as a subgraph
+//!    (`stowage_compiler::ir::subgraph`, rule 6), and otherwise keeps the import's error; so does one with neither
+//!    a trip count nor a condition.
 
 use std::path::Path;
 use std::rc::Rc;
@@ -40,7 +42,7 @@ use crate::stages::{key_of, later_options, Ran, Stage, Versions};
 
 /// The most iterations a loop runs (rule 2): a trip count above it is refused before the first, and a loop still
 /// going when it is reached stops with an error naming it.
-pub const MAX_ITERATIONS: i64 = 1 << 20;
+pub const MAX_ITERATIONS: i64 = stowage_compiler::ir::subgraph::MAX_ITERATIONS;
 
 /// A `Loop` iterated at run time.
 pub(crate) struct LoopRun {

@@ -4,10 +4,10 @@
 //! pads, Resize's scales are resolved, Transpose's default perm is filled in), so that backends never redo it.
 //! Inputs listed in [`Op::static_inputs`] must be constants; inference says which one when it is not.
 
-mod branches;
 mod elementwise;
 mod nn;
 mod shape_ops;
+mod subgraphs;
 
 use stowage_runtime::{DatumType, Tensor};
 
@@ -173,7 +173,8 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
             vec![ValueType::new(x.dt, vec![x.shape[0], t.targets])]
         }
         Op::Text(t) => text(t, ins)?,
-        Op::If(b) => branches::infer(b, ins, outputs)?,
+        Op::If(b) => subgraphs::branches(b, ins, outputs)?,
+        Op::Loop(l) => subgraphs::body(l, ins, outputs)?,
         Op::Lstm(l) => {
             let types: Vec<Option<&ValueType>> = inputs.iter().map(|f| f.map(|f| f.ty)).collect();
             l.output_types(&types).map_err(InferError::Invalid)?
@@ -181,7 +182,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         _ => shape_ops::infer(op, ins, outputs)?,
     };
     // Strings come only from the ops that make them (Cast, the string ops) or move them (from a string input).
-    let makes_strings = matches!(op, Op::Cast { .. } | Op::Text(_) | Op::If(_))
+    let makes_strings = matches!(op, Op::Cast { .. } | Op::Text(_) | Op::If(_) | Op::Loop(_))
         || inputs.iter().flatten().any(|f| f.ty.dt == DatumType::Str);
     if let Some(k) = types.iter().position(|t| t.dt == DatumType::Str).filter(|_| !makes_strings) {
         return invalid(format!("output {k} would be string, which {} does not make from these inputs", op.name()));
@@ -196,7 +197,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
 }
 
 /// `Cast`, and the ops that keep every element and only relabel the shape (and `Shape`, which reads none): what
-/// the small types and strings go through; and `If`, whose branches' own nodes check what they read.
+/// the small types and strings go through; and `If` and `Loop`, whose subgraphs' own nodes check what they read.
 fn casts_or_reshapes(op: &Op) -> bool {
     matches!(
         op,
@@ -208,6 +209,7 @@ fn casts_or_reshapes(op: &Op) -> bool {
             | Op::Unsqueeze
             | Op::Shape { .. }
             | Op::If(_)
+            | Op::Loop(_)
     )
 }
 

@@ -28,6 +28,6 @@ pub use op::{
     Window,
 };
 pub use recurrent::{Activation, Lstm};
-pub use subgraph::Branches;
+pub use subgraph::{Branches, LoopBody};
 pub use text::Text;
 pub use types::{ShapeDisplay, ValueType};

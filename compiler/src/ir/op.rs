@@ -626,6 +626,9 @@ pub enum Op {
     /// `If` whose condition is known only at run time, its branches kept as subgraphs (`ir/subgraph.rs`): the
     /// condition, then the values the branches read from around the node, in the branches' input order.
     If(Box<super::subgraph::Branches>),
+    /// `Loop` iterated at run time, its body a subgraph (`ir/subgraph.rs`, rule 6): trip count?, condition?, the
+    /// carried values, then the values the body reads from around the node.
+    Loop(Box<super::subgraph::LoopBody>),
     /// Copy: input.
     Identity,
 }
@@ -751,6 +754,7 @@ impl Op {
             Op::Identity => "Identity",
             Op::Text(t) => t.name(),
             Op::If(_) => "If",
+            Op::Loop(_) => "Loop",
         }
     }
 
@@ -783,6 +787,7 @@ impl Op {
             | Op::Expand
             | Op::Tile => (2, 2),
             Op::Variadic(_) | Op::Concat { .. } | Op::If(_) => (1, usize::MAX),
+            Op::Loop(_) => (0, usize::MAX),
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
             Op::Lstm(_) => (3, 8),
@@ -813,6 +818,24 @@ impl Op {
             Op::Dropout { .. } => &[1, 2],
             Op::Text(t) => t.static_inputs(),
             _ => &[],
+        }
+    }
+
+    /// The op's subgraphs, each with what the text form calls it (`then`, `else`, `body`).
+    pub fn subgraphs(&self) -> Vec<(&'static str, &super::Graph)> {
+        match self {
+            Op::If(b) => vec![("then", &b.then), ("else", &b.otherwise)],
+            Op::Loop(l) => vec![("body", &l.body)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The op's subgraphs, mutably.
+    pub fn subgraphs_mut(&mut self) -> Vec<(&'static str, &mut super::Graph)> {
+        match self {
+            Op::If(b) => vec![("then", &mut b.then), ("else", &mut b.otherwise)],
+            Op::Loop(l) => vec![("body", &mut l.body)],
+            _ => Vec::new(),
         }
     }
 

@@ -11,7 +11,7 @@
 //! Constants with more than [`PrintOptions::max_elements`] elements are elided: `splat(x)` when every element is
 //! `x`, else `<N elements>`. An omitted optional input prints as `_`, an output nobody asked for as `_`.
 //!
-//! A node's subgraphs (an `If`'s branches, `ir/subgraph.rs`) print under it, indented, each as a graph of its own
+//! A node's subgraphs (an `If`'s branches, a `Loop`'s body: `ir/subgraph.rs`) print under it, indented, each as a graph of its own
 //! (its ids its own; its inputs are the node's inputs after the condition, in order):
 //! ```text
 //!   v3 "y": f32[4] = If(v2, v0)  # n1 "guard"
@@ -28,7 +28,7 @@ use std::fmt::{self, Write};
 
 use stowage_runtime::{DatumType, Tensor};
 
-use super::{Graph, Op, OpAttrs, ValueDef, ValueId};
+use super::{Graph, OpAttrs, ValueDef, ValueId};
 use crate::consts;
 
 /// How much to print.
@@ -92,11 +92,9 @@ fn write_graph(out: &mut String, g: &Graph, options: PrintOptions, pad: &str) ->
             }
         }
         writeln!(out, "){}  # {n} {:?}", OpAttrs(&node.op), node.name)?;
-        if let Op::If(b) = &node.op {
-            for (which, branch) in ["then", "else"].into_iter().zip(b.graphs()) {
-                writeln!(out, "{pad}  {which}:")?;
-                write_graph(out, branch, options, &format!("{pad}    "))?;
-            }
+        for (which, sub) in node.op.subgraphs() {
+            writeln!(out, "{pad}  {which}:")?;
+            write_graph(out, sub, options, &format!("{pad}    "))?;
         }
     }
     for o in g.outputs() {

@@ -1,6 +1,7 @@
-//! Subgraphs: the branches of an [`Op::If`](super::Op::If) whose condition is known only at run time, kept in the
-//! IR as graphs of their own where a target runs them (the CPU: `whole_ops`), instead of both branches inlined
-//! behind `Where` (`onnx/branch.rs`, rule 2).
+//! Subgraphs: the branches of an [`Op::If`](super::Op::If) whose condition is known only at run time, and the body
+//! of an [`Op::Loop`](super::Op::Loop) iterated at run time, kept in the IR as graphs of their own where a target
+//! runs them (the CPU: `whole_ops`), instead of both branches inlined behind `Where` (`onnx/branch.rs`, rule 2)
+//! or the import's error.
 //!
 //! The contract, each rule checked where it says:
 //! 1. **Outer values are explicit.** A branch is a [`Graph`] whose inputs are the values it reads from around the
@@ -19,21 +20,33 @@
 //! 5. **Built code carries them**: a branch is written out and read back with the graph (`serial`), as a graph of
 //!    its own, constants included.
 //!
+//! 6. **A `Loop` iterated at run time** keeps its body as a graph ([`LoopBody`]) where a target runs a `Loop`
+//!    whole (the CPU) and the driver does not iterate it itself (a loop inside another node's subgraph, or any
+//!    loop where no run compiles in stages, as `stowage import`): rules 1 to 5 hold for it as for branches, its
+//!    carried values keep their types from one iteration to the next (inference checks it), it has no scan
+//!    outputs (their length would be known only at run time), and it runs at most [`MAX_ITERATIONS`] times.
+//!
 //! Tests: `compiler/tests/subgraphs.rs`, and `tests/tests/run_time_shapes.rs` for runs.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use super::Graph;
 
 /// How deep subgraphs nest, at most (the importer checks it before each level, `onnx/branch.rs`, rule 5).
 pub const MAX_DEPTH: usize = 16;
 
+/// The most iterations a `Loop` runs (rule 6; the driver's iterated loops too): a loop still going when it is
+/// reached stops with an error naming it.
+pub const MAX_ITERATIONS: i64 = 1 << 20;
+
 /// The two branches of an `If` (rule 1: their inputs are the node's inputs after the condition).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Branches {
     /// Taken when the condition is true.
+    #[serde(with = "written")]
     pub then: Graph,
     /// Taken when it is false.
+    #[serde(with = "written")]
     pub otherwise: Graph,
 }
 
@@ -49,43 +62,44 @@ impl Branches {
     }
 }
 
+/// The body of a `Loop` iterated at run time (rule 6). The node's inputs: the trip count and the condition (each
+/// `None` when absent), the carried values, then the values the body reads from around the node. The body's
+/// inputs: the iteration number (`i64[]`), the condition (`bool[]`), then the node's inputs from the third on,
+/// in order and of the same types; its outputs: the next condition and the carried values, of the types they
+/// came in (no scan outputs). The node's outputs: the carried values after the last iteration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoopBody {
+    /// The body.
+    #[serde(with = "written")]
+    pub body: Graph,
+    /// How many values it carries.
+    pub carried: usize,
+}
+
 /// Calls `f` on every subgraph of `g`'s live nodes, and theirs, innermost first (rule 3: passes run inside them).
 pub fn for_each_mut(g: &mut Graph, f: &mut dyn FnMut(&mut Graph)) {
     let order = g.order().to_vec();
     for n in order {
-        if let super::Op::If(b) = &mut g.node_mut(n).op {
-            for branch in b.graphs_mut() {
-                for_each_mut(branch, f);
-                f(branch);
-            }
+        for (_, sub) in g.node_mut(n).op.subgraphs_mut() {
+            for_each_mut(sub, f);
+            f(sub);
         }
     }
 }
 
-/// A branch as built code writes it (rule 5): its structure and its constants.
-#[derive(Serialize, Deserialize)]
-struct Written {
-    graph: Vec<u8>,
-    constants: Vec<u8>,
-}
+/// A graph as built code writes it (rule 5): its structure and its constants, through `serial`.
+mod written {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-fn write(g: &Graph) -> Result<Written, String> {
-    let encoded = super::serial::encode(g)?;
-    Ok(Written { graph: encoded.graph, constants: encoded.constants })
-}
+    use crate::ir::{serial, Graph};
 
-impl Serialize for Branches {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let then = write(&self.then).map_err(serde::ser::Error::custom)?;
-        let otherwise = write(&self.otherwise).map_err(serde::ser::Error::custom)?;
-        (then, otherwise).serialize(s)
+    pub fn serialize<S: Serializer>(g: &Graph, s: S) -> Result<S::Ok, S::Error> {
+        let encoded = serial::encode(g).map_err(serde::ser::Error::custom)?;
+        (encoded.graph, encoded.constants).serialize(s)
     }
-}
 
-impl<'de> Deserialize<'de> for Branches {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (then, otherwise): (Written, Written) = Deserialize::deserialize(d)?;
-        let read = |w: Written| super::serial::decode(&w.graph, &w.constants).map_err(serde::de::Error::custom);
-        Ok(Branches { then: read(then)?, otherwise: read(otherwise)? })
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Graph, D::Error> {
+        let (graph, constants): (Vec<u8>, Vec<u8>) = Deserialize::deserialize(d)?;
+        serial::decode(&graph, &constants).map_err(serde::de::Error::custom)
     }
 }

@@ -12,7 +12,7 @@
 //!    that rewrites a node must keep its types right), and leaves the op unchanged (attributes are normalised).
 //! 7. A constant's recorded type is its tensor's datum type and shape.
 //! 8. Graph outputs are defined by a graph input, a constant, or a live node.
-//! 9. A node's subgraphs (an `If`'s branches, `ir/subgraph.rs`) hold every invariant here, nested at most
+//! 9. A node's subgraphs (an `If`'s branches, a `Loop`'s body: `ir/subgraph.rs`) hold every invariant here, nested at most
 //!    [`MAX_DEPTH`](super::subgraph::MAX_DEPTH) deep; that they fit the node (inputs, outputs, types) is
 //!    invariant 6, through inference.
 //!
@@ -22,7 +22,7 @@ use std::collections::HashSet;
 
 use cranelift_entity::{EntityRef, SecondaryMap};
 
-use super::{Graph, NodeId, Op, ValueDef, ValueId, ValueType};
+use super::{Graph, NodeId, ValueDef, ValueId, ValueType};
 use crate::infer::{self, Fact};
 
 /// A broken invariant: a bug in the pass that ran last.
@@ -97,13 +97,14 @@ fn verify_at(g: &Graph, depth: usize) -> Result<(), VerifierError> {
             Ok(t) => t,
             Err(e) => return fail(at(), format!("shape inference fails on the node as it stands: {e}")),
         };
-        if let Op::If(b) = &node.op {
+        let subgraphs = node.op.subgraphs();
+        if !subgraphs.is_empty() {
             if depth >= super::subgraph::MAX_DEPTH {
                 return fail(at(), format!("subgraphs nest more than {} deep", super::subgraph::MAX_DEPTH));
             }
-            for (which, branch) in ["then", "else"].into_iter().zip(b.graphs()) {
-                verify_at(branch, depth + 1).map_err(|e| VerifierError {
-                    location: format!("{} {which} branch: {}", at(), e.location),
+            for (which, sub) in subgraphs {
+                verify_at(sub, depth + 1).map_err(|e| VerifierError {
+                    location: format!("{} {which}: {}", at(), e.location),
                     message: e.message,
                 })?;
             }

@@ -34,7 +34,7 @@ use stowage_runtime::{DatumType, Tensor};
 use super::scope::{Composite, Scope};
 use super::structure::Structure;
 use crate::error::ImportErrorKind as E;
-use crate::ir::{Graph, ValueId};
+use crate::ir::{Graph, ValueId, ValueType};
 
 /// How deep subgraphs may nest.
 pub const MAX_DEPTH: usize = crate::ir::subgraph::MAX_DEPTH;
@@ -188,7 +188,8 @@ fn import_branch(
     let mut outputs = Vec::with_capacity(g.output.len());
     for vi in &g.output {
         let v = names.bound(vi.name()).ok_or_else(|| {
-            fail(format!("the output '{}' of its {which}_branch is defined by nothing in it", vi.name()))
+            let what = if which == "body" { "body".to_string() } else { format!("{which}_branch") };
+            fail(format!("the output '{}' of its {what} is defined by nothing in it", vi.name()))
         })?;
         outputs.push(v);
     }
@@ -199,6 +200,62 @@ fn import_branch(
         names.remove(defined);
     }
     Ok(outputs)
+}
+
+/// Imports `g`, a subgraph of a node of `graph`, as a graph of its own named `name` (`ir/subgraph.rs`, rule 1):
+/// its inputs are `own` (its own inputs, named and typed), then each of `outer`, the values it reads from around
+/// the node that are not constants (those are copied in as constants). `None` where it makes a sequence or an
+/// optional. `which` names it in errors ("then", "body").
+#[allow(clippy::too_many_arguments)]
+pub(super) fn subgraph(
+    graph: &Graph,
+    g: &GraphProto,
+    name: &str,
+    own: &[(String, crate::ir::ValueType)],
+    outer: &[(&str, ValueId)],
+    which: &str,
+    at: At<'_>,
+    fail: &dyn Fn(String) -> E,
+) -> Result<Option<Graph>, E> {
+    let mut sub = Graph::new(name);
+    sub.metadata.opset = graph.metadata.opset;
+    let mut scope = Scope::default();
+    for (read, ty) in own {
+        let v = sub.add_input(read.as_str(), ty.clone());
+        scope.insert(read.clone(), v);
+    }
+    for &(read, v) in outer {
+        let inner = match graph.const_value(v) {
+            Some(t) => sub.add_const(read, t.clone()),
+            None => sub.add_input(read, graph.ty(v).clone()),
+        };
+        scope.insert(read.to_string(), inner);
+    }
+    let made = import_branch(&mut sub, &mut scope, g, which, at, fail)?;
+    for (vi, out) in g.output.iter().zip(made) {
+        match out {
+            Structure::Tensor(v) => sub.add_output(vi.name(), v),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(sub))
+}
+
+/// Branches selected at run time must make the same types (rule 2): otherwise the condition is needed
+/// (`NeedsValue`, so that a driver that can fix it, or what the branches read, tries again).
+fn agree(then: &[ValueType], otherwise: &[ValueType], name: &str, cond_name: &str) -> Result<(), E> {
+    match then.iter().zip(otherwise).enumerate().find(|(_, (a, b))| a != b) {
+        None => Ok(()),
+        Some((k, (ta, tb))) => Err(E::NeedsValue {
+            node: name.into(),
+            op: "If".into(),
+            message: format!(
+                "its condition '{cond_name}' is known only at run time, and its branches make different types for \
+                 output {k} ({ta} and {tb}): stowage selects between branches at run time only when they agree \
+                 (fix the condition with --input-value to take one branch)"
+            ),
+        }),
+    }
 }
 
 /// A condition known only at run time where a target runs an `If` whole (rule 2): the node as an
@@ -227,28 +284,17 @@ fn keep(
     }
     let mut branches = Vec::with_capacity(2);
     for (which, g) in [("then", then), ("else", otherwise)] {
-        let mut sub = Graph::new(format!("{name}::{which}"));
-        sub.metadata.opset = graph.metadata.opset;
-        let mut scope = Scope::default();
-        for &(read, v) in &outer {
-            let inner = match graph.const_value(v) {
-                Some(t) => sub.add_const(read, t.clone()),
-                None => sub.add_input(read, graph.ty(v).clone()),
-            };
-            scope.insert(read.to_string(), inner);
+        match subgraph(graph, g, &format!("{name}::{which}"), &[], &outer, which, at, fail)? {
+            Some(sub) => branches.push(sub),
+            None => return Ok(None),
         }
-        let made = import_branch(&mut sub, &mut scope, g, which, at, fail)?;
-        for (vi, out) in g.output.iter().zip(made) {
-            match out {
-                Structure::Tensor(v) => sub.add_output(vi.name(), v),
-                _ => return Ok(None),
-            }
-        }
-        branches.push(sub);
     }
     inputs.extend(outer.iter().filter(|(_, v)| graph.const_value(*v).is_none()).map(|&(_, v)| Some(v)));
     let otherwise = branches.pop().expect("two branches");
     let then = branches.pop().expect("two branches");
+    let types = |g: &Graph| g.outputs().iter().map(|o| g.ty(o.value).clone()).collect::<Vec<_>>();
+    let cond_name = node.input.first().map(String::as_str).unwrap_or_default();
+    agree(&types(&then), &types(&otherwise), name, cond_name)?;
     let op = crate::ir::Op::If(Box::new(crate::ir::Branches { then, otherwise }));
     // The outputs under their own names, taken out of scope again: `inline_if` binds them.
     let outs = &node.output;
@@ -296,20 +342,8 @@ fn select(
     };
     let t = tensors(import_branch(graph, names, then, "then", at, fail)?, "then")?;
     let e = tensors(import_branch(graph, names, otherwise, "else", at, fail)?, "else")?;
-    for (k, (a, b)) in t.iter().zip(&e).enumerate() {
-        let (ta, tb) = (graph.ty(*a), graph.ty(*b));
-        if ta != tb {
-            return Err(E::NeedsValue {
-                node: name.into(),
-                op: "If".into(),
-                message: format!(
-                    "its condition '{cond_name}' is known only at run time, and its branches make different types for \
-                 output {k} ({ta} and {tb}): stowage selects between branches at run time only when they agree \
-                 (fix the condition with --input-value to take one branch)"
-                ),
-            });
-        }
-    }
+    let types = |vs: &[ValueId]| vs.iter().map(|&v| graph.ty(v).clone()).collect::<Vec<_>>();
+    agree(&types(&t), &types(&e), name, cond_name)?;
     // Temporary names for the selection's inputs, taken out of scope after.
     let mut temp: Vec<String> = Vec::new();
     let bind = |names: &mut Scope, temp: &mut Vec<String>, base: String, v: ValueId| {

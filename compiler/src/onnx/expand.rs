@@ -227,6 +227,12 @@ impl Ex<'_, '_> {
         Ok(out)
     }
 
+    /// The graph and the names in scope, to read (a subgraph imported as a graph of its own reads its outer
+    /// values' types and constants).
+    pub fn scope(&self) -> (&Graph, &Scope) {
+        (self.graph, self.names)
+    }
+
     /// The most bytes one value may have (the import's size limit).
     pub fn limit(&self) -> usize {
         self.at.limit

@@ -21,6 +21,7 @@ pub mod flex_attention;
 mod functions;
 mod images;
 mod import;
+mod iterated;
 mod legacy;
 mod linear_attention;
 mod losses;

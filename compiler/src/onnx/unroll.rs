@@ -319,46 +319,60 @@ fn scan_8(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
 /// Expands the `Loop` of `ex`; its outputs.
 pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let g = body(ex)?;
-    let trip = ex.optional(0);
-    let trips = match &trip {
-        None => None,
-        Some(t) => Some(ex.value(t).and_then(|v| crate::consts::to_i64s(v).ok()).filter(|v| v.len() == 1).map(|v| v[0]).ok_or_else(|| {
-            ex.needs_value(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value, one int64)"))
-        })?),
-    };
-    let truth =
-        |ex: &Ex<'_, '_>, v: &str| ex.value(v).and_then(|t| t.as_bytes().ok().map(|b| b.iter().any(|&x| x != 0)));
-    if let Some(c) = ex.optional(1) {
-        if truth(ex, &c).is_none() {
-            return Err(
-                ex.needs_value(format!("its condition '{c}' is known only at run time: fix it with --input-value"))
-            );
-        }
-    }
     let carried: Vec<String> = ex.node.input.iter().skip(2).cloned().collect();
     let n = carried.len();
     if g.input.len() != n + 2 || g.output.len() < n + 1 {
         return Err(ex.fail(format!("its body takes {} inputs and makes {} outputs; with {n} carried values it must take {} and make at least {}", g.input.len(), g.output.len(), n + 2, n + 1)));
     }
+    // Where a target runs a Loop whole, one not unrolled is kept as one node with its body (`iterated.rs`);
+    // otherwise `e`, the import's error.
+    let kept_or = |ex: &mut Ex<'_, '_>, e: E| -> Result<Vec<Option<String>>, E> {
+        match super::iterated::keep(ex, g, &carried)? {
+            Some(outputs) => Ok(outputs),
+            None => Err(e),
+        }
+    };
+    let trip = ex.optional(0);
+    let trips = match &trip {
+        None => None,
+        Some(t) => match ex.value(t).and_then(|v| crate::consts::to_i64s(v).ok()).filter(|v| v.len() == 1) {
+            Some(v) => Some(v[0]),
+            None => {
+                let e = ex.needs_value(format!("its trip count '{t}' is known only at run time: stowage unrolls a Loop whose trip count is known when the model is imported (fix it with --input-value, one int64)"));
+                return kept_or(ex, e);
+            }
+        },
+    };
+    let truth =
+        |ex: &Ex<'_, '_>, v: &str| ex.value(v).and_then(|t| t.as_bytes().ok().map(|b| b.iter().any(|&x| x != 0)));
+    if let Some(c) = ex.optional(1) {
+        if truth(ex, &c).is_none() {
+            let e = ex.needs_value(format!("its condition '{c}' is known only at run time: fix it with --input-value"));
+            return kept_or(ex, e);
+        }
+    }
     // Loops that are not unrolled are iterated at run time when the driver compiles in stages (`needs_value`).
     // Only a top-level Loop is iterated (a nested one would stop its holder again), and only one that ends.
-    let iterated = |ex: &Ex<'_, '_>, m: String| if ex.at.depth == 0 { ex.needs_value(m) } else { ex.fail(m) };
+    let iterated = |ex: &mut Ex<'_, '_>, m: String| -> Result<Vec<Option<String>>, E> {
+        let e = if ex.at.depth == 0 { ex.needs_value(m) } else { ex.fail(m) };
+        kept_or(ex, e)
+    };
     let trips = match trips {
         Some(t) => t,
         None if ex.optional(1).is_none() => {
             return Err(ex.fail("it has neither a trip count nor a condition: it would never end"))
         }
-        None => return Err(iterated(ex, "it has no trip count: stowage unrolls only Loops of a known trip count, and iterates the others when it runs them".into())),
+        None => return iterated(ex, "it has no trip count: stowage unrolls only Loops of a known trip count, and iterates the others when it runs them".into()),
     };
     let initially = ex.optional(1).map(|c| truth(ex, &c) == Some(true)).unwrap_or(true);
     if !(0..=MAX_STEPS as i64).contains(&trips) {
-        return Err(iterated(ex, format!(
+        return iterated(ex, format!(
             "a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS}, and iterates the others when it runs them)"
-        )));
+        ));
     }
     ex.spend((trips as usize).saturating_mul(g.node.len() + 1))?;
     let inits = initializers(ex, g)?;
-    let mut states = carried;
+    let mut states = carried.clone();
     // Without a condition input the body's condition output is ignored (the loop runs its trip count).
     let conditioned = ex.optional(1).is_some();
     let mut outs: Vec<Vec<String>> = vec![Vec::new(); g.output.len() - n - 1];
@@ -382,7 +396,11 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         let produced = iteration(ex, g, it, &inputs, &inits)?;
         cond = produced[0].clone();
         if conditioned {
-            go = truth(ex, &cond).ok_or_else(|| iterated(ex, format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled (stowage iterates it when it runs it)")))?;
+            go = match truth(ex, &cond) {
+                Some(go) => go,
+                // The iterations imported so far are dead once the loop is kept whole (`dce` removes them).
+                None => return iterated(ex, format!("the condition its body computes in iteration {it} is known only at run time: a loop that ends on data is not unrolled (stowage iterates it when it runs it)")),
+            };
         }
         states = produced[1..=n].to_vec();
         for (j, v) in produced[n + 1..].iter().enumerate() {

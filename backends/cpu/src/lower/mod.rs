@@ -15,9 +15,9 @@ use crate::kernels::elementwise::{self, BinaryFn};
 use crate::kernels::{cast, cumulative, movement, scatter};
 use crate::program::{Binding, Kernel, Program, Step};
 
-mod branches;
 mod nn;
 mod recurrent;
+mod subgraphs;
 mod text;
 
 pub use stowage_compiler::lowering::{binary_fn, conv_epilogue_pairs, conv_relu_pairs, fuse, resize_spec, unary_fn};
@@ -135,7 +135,8 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                         let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act).map_err(step_err)?;
                         (conv_step_name(act), k)
                     }
-                    (Op::If(b), _) => ("If", branches::kernel(b, options).map_err(step_err)?),
+                    (Op::If(b), _) => ("If", subgraphs::branches(b, options).map_err(step_err)?),
+                    (Op::Loop(l), _) => ("Loop", subgraphs::body(l, options).map_err(step_err)?),
                     _ => (node.op.name(), kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(step_err)?),
                 }
             }

@@ -199,9 +199,10 @@ fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String
 }
 
 fn import(model: &std::path::Path, shapes: &ShapeOptions, raw: bool, timings: bool) -> Result<String, String> {
-    let config = shapes.config()?.keep_whole("If");
-    // An If on a condition known only at run time prints with its branches as subgraphs (`ir/subgraph.rs`), as
-    // the CPU takes it; a target list without a kind that runs it whole gets the `Where` form (`stowage plan`).
+    let config = shapes.config()?.keep_whole("If").keep_whole("Loop");
+    // An If on a condition known only at run time prints with its branches as subgraphs, and a Loop the import
+    // cannot unroll with its body (`ir/subgraph.rs`), as the CPU takes them; a target list without a kind that
+    // runs them whole gets the `Where` form and the loop cut in stages (`stowage plan`).
     let mut cx = Context::import(model, &config).map_err(|e| e.to_string())?;
     if !raw {
         cx.optimize().map_err(|e| e.to_string())?;

@@ -1,0 +1,112 @@
+//! The ops with subgraphs (`stowage_compiler::ir::subgraph`): each subgraph is lowered to a program of its own
+//! when the node is, with the node's options, and runs on the thread and pool the step runs on; its inputs are
+//! shared with the caller (no byte is copied). While it runs, the regions of the arena offered to the step's
+//! outputs are withheld from it (`arena::withhold`); the step then writes its outputs there, one copy of each per
+//! run (not per iteration), so the planned peak is the measured one. Its generated kernels are compiled when it is
+//! lowered, in built code too (they are not among the linked ones).
+//! - `If`: a run reads the condition and runs the branch it selects, so the branch not taken costs nothing; the
+//!   branch's inputs are the node's inputs after the condition, its outputs the node's.
+//! - `Loop`: the body runs while the iteration number is below the trip count (where given) and the condition
+//!   holds (where given: the body's condition output is the next one; otherwise it is ignored), at most
+//!   `MAX_ITERATIONS` times (then an error naming the iteration); each iteration's carried outputs are the next
+//!   one's inputs as they are, and the last ones are the node's outputs.
+
+use stowage_compiler::ir::subgraph::MAX_ITERATIONS;
+use stowage_compiler::ir::{Branches, LoopBody};
+use stowage_runtime::Tensor;
+
+use super::{arg, lower_with, LowerOptions};
+use crate::error::{CpuError, Result};
+use crate::program::Kernel;
+
+/// The kernel of an `If` whose branches are `b`.
+pub(super) fn branches(b: &Branches, options: &LowerOptions) -> Result<Kernel> {
+    let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
+    let then = lower_with(&b.then, &options)?;
+    let otherwise = lower_with(&b.otherwise, &options)?;
+    Ok(Box::new(move |a, ctx| {
+        let cond = arg(a, 0)?.to_vec::<bool>()?;
+        let taken = match cond.as_slice() {
+            [c] => *c,
+            _ => return Err(CpuError::NotImplemented(format!("a condition of {} elements", cond.len()))),
+        };
+        let branch = if taken { &then } else { &otherwise };
+        let inputs = a[1..]
+            .iter()
+            .map(|t| t.cloned().ok_or_else(|| CpuError::NotImplemented("an If input omitted".into())))
+            .collect::<Result<Vec<Tensor<'static>>>>()?;
+        let outputs = {
+            let _withheld = crate::arena::withhold();
+            branch.run_within(inputs, ctx.threads)?.outputs
+        };
+        placed(outputs)
+    }))
+}
+
+/// The one element of a condition or trip count `t`.
+fn scalar<T: stowage_runtime::Datum + Copy>(t: &Tensor<'static>, what: &str) -> Result<T> {
+    match t.to_vec::<T>()?.as_slice() {
+        [x] => Ok(*x),
+        other => Err(CpuError::NotImplemented(format!("a {what} of {} elements", other.len()))),
+    }
+}
+
+/// The kernel of a `Loop` whose body is `l`.
+pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<Kernel> {
+    let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
+    let body = lower_with(&l.body, &options)?;
+    let carried = l.carried;
+    Ok(Box::new(move |a, ctx| {
+        let trips = a.first().copied().flatten().map(|t| scalar::<i64>(t, "trip count")).transpose()?;
+        let conditioned = a.get(1).copied().flatten().is_some();
+        let mut go = a.get(1).copied().flatten().map(|c| scalar::<bool>(c, "condition")).transpose()?.unwrap_or(true);
+        let given = |k: usize| {
+            a.get(k)
+                .copied()
+                .flatten()
+                .cloned()
+                .ok_or_else(|| CpuError::NotImplemented(format!("the Loop's input {k} omitted")))
+        };
+        let mut state = (2..2 + carried).map(given).collect::<Result<Vec<_>>>()?;
+        let outer = (2 + carried..a.len()).map(given).collect::<Result<Vec<_>>>()?;
+        let mut i = 0i64;
+        let withheld = crate::arena::withhold();
+        while go && trips.is_none_or(|m| i < m) {
+            if i >= MAX_ITERATIONS {
+                return Err(CpuError::NotImplemented(format!(
+                    "the loop is still going after {MAX_ITERATIONS} iterations, the most stowage runs"
+                )));
+            }
+            let mut inputs = Vec::with_capacity(2 + state.len() + outer.len());
+            inputs.push(crate::storage::tensor_from_vec(&[], vec![i])?);
+            inputs.push(crate::storage::tensor_from_vec(&[], vec![go])?);
+            inputs.append(&mut state);
+            inputs.extend(outer.iter().cloned());
+            let mut out = body.run_within(inputs, ctx.threads).map_err(|e| in_iteration(e, i))?.outputs.into_iter();
+            let next = out.next().ok_or_else(|| CpuError::NotImplemented("a body without outputs".into()))?;
+            if conditioned {
+                go = scalar::<bool>(&next, "condition")?;
+            }
+            state = out.collect();
+            i += 1;
+        }
+        drop(withheld);
+        placed(state)
+    }))
+}
+
+/// `outputs` written where the step's outputs are offered (its planned regions; memory of their own otherwise).
+fn placed(outputs: Vec<Tensor<'static>>) -> Result<Vec<Tensor<'static>>> {
+    outputs
+        .iter()
+        .map(|t| {
+            let packed = t.to_row_major()?;
+            Ok(crate::storage::tensor_from_bytes(packed.dt(), packed.shape(), packed.as_bytes()?)?)
+        })
+        .collect()
+}
+
+/// `e`, in iteration `i` of the loop.
+fn in_iteration(e: CpuError, i: i64) -> CpuError {
+    CpuError::Step { node: format!("iteration {i}"), op: "Loop", source: Box::new(e) }
+}

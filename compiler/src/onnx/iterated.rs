@@ -1,0 +1,62 @@
+//! A `Loop` the import cannot unroll, kept as one [`Op::Loop`](crate::ir::Op::Loop) with its body as a graph of
+//! its own (`ir/subgraph.rs`, rule 6), where a target runs a `Loop` whole (`ImportConfig::whole` holds "Loop": the
+//! CPU) and the driver does not iterate it itself (`driver/src/loops.rs` iterates a top-level loop of a model it
+//! compiles in stages, so that carried values stay on the device that makes them). The rules:
+//! 1. **Only a loop that can be typed.** Its carried values keep their types from one iteration to the next, it
+//!    has no scan outputs (their length would be known only at run time), and it reads tensors from around it;
+//!    otherwise the import's own error stands (`unroll.rs`), naming the node.
+//! 2. **Outer values are explicit**, as for an `If`'s branches: the body's inputs are the iteration number, the
+//!    condition, the carried values, then what it reads from around the node (constants copied in).
+
+use super::branch::{outer_inputs, subgraph};
+use super::expand::Ex;
+use super::proto::GraphProto;
+use super::structure::Structure;
+use crate::error::ImportErrorKind as E;
+use crate::ir::{LoopBody, Op, ValueId, ValueType};
+use stowage_runtime::DatumType;
+
+/// The loop of `ex`, with body `g` and carried values `carried` (names in scope), as one `Op::Loop` node: the
+/// names of its outputs, or `None` where it is not kept (rule 1; the caller returns the import's error).
+pub(super) fn keep(ex: &mut Ex<'_, '_>, g: &GraphProto, carried: &[String]) -> Result<Option<Vec<Option<String>>>, E> {
+    let driver_iterates = ex.at.depth == 0 && ex.at.branch_at_run_time;
+    if !ex.at.whole.contains("Loop") || driver_iterates || g.output.len() != carried.len() + 1 {
+        return Ok(None);
+    }
+    let (graph, names) = ex.scope();
+    let mut own: Vec<(String, ValueType)> = vec![
+        (g.input[0].name().to_string(), ValueType::new(DatumType::I64, vec![])),
+        (g.input[1].name().to_string(), ValueType::new(DatumType::Bool, vec![])),
+    ];
+    for (vi, c) in g.input[2..].iter().zip(carried) {
+        match names.get(c.as_str()) {
+            Some(&v) => own.push((vi.name().to_string(), graph.ty(v).clone())),
+            None => return Ok(None),
+        }
+    }
+    let mut outer: Vec<(&str, ValueId)> = Vec::new();
+    for read in outer_inputs(ex.node) {
+        match names.bound(read) {
+            Some(Structure::Tensor(v)) => outer.push((read, v)),
+            Some(_) => return Ok(None),
+            None => {}
+        }
+    }
+    let fail = |m: String| ex.fail(m);
+    let at = super::import::At { depth: ex.at.depth + 1, ..ex.at };
+    let Some(body) = subgraph(graph, g, &format!("{}::body", ex.name), &own, &outer, "body", at, &fail)? else {
+        return Ok(None);
+    };
+    // Rule 1: carried values of changing types are not kept.
+    let same = |k: usize| body.ty(body.outputs()[1 + k].value) == &own[2 + k].1;
+    if !(0..carried.len()).all(same) {
+        return Ok(None);
+    }
+    let reads: Vec<String> =
+        outer.iter().filter(|(_, v)| graph.const_value(*v).is_none()).map(|(n, _)| n.to_string()).collect();
+    let mut inputs = vec![ex.optional(0), ex.optional(1)];
+    inputs.extend(carried.iter().cloned().map(Some));
+    inputs.extend(reads.into_iter().map(Some));
+    let op = Op::Loop(Box::new(LoopBody { body, carried: carried.len() }));
+    ex.whole(op, &inputs, carried.len()).map(Some)
+}
