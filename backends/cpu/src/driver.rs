@@ -259,6 +259,10 @@ impl Executable for CpuExecutable {
         self.0.const_bytes()
     }
 
+    fn branches(&self) -> Vec<(String, [u64; 2])> {
+        self.0.branches()
+    }
+
     fn profile(&self, inputs: Vec<Tensor<'static>>) -> Result<Option<StepTimes>, BackendError> {
         Ok(Some(self.0.run_profiled(inputs, true)?.profile))
     }

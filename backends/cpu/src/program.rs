@@ -103,6 +103,9 @@ pub struct Program {
     pub(crate) warm: crate::warm::Warm,
     /// Whether runs on several threads take the pool or stay on the caller's thread (`crate::inline`).
     pub(crate) way: crate::inline::Choice,
+    /// Per `If` with subgraphs among its steps and theirs (`lower/subgraphs.rs`): the node's name and how many
+    /// times each branch ran.
+    pub(crate) branches: Vec<(String, crate::lower::Taken)>,
 }
 
 impl Program {
@@ -114,6 +117,12 @@ impl Program {
     /// The program's outputs, in order.
     pub fn outputs(&self) -> &[Binding] {
         &self.outputs
+    }
+
+    /// Per `If` with subgraphs it runs, nested ones included: the node and how many times each branch ran (then,
+    /// else).
+    pub fn branches(&self) -> Vec<(String, [u64; 2])> {
+        self.branches.iter().map(|(n, t)| (n.clone(), t.counts())).collect()
     }
 
     /// The steps, in execution order.

@@ -208,6 +208,12 @@ pub trait Executable {
     /// Bytes of constants it holds.
     fn const_bytes(&self) -> usize;
 
+    /// Per `If` it runs with its branches as subgraphs (`stowage_compiler::ir::subgraph`), nested ones included:
+    /// the node's name and how many times each branch ran (then, else) since it was made.
+    fn branches(&self) -> Vec<(String, [u64; 2])> {
+        Vec::new()
+    }
+
     /// One more run, timed per step: `(node, op, seconds)`. `None` when the backend does not time steps.
     fn profile(&self, _inputs: Vec<Tensor<'static>>) -> Result<Option<StepTimes>, BackendError> {
         Ok(None)

@@ -16,7 +16,7 @@ use crate::options::RunOptions;
 use crate::prepare::in_model;
 use crate::progress::Progress;
 use crate::session::Session;
-use crate::stages::Stage;
+use crate::stages::{taken, Stage};
 use crate::targets;
 
 /// Compiles `model` for `inputs` and runs it. Inputs are by name; every graph input must be given, except those whose
@@ -70,6 +70,9 @@ pub struct Outcome {
     pub later_plans: Vec<Plan>,
     /// A model compiled in stages: one line per node it was cut at.
     pub cuts: Vec<String>,
+    /// One line per `If` run with its branches as subgraphs (`stowage_compiler::ir::subgraph`): the node and how
+    /// many runs took each branch (`node 'guard' (If): the then branch 3 times, the else branch never`).
+    pub branches: Vec<String>,
     /// Every model output with its flat names when some output is a sequence or an optional, else empty
     /// (`onnx::structure`, rule 2): [`Outcome::values`] puts `outputs` back together by it.
     pub structured_outputs: Vec<(String, Structure<String>)>,
@@ -167,6 +170,7 @@ pub fn run_bytes(
         last = Some(result.outputs);
     }
     let outs = last.unwrap_or_default();
+    let branches = branch_lines(&session);
     let Session { cx, plan, segments, programs, opened, setup, built_path, .. } = session;
     let graph = &cx.graph;
     if std::env::var_os("STOWAGE_PROFILE").is_some() {
@@ -211,8 +215,15 @@ pub fn run_bytes(
         built_path,
         later_plans: Vec::new(),
         cuts: Vec::new(),
+        branches,
         structured_outputs: graph.metadata.structured_outputs.clone(),
     })
+}
+
+/// The [`Outcome::branches`] lines of `session`'s programs.
+fn branch_lines(session: &Session) -> Vec<String> {
+    let programs = session.programs.iter().flat_map(|p| p.branches());
+    programs.map(|(node, [then, otherwise])| format!("node '{node}' (If): {}", taken(then, otherwise))).collect()
 }
 
 /// Whether a top-level `If` whose condition is known only at run time is cut at (`stages.rs`): unless the options
@@ -308,6 +319,11 @@ fn run_staged(
         built_path,
         later_plans: plans.collect(),
         cuts: stage.cuts(),
+        branches: {
+            let mut lines = Vec::new();
+            stage.each_session(&mut |s| lines.extend(branch_lines(s)));
+            lines
+        },
         // Sequences and optionals among the outputs, as the last run made them (`crossing.rs`, rule 3).
         structured_outputs: stage.output_forms(&crate::crossing::input_forms(&options.config.input_structures)),
     })

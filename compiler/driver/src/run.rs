@@ -149,6 +149,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
         "measured_peak_bytes": measured,
         "placement": placement,
         "stages": outcome.cuts,
+        "branches": outcome.branches,
         "assumed_inputs": outcome.assumed_inputs,
         "steps": outcome.steps.len(),
         "constant_bytes": outcome.const_bytes,
@@ -285,6 +286,9 @@ pub fn run_model(
     }
     for line in &outcome.cuts {
         summary.push_str(&format!("staged: {}\n", shown(line)));
+    }
+    for line in &outcome.branches {
+        summary.push_str(&format!("branches: {}\n", shown(line)));
     }
     for m in &copies {
         summary.push_str(&format!("copy: {}\n", shown(&m.to_string())));

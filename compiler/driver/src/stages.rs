@@ -343,13 +343,8 @@ impl Stage {
         ));
         if c.node.1 == "If" {
             let [then, otherwise] = *c.taken.lock().unwrap_or_else(|p| p.into_inner());
-            let times = |n: u64| match n {
-                0 => "never".to_string(),
-                1 => "once".to_string(),
-                n => format!("{n} times"),
-            };
             if let Some(last) = lines.last_mut() {
-                last.push_str(&format!("; the then branch {}, the else branch {}", times(then), times(otherwise)));
+                last.push_str(&format!("; {}", taken(then, otherwise)));
             }
         }
         for l in &c.later {
@@ -359,6 +354,17 @@ impl Stage {
         }
         lines
     }
+}
+
+/// How many runs took an `If`'s then branch and its else branch, in words: `the then branch 3 times, the else
+/// branch never` (rule 6; the report's `branches` lines too).
+pub(crate) fn taken(then: u64, otherwise: u64) -> String {
+    let times = |n: u64| match n {
+        0 => "never".to_string(),
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
+    format!("the then branch {}, the else branch {}", times(then), times(otherwise))
 }
 
 impl Cut {

@@ -21,6 +21,7 @@ mod subgraphs;
 mod text;
 
 pub use stowage_compiler::lowering::{binary_fn, conv_epilogue_pairs, conv_relu_pairs, fuse, resize_spec, unary_fn};
+pub use subgraphs::Taken;
 
 /// How to lower.
 #[derive(Clone, Debug)]
@@ -78,6 +79,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         .collect();
     let mut steps = Vec::new();
     let mut packed_bytes = 0;
+    let mut branches = Vec::new();
     for shape in shapes(graph, &gen) {
         let n = shape.node;
         let node = graph.node(n);
@@ -135,8 +137,16 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                         let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act).map_err(step_err)?;
                         (conv_step_name(act), k)
                     }
-                    (Op::If(b), _) => ("If", subgraphs::branches(b, options).map_err(step_err)?),
-                    (Op::Loop(l), _) => ("Loop", subgraphs::body(l, options).map_err(step_err)?),
+                    (Op::If(b), _) => {
+                        let (k, taken) = subgraphs::branches(&node.name, b, options).map_err(step_err)?;
+                        branches.extend(taken);
+                        ("If", k)
+                    }
+                    (Op::Loop(l), _) => {
+                        let (k, taken) = subgraphs::body(l, options).map_err(step_err)?;
+                        branches.extend(taken);
+                        ("Loop", k)
+                    }
                     _ => (node.op.name(), kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(step_err)?),
                 }
             }
@@ -196,6 +206,7 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         pool: Default::default(),
         warm: Default::default(),
         way: Default::default(),
+        branches,
     })
 }
 

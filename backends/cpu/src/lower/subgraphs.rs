@@ -11,6 +11,9 @@
 //!   `MAX_ITERATIONS` times (then an error naming the iteration); each iteration's carried outputs are the next
 //!   one's inputs as they are, and the last ones are the node's outputs.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use stowage_compiler::ir::subgraph::MAX_ITERATIONS;
 use stowage_compiler::ir::{Branches, LoopBody};
 use stowage_runtime::Tensor;
@@ -19,18 +22,33 @@ use super::{arg, lower_with, LowerOptions};
 use crate::error::{CpuError, Result};
 use crate::program::Kernel;
 
-/// The kernel of an `If` whose branches are `b`.
-pub(super) fn branches(b: &Branches, options: &LowerOptions) -> Result<Kernel> {
+/// How many times each branch of an `If` ran: then, else.
+#[derive(Clone, Debug, Default)]
+pub struct Taken(Arc<[AtomicU64; 2]>);
+
+impl Taken {
+    /// The counts, then first.
+    pub fn counts(&self) -> [u64; 2] {
+        [self.0[0].load(Ordering::Relaxed), self.0[1].load(Ordering::Relaxed)]
+    }
+}
+
+/// Every `If` a subgraph's program counts (its own nested ones).
+type Counted = Vec<(String, Taken)>;
+
+/// The kernel of the `If` named `name` whose branches are `b`, with what it counts: its own branches, then those
+/// of the `If`s inside them.
+pub(super) fn branches(name: &str, b: &Branches, options: &LowerOptions) -> Result<(Kernel, Counted)> {
     let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
     let then = lower_with(&b.then, &options)?;
     let otherwise = lower_with(&b.otherwise, &options)?;
-    Ok(Box::new(move |a, ctx| {
-        let cond = arg(a, 0)?.to_vec::<bool>()?;
-        let taken = match cond.as_slice() {
-            [c] => *c,
-            _ => return Err(CpuError::NotImplemented(format!("a condition of {} elements", cond.len()))),
-        };
-        let branch = if taken { &then } else { &otherwise };
+    let taken = Taken::default();
+    let mut counted = vec![(name.to_string(), taken.clone())];
+    counted.extend(then.branches.iter().chain(&otherwise.branches).cloned());
+    let kernel: Kernel = Box::new(move |a, ctx| {
+        let cond = scalar::<bool>(arg(a, 0)?, "condition")?;
+        taken_count(&taken, cond);
+        let branch = if cond { &then } else { &otherwise };
         let inputs = a[1..]
             .iter()
             .map(|t| t.cloned().ok_or_else(|| CpuError::NotImplemented("an If input omitted".into())))
@@ -40,7 +58,13 @@ pub(super) fn branches(b: &Branches, options: &LowerOptions) -> Result<Kernel> {
             branch.run_within(inputs, ctx.threads)?.outputs
         };
         placed(outputs)
-    }))
+    });
+    Ok((kernel, counted))
+}
+
+/// Counts a run of the then branch (`cond`) or the else branch.
+fn taken_count(taken: &Taken, cond: bool) {
+    taken.0[usize::from(!cond)].fetch_add(1, Ordering::Relaxed);
 }
 
 /// The one element of a condition or trip count `t`.
@@ -51,12 +75,13 @@ fn scalar<T: stowage_runtime::Datum + Copy>(t: &Tensor<'static>, what: &str) -> 
     }
 }
 
-/// The kernel of a `Loop` whose body is `l`.
-pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<Kernel> {
+/// The kernel of a `Loop` whose body is `l`, with what the body's `If`s count.
+pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Counted)> {
     let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
     let body = lower_with(&l.body, &options)?;
+    let counted = body.branches.clone();
     let carried = l.carried;
-    Ok(Box::new(move |a, ctx| {
+    let kernel: Kernel = Box::new(move |a, ctx| {
         let trips = a.first().copied().flatten().map(|t| scalar::<i64>(t, "trip count")).transpose()?;
         let conditioned = a.get(1).copied().flatten().is_some();
         let mut go = a.get(1).copied().flatten().map(|c| scalar::<bool>(c, "condition")).transpose()?.unwrap_or(true);
@@ -92,7 +117,8 @@ pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<Kernel> {
         }
         drop(withheld);
         placed(state)
-    }))
+    });
+    Ok((kernel, counted))
 }
 
 /// `outputs` written where the step's outputs are offered (its planned regions; memory of their own otherwise).
