@@ -28,8 +28,9 @@
 //!    `a_graph_output_never_stays_in_the_arena`, `a_clone_of_a_region_is_bytes_of_its_own`.
 //! 4. **The measured peak is what was used.** The executor's peak is the arena's high-water mark over the
 //!    buffers that landed in place plus the most bytes of intermediate values that did not (held elsewhere): equal
-//!    to the planned peak exactly when every planned buffer landed and nothing else was allocated. Test: the model
-//!    suite (`tests/tests/models.rs`) compares the two on every model.
+//!    to the planned peak exactly when every planned buffer landed and nothing else was allocated. A kernel's
+//!    scratch, and the values of the programs a step runs inside it (an `If`'s branch, a `Loop`'s body), are
+//!    neither planned nor counted. Test: the model suite (`tests/tests/models.rs`) compares the two on every model.
 //! 5. **One run at a time.** A run takes the arena ([`HostArena::lease`]); a second run of a program while one is
 //!    under way (another thread) gets no lease and allocates as it would without a plan. The driver runs one
 //!    session's segments under one lock, so values passed between its segments stay put. Test:

@@ -85,7 +85,8 @@ pub struct Program {
     pub(crate) consts: Vec<(usize, Tensor<'static>)>,
     /// The constants again, indexed by slot (`None` for other slots).
     pub(crate) const_slots: Vec<Option<Tensor<'static>>>,
-    /// Bytes of constants held inside kernels instead (convolution weights packed for the product kernel).
+    /// Bytes of constants held inside kernels instead (convolution weights packed for the product kernel, the
+    /// programs of an `If`'s branches or a `Loop`'s body).
     pub(crate) packed_bytes: usize,
     pub(crate) inputs: Vec<Binding>,
     pub(crate) outputs: Vec<Binding>,
@@ -170,7 +171,7 @@ impl Program {
         ran
     }
 
-    /// A run inside another program's step (an `If`'s branch, `lower/branches.rs`): on the current thread, its
+    /// A run inside another program's step (an `If`'s branch, `lower/subgraphs.rs`): on the current thread, its
     /// kernels on `threads` of the pool the step runs in, not profiled.
     pub(crate) fn run_within(&self, inputs: Vec<Tensor<'static>>, threads: usize) -> Result<RunOutput> {
         self.run_here(inputs, false, threads)

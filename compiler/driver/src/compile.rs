@@ -6,7 +6,7 @@ use stowage_compiler::ir::Graph;
 use stowage_compiler::onnx::proto::tensor_shape_proto::dimension;
 use stowage_compiler::onnx::proto::{type_proto, ValueInfoProto};
 use stowage_compiler::onnx::{self};
-use stowage_compiler::plan::{self, InputLayout, Plan};
+use stowage_compiler::plan::{self, InputLayout, Plan, Precision};
 use stowage_compiler::Context;
 use stowage_runtime::Tensor;
 
@@ -82,9 +82,15 @@ pub(crate) fn compile(
         }
     }
     let mut config = options.config.clone();
-    // Ops some target of the list runs whole are imported whole (the planner puts them there).
+    // Ops some target of the list runs whole are imported whole (the planner puts them there). Not an If's
+    // branches or a Loop's body at a half precision: storing floats in 16 bits retypes the graph, not its
+    // subgraphs (`passes/storage.rs`), so those take their other forms (`Where`, a cut).
+    let half = |p: &Precision| matches!(p, Precision::Fp16 | Precision::Bf16);
+    let halved = options.planning.precision.as_ref().is_some_and(half)
+        || options.planning.target_precisions.iter().any(|(_, p)| half(p));
     for name in targets::check(&options.registry, &options.target)? {
-        config.whole.extend(options.registry.kind_of(&name)?.whole_ops().iter().map(|s| s.to_string()));
+        let ops = options.registry.kind_of(&name)?.whole_ops().iter();
+        config.whole.extend(ops.filter(|op| !(halved && matches!(**op, "If" | "Loop"))).map(|s| s.to_string()));
     }
     let value_inputs = onnx::value_inputs(&proto);
     for (name, t) in inputs {

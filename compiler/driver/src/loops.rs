@@ -142,7 +142,10 @@ impl LoopRun {
             values,
             versions: Versions::default(),
             adopted: Mutex::default(),
-            counter_shapes: (declared_shape(&body.input[0]), declared_shape(&body.input[1])),
+            counter_shapes: (
+                stowage_compiler::onnx::scalar_shape(&body.input[0]),
+                stowage_compiler::onnx::scalar_shape(&body.input[1]),
+            ),
         }))
     }
 
@@ -306,19 +309,5 @@ impl LoopRun {
             self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.extend(adopted.adopted.0);
             Ok(stage)
         })
-    }
-}
-
-/// The shape a body declares for its iteration number or condition: `[1]` where it says so, else a scalar.
-fn declared_shape(vi: &stowage_compiler::onnx::proto::ValueInfoProto) -> Vec<usize> {
-    use stowage_compiler::onnx::proto::tensor_shape_proto::dimension::Value;
-    use stowage_compiler::onnx::proto::type_proto;
-    let dims = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-        Some(type_proto::Value::TensorType(t)) => t.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or_default(),
-        _ => &[],
-    };
-    match dims {
-        [d] if matches!(d.value, Some(Value::DimValue(1))) => vec![1],
-        _ => Vec::new(),
     }
 }

@@ -23,15 +23,15 @@
 //!    `If` with a run-time condition is then not cut at: on the CPU it is an `Op::If` with its branches as
 //!    subgraphs, elsewhere its `Where` form). Sequences and optionals cross the cuts as their tensors and forms
 //!    (`crossing.rs`).
-//! 6. **Branches counted.** A cut at an `If` counts the runs that took each branch (its condition read from the
-//!    values the node part is given, as its key is), and its line says so: `the then branch 3 times, the else
-//!    branch once`.
 //! 5. **Built ahead where it can be.** `stowage build` and typed modules cut where a run would, at build time
 //!    (`build/staged.rs`), and compile the part before the innermost cut ahead of time, as any built model; the
 //!    built code carries the cuts ([`RunOptions::built_cuts`]) and the model less the weights only that part reads,
 //!    and at run time cuts there again without trying to compile first: the first part runs as built, the later
 //!    parts compile as the runs reach them (rules 2 and 3), with the JIT, never with the built graph, plan or
 //!    kernels. A part of one `Loop`, which a run iterates, is cut from an empty first part.
+//! 6. **Branches counted.** A cut at an `If` counts the runs that took each branch (its condition read from the
+//!    values the node part is given, as its key is), and its line says so: `the then branch 3 times, the else
+//!    branch once`.
 
 use std::path::Path;
 use std::rc::Rc;

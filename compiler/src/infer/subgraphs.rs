@@ -66,19 +66,28 @@ pub(super) fn body(l: &LoopBody, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
     one(0, DatumType::I64, "trip count")?;
     one(1, DatumType::Bool, "condition")?;
     let g = &l.body;
-    if ins.len() < 2 + l.carried || g.inputs().len() != ins.len().max(2) {
+    // Omitted inputs at the end are not listed (a loop of a trip count alone has one).
+    let listed = ins.len().max(2);
+    if listed < 2 + l.carried || g.inputs().len() != listed {
         return invalid(format!(
             "its body takes {} inputs; with {} carried values and {} read from around it, it must take {}",
             g.inputs().len(),
             l.carried,
-            ins.len().saturating_sub(2 + l.carried),
-            ins.len().max(2)
+            listed.saturating_sub(2 + l.carried),
+            listed.max(2 + l.carried)
         ));
     }
-    let own = [ValueType::new(DatumType::I64, vec![]), ValueType::new(DatumType::Bool, vec![])];
     for (k, &v) in g.inputs().iter().enumerate() {
-        let given = if k < 2 { &own[k] } else { ins.ty(k)? };
-        if given != g.ty(v) {
+        let ty = g.ty(v);
+        if k < 2 {
+            let dt = if k == 0 { DatumType::I64 } else { DatumType::Bool };
+            if ty.dt != dt || ty.element_count() != Some(1) {
+                return invalid(format!("its body reads {ty} as input {k}, where it is given one {dt}"));
+            }
+            continue;
+        }
+        let given = ins.ty(k)?;
+        if given != ty {
             return invalid(format!(
                 "its body reads {} as input {k} ('{}'), where it is given {given}",
                 g.ty(v),

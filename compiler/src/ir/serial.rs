@@ -3,7 +3,9 @@
 //!
 //! Two parts: the graph's structure (values, nodes with their ops, order, inputs, outputs), encoded with bincode,
 //! and its constants' bytes, packed row-major, each at a 256-byte boundary of one blob. Read from a blob that lives
-//! as long as the process (an executable's image), every constant is a view of the blob: no byte is copied.
+//! as long as the process (an executable's image), every constant is a view of the blob: no byte is copied. The
+//! constants of a node's subgraphs (an `If`'s branches, a `Loop`'s body) are written inside its op, with the
+//! subgraph's own structure, and copied out when read back (`ir/subgraph.rs`, rule 5).
 
 use cranelift_entity::{EntityRef, PrimaryMap};
 use serde::{Deserialize, Serialize};

@@ -6,11 +6,13 @@
 //!    has no scan outputs (their length would be known only at run time), and it reads tensors from around it;
 //!    otherwise the import's own error stands (`unroll.rs`), naming the node.
 //! 2. **Outer values are explicit**, as for an `If`'s branches: the body's inputs are the iteration number, the
-//!    condition, the carried values, then what it reads from around the node (constants copied in).
+//!    condition, the carried values, then what it reads from around the node (constants copied in). The
+//!    iteration number and the condition are scalars, or `[1]` where the body declares them so ([`scalar_shape`],
+//!    as the driver's iterated loops read them).
 
 use super::branch::{outer_inputs, subgraph};
 use super::expand::Ex;
-use super::proto::GraphProto;
+use super::proto::{GraphProto, ValueInfoProto};
 use super::structure::Structure;
 use crate::error::ImportErrorKind as E;
 use crate::ir::{LoopBody, Op, ValueId, ValueType};
@@ -25,8 +27,8 @@ pub(super) fn keep(ex: &mut Ex<'_, '_>, g: &GraphProto, carried: &[String]) -> R
     }
     let (graph, names) = ex.scope();
     let mut own: Vec<(String, ValueType)> = vec![
-        (g.input[0].name().to_string(), ValueType::new(DatumType::I64, vec![])),
-        (g.input[1].name().to_string(), ValueType::new(DatumType::Bool, vec![])),
+        (g.input[0].name().to_string(), ValueType::new(DatumType::I64, scalar_shape(&g.input[0]))),
+        (g.input[1].name().to_string(), ValueType::new(DatumType::Bool, scalar_shape(&g.input[1]))),
     ];
     for (vi, c) in g.input[2..].iter().zip(carried) {
         match names.get(c.as_str()) {
@@ -59,4 +61,19 @@ pub(super) fn keep(ex: &mut Ex<'_, '_>, g: &GraphProto, carried: &[String]) -> R
     inputs.extend(reads.into_iter().map(Some));
     let op = Op::Loop(Box::new(LoopBody { body, carried: carried.len() }));
     ex.whole(op, &inputs, carried.len()).map(Some)
+}
+
+/// The shape a body declares for its iteration number or condition: `[1]` where it says so (as older exporters
+/// write), a scalar otherwise (the spec's).
+pub fn scalar_shape(vi: &ValueInfoProto) -> Vec<usize> {
+    use super::proto::tensor_shape_proto::dimension::Value;
+    use super::proto::type_proto;
+    let dims = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::TensorType(t)) => t.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or_default(),
+        _ => &[],
+    };
+    match dims {
+        [d] if matches!(d.value, Some(Value::DimValue(1))) => vec![1],
+        _ => Vec::new(),
+    }
 }

@@ -22,6 +22,7 @@ mod functions;
 mod images;
 mod import;
 mod iterated;
+pub use iterated::scalar_shape;
 mod legacy;
 mod linear_attention;
 mod losses;

@@ -370,7 +370,10 @@ pub(super) fn r#loop(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
             "a loop of {trips} iterations is not unrolled (stowage unrolls 0 to {MAX_STEPS}, and iterates the others when it runs them)"
         ));
     }
-    ex.spend((trips as usize).saturating_mul(g.node.len() + 1))?;
+    // A loop too large to unroll within the model's budget is kept whole where a target runs it so.
+    if let Err(e) = ex.spend((trips as usize).saturating_mul(g.node.len() + 1)) {
+        return kept_or(ex, e);
+    }
     let inits = initializers(ex, g)?;
     let mut states = carried.clone();
     // Without a condition input the body's condition output is ignored (the loop runs its trip count).

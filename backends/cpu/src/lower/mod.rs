@@ -138,13 +138,15 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                         (conv_step_name(act), k)
                     }
                     (Op::If(b), _) => {
-                        let (k, taken) = subgraphs::branches(&node.name, b, options).map_err(step_err)?;
+                        let (k, taken, consts) = subgraphs::branches(&node.name, b, options).map_err(step_err)?;
                         branches.extend(taken);
+                        packed_bytes += consts;
                         ("If", k)
                     }
                     (Op::Loop(l), _) => {
-                        let (k, taken) = subgraphs::body(l, options).map_err(step_err)?;
+                        let (k, taken, consts) = subgraphs::body(l, options).map_err(step_err)?;
                         branches.extend(taken);
+                        packed_bytes += consts;
                         ("Loop", k)
                     }
                     _ => (node.op.name(), kernel(graph, &node.op, &node.inputs, &node.outputs).map_err(step_err)?),

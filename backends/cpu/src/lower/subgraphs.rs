@@ -2,12 +2,14 @@
 //! when the node is, with the node's options, and runs on the thread and pool the step runs on; its inputs are
 //! shared with the caller (no byte is copied). While it runs, the regions of the arena offered to the step's
 //! outputs are withheld from it (`arena::withhold`); the step then writes its outputs there, one copy of each per
-//! run (not per iteration), so the planned peak is the measured one. Its generated kernels are compiled when it is
-//! lowered, in built code too (they are not among the linked ones).
+//! run (not per iteration). The subgraph's own values are neither planned nor counted in the measured peak (as a
+//! kernel's scratch is not); its constants count among the program's. Its generated kernels are compiled when it
+//! is lowered, in built code too (they are not among the linked ones).
 //! - `If`: a run reads the condition and runs the branch it selects, so the branch not taken costs nothing; the
 //!   branch's inputs are the node's inputs after the condition, its outputs the node's.
 //! - `Loop`: the body runs while the iteration number is below the trip count (where given) and the condition
-//!   holds (where given: the body's condition output is the next one; otherwise it is ignored), at most
+//!   holds (where given: the body's condition output is the next one; otherwise the loop does not end on it, but
+//!   the body still reads it as its condition input, as the unrolled and iterated forms pass it), at most
 //!   `MAX_ITERATIONS` times (then an error naming the iteration); each iteration's carried outputs are the next
 //!   one's inputs as they are, and the last ones are the node's outputs.
 
@@ -37,14 +39,15 @@ impl Taken {
 type Counted = Vec<(String, Taken)>;
 
 /// The kernel of the `If` named `name` whose branches are `b`, with what it counts: its own branches, then those
-/// of the `If`s inside them.
-pub(super) fn branches(name: &str, b: &Branches, options: &LowerOptions) -> Result<(Kernel, Counted)> {
+/// of the `If`s inside them; and the bytes of constants its programs hold.
+pub(super) fn branches(name: &str, b: &Branches, options: &LowerOptions) -> Result<(Kernel, Counted, usize)> {
     let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
     let then = lower_with(&b.then, &options)?;
     let otherwise = lower_with(&b.otherwise, &options)?;
     let taken = Taken::default();
     let mut counted = vec![(name.to_string(), taken.clone())];
     counted.extend(then.branches.iter().chain(&otherwise.branches).cloned());
+    let consts = then.const_bytes() + otherwise.const_bytes();
     let kernel: Kernel = Box::new(move |a, ctx| {
         let cond = scalar::<bool>(arg(a, 0)?, "condition")?;
         taken_count(&taken, cond);
@@ -59,7 +62,7 @@ pub(super) fn branches(name: &str, b: &Branches, options: &LowerOptions) -> Resu
         };
         placed(outputs)
     });
-    Ok((kernel, counted))
+    Ok((kernel, counted, consts))
 }
 
 /// Counts a run of the then branch (`cond`) or the else branch.
@@ -75,16 +78,23 @@ fn scalar<T: stowage_runtime::Datum + Copy>(t: &Tensor<'static>, what: &str) -> 
     }
 }
 
-/// The kernel of a `Loop` whose body is `l`, with what the body's `If`s count.
-pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Counted)> {
+/// The kernel of a `Loop` whose body is `l`, with what the body's `If`s count and the bytes of constants the
+/// body's program holds.
+pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Counted, usize)> {
     let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
     let body = lower_with(&l.body, &options)?;
     let counted = body.branches.clone();
     let carried = l.carried;
+    // The iteration number's and the condition's shapes: scalars, or [1] where the body declares them so.
+    let consts = body.const_bytes();
+    let counters: Vec<Vec<usize>> = body.inputs().iter().take(2).map(|b| b.shape.clone()).collect();
     let kernel: Kernel = Box::new(move |a, ctx| {
         let trips = a.first().copied().flatten().map(|t| scalar::<i64>(t, "trip count")).transpose()?;
         let conditioned = a.get(1).copied().flatten().is_some();
-        let mut go = a.get(1).copied().flatten().map(|c| scalar::<bool>(c, "condition")).transpose()?.unwrap_or(true);
+        // The body's condition input: the node's (true where it has none), then the body's own output of the
+        // iteration before, whether or not the loop ends on it (as unrolled and iterated loops pass it).
+        let mut cond = a.get(1).copied().flatten().map(|c| scalar::<bool>(c, "condition")).transpose()?.unwrap_or(true);
+        let mut go = cond;
         let given = |k: usize| {
             a.get(k)
                 .copied()
@@ -103,22 +113,21 @@ pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Coun
                 )));
             }
             let mut inputs = Vec::with_capacity(2 + state.len() + outer.len());
-            inputs.push(crate::storage::tensor_from_vec(&[], vec![i])?);
-            inputs.push(crate::storage::tensor_from_vec(&[], vec![go])?);
+            inputs.push(crate::storage::tensor_from_vec(&counters[0], vec![i])?);
+            inputs.push(crate::storage::tensor_from_vec(&counters[1], vec![cond])?);
             inputs.append(&mut state);
             inputs.extend(outer.iter().cloned());
             let mut out = body.run_within(inputs, ctx.threads).map_err(|e| in_iteration(e, i))?.outputs.into_iter();
             let next = out.next().ok_or_else(|| CpuError::NotImplemented("a body without outputs".into()))?;
-            if conditioned {
-                go = scalar::<bool>(&next, "condition")?;
-            }
+            cond = scalar::<bool>(&next, "condition")?;
+            go = !conditioned || cond;
             state = out.collect();
             i += 1;
         }
         drop(withheld);
         placed(state)
     });
-    Ok((kernel, counted))
+    Ok((kernel, counted, consts))
 }
 
 /// `outputs` written where the step's outputs are offered (its planned regions; memory of their own otherwise).
