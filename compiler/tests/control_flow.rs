@@ -6,21 +6,12 @@
 
 mod common;
 
-use common::build::{self, node, value};
+use common::build::{self, graph_attr, node, value};
 use stowage_compiler::ir::print::print;
-use stowage_compiler::onnx::proto::{attribute_proto::AttributeType, tensor_proto::DataType};
-use stowage_compiler::onnx::proto::{AttributeProto, GraphProto, NodeProto, TensorProto};
+use stowage_compiler::onnx::proto::tensor_proto::DataType;
+use stowage_compiler::onnx::proto::{GraphProto, NodeProto, TensorProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 use stowage_runtime::Tensor;
-
-fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Graph as i32),
-        g: Some(g),
-        ..Default::default()
-    }
-}
 
 /// A branch of `nodes` making `outputs`.
 fn branch(nodes: Vec<NodeProto>, outputs: &[&str]) -> GraphProto {

@@ -5,23 +5,14 @@
 
 mod common;
 
-use common::build::{self, node, value};
+use common::build::{self, graph_attr, node, value};
 use stowage_compiler::ir::print::print;
 use stowage_compiler::ir::verify::verify;
 use stowage_compiler::ir::{serial, Graph, Op};
-use stowage_compiler::onnx::proto::{attribute_proto::AttributeType, tensor_proto::DataType};
-use stowage_compiler::onnx::proto::{AttributeProto, GraphProto, NodeProto};
+use stowage_compiler::onnx::proto::tensor_proto::DataType;
+use stowage_compiler::onnx::proto::{GraphProto, NodeProto};
 use stowage_compiler::onnx::{self, ImportConfig};
 use stowage_compiler::Context;
-
-fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Graph as i32),
-        g: Some(g),
-        ..Default::default()
-    }
-}
 
 fn branch(nodes: Vec<NodeProto>, outputs: &[(&str, &[i64])]) -> GraphProto {
     GraphProto {
@@ -169,12 +160,7 @@ fn loop_model(grow: bool) -> Vec<u8> {
         initializer: vec![build::floats("two", &[], &[2.0])],
         ..Default::default()
     };
-    let attrs = vec![AttributeProto {
-        name: Some("body".into()),
-        r#type: Some(AttributeType::Graph as i32),
-        g: Some(body),
-        ..Default::default()
-    }];
+    let attrs = vec![graph_attr("body", body)];
     let looped = NodeProto { name: Some("double".into()), ..node("Loop", &["", "go", "x"], &["y"], attrs) };
     let inputs = vec![value("x", &[3]), value("limit", &[]), bool_value("go")];
     build::bytes(&build::model(16, vec![looped], inputs, vec![value("y", &[3])], vec![]))
@@ -213,4 +199,42 @@ fn a_loop_whose_carried_value_changes_shape_keeps_the_imports_error() {
     // Without a target that runs a Loop whole, the same error for the loop that could be kept.
     let e = onnx::load_bytes(&loop_model(false), &ImportConfig::new()).expect_err("refused").to_string();
     assert!(e.contains("node 'double' (Loop)") && e.contains("condition 'go' is known only at run time"), "{e}");
+}
+
+/// `s, ys = Scan(s0, x)` over `steps` rows of x[steps, 2]: `s += row`, `ys` the sums stacked.
+fn scan_model(steps: i64) -> Vec<u8> {
+    let body = GraphProto {
+        name: Some("body".into()),
+        node: vec![node("Add", &["s_in", "row"], &["s_out"], vec![]), node("Identity", &["s_out"], &["y"], vec![])],
+        input: vec![value("s_in", &[2]), value("row", &[2])],
+        output: vec![value("s_out", &[2]), value("y", &[2])],
+        ..Default::default()
+    };
+    let attrs = vec![graph_attr("body", body), build::int("num_scan_inputs", 1)];
+    let scan = NodeProto { name: Some("running".into()), ..node("Scan", &["s0", "x"], &["s", "ys"], attrs) };
+    let inputs = vec![value("s0", &[2]), value("x", &[steps, 2])];
+    build::bytes(&build::model(16, vec![scan], inputs, vec![value("s", &[2]), value("ys", &[steps, 2])], vec![]))
+}
+
+#[test]
+fn a_scan_too_long_to_unroll_keeps_its_body_as_a_subgraph() {
+    let g = onnx::load_bytes(&scan_model(5000), &ImportConfig::new().keep_whole("Scan")).expect("imports");
+    verify(&g).expect("verifies");
+    assert_eq!(g.order().len(), 1);
+    let Op::Scan(sc) = &g.node(g.order()[0]).op else { panic!("a Scan: {}", print(&g)) };
+    assert_eq!((sc.states, sc.inputs.as_slice(), sc.outputs.as_slice()), (1, &[(0, false)][..], &[(0, false)][..]));
+    let text = print(&g);
+    assert!(text.contains("f32[5000,2] = Scan(") && text.contains("{states=1 inputs=[0] outputs=[0]}"), "{text}");
+    let encoded = serial::encode(&g).expect("written");
+    let back = serial::decode(&encoded.graph, &encoded.constants).expect("read");
+    assert_eq!(print(&back), text);
+    // The passes run inside its body: the Identity goes.
+    let mut cx = Context::new(g);
+    cx.optimize().expect("optimizes");
+    assert!(!print(&cx.graph).contains("Identity"), "{}", print(&cx.graph));
+    // Short enough, it unrolls; without a target that runs it whole, a long one is refused by name.
+    let short = onnx::load_bytes(&scan_model(3), &ImportConfig::new().keep_whole("Scan")).expect("imports");
+    assert!(!print(&short).contains("Scan("), "{}", print(&short));
+    let e = onnx::load_bytes(&scan_model(5000), &ImportConfig::new()).expect_err("refused").to_string();
+    assert!(e.contains("node 'running' (Scan)") && e.contains("a scan of 5000 iterations is not unrolled"), "{e}");
 }

@@ -283,6 +283,25 @@ def loop_in_loop():
     return m, {"x": np.array([0.5, -1.0, 2.0, 3.0], np.float32)}
 
 
+def scan_long():
+    """A Scan of 5,000 steps (more than stowage unrolls), read from the end: a running sum carried as its state,
+    each step's sum doubled and stacked along axis 1 (the CPU runs it with its body as a subgraph)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "two"], ["y"])],
+        "body",
+        [vi("s_in", F, [3]), vi("row", F, [3])],
+        [vi("s_out", F, [3]), vi("y", F, [3])],
+        [init("two", np.float32(2.0))],
+    )
+    nodes = [helper.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
+                              scan_input_directions=[1], scan_output_axes=[1], name="running")]
+    outputs = [vi("s", F, [3]), vi("ys", F, [3, 5000])]
+    m = model("scan_long", nodes, [vi("s0", F, [3]), vi("x", F, [5000, 3])], outputs)
+    return m, {"s0": np.array([1.0, -1.0, 0.5], np.float32),
+               "x": RNG.standard_normal((5000, 3)).astype(np.float32) * 0.01}
+
+
 def loop_until():
     """A while loop: the state grows until its largest element passes 100, the body computing the condition; the
     sums of each step scanned."""
@@ -396,7 +415,7 @@ def main():
     for make in [nonzero_of_product, nms_after_softmax, topk_counted, loop_counted, unique_of_argmax,
                  compress_then_dense, if_shapes_differ, fill_counted, if_guarded_gather, loop_until, loop_long,
                  loop_rows, seq_chunks, seq_split_lengths, if_nested_guard, if_in_loop,
-                 loop_in_loop]:
+                 loop_in_loop, scan_long]:
         onx, feeds = make()
         name = onx.graph.name
         d = out / name

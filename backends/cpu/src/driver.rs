@@ -89,10 +89,10 @@ impl TargetKind for CpuKind {
     }
 
     /// `LSTM` runs as one kernel here (`kernels/recurrent.rs`): some 25 steps per time step fewer than unrolled;
-    /// `If` with its branches as subgraphs and `Loop` with its body (`lower/subgraphs.rs`): only the branch taken
-    /// runs, and a loop the import cannot unroll runs inside a model.
+    /// `If` with its branches as subgraphs, `Loop` and `Scan` with their bodies (`lower/subgraphs.rs`): only the
+    /// branch taken runs, and a loop or scan the import cannot unroll runs inside a model.
     fn whole_ops(&self) -> &'static [&'static str] {
-        &["LSTM", "If", "Loop"]
+        &["LSTM", "If", "Loop", "Scan"]
     }
 }
 

@@ -90,7 +90,9 @@ pub(crate) fn compile(
         || options.planning.target_precisions.iter().any(|(_, p)| half(p));
     for name in targets::check(&options.registry, &options.target)? {
         let ops = options.registry.kind_of(&name)?.whole_ops().iter();
-        config.whole.extend(ops.filter(|op| !(halved && matches!(**op, "If" | "Loop"))).map(|s| s.to_string()));
+        config
+            .whole
+            .extend(ops.filter(|op| !(halved && matches!(**op, "If" | "Loop" | "Scan"))).map(|s| s.to_string()));
     }
     let value_inputs = onnx::value_inputs(&proto);
     for (name, t) in inputs {

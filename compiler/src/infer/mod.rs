@@ -175,6 +175,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         Op::Text(t) => text(t, ins)?,
         Op::If(b) => subgraphs::branches(b, ins, outputs)?,
         Op::Loop(l) => subgraphs::body(l, ins, outputs)?,
+        Op::Scan(s) => subgraphs::scan(s, ins, outputs)?,
         Op::Lstm(l) => {
             let types: Vec<Option<&ValueType>> = inputs.iter().map(|f| f.map(|f| f.ty)).collect();
             l.output_types(&types).map_err(InferError::Invalid)?
@@ -182,7 +183,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
         _ => shape_ops::infer(op, ins, outputs)?,
     };
     // Strings come only from the ops that make them (Cast, the string ops) or move them (from a string input).
-    let makes_strings = matches!(op, Op::Cast { .. } | Op::Text(_) | Op::If(_) | Op::Loop(_))
+    let makes_strings = matches!(op, Op::Cast { .. } | Op::Text(_) | Op::If(_) | Op::Loop(_) | Op::Scan(_))
         || inputs.iter().flatten().any(|f| f.ty.dt == DatumType::Str);
     if let Some(k) = types.iter().position(|t| t.dt == DatumType::Str).filter(|_| !makes_strings) {
         return invalid(format!("output {k} would be string, which {} does not make from these inputs", op.name()));
@@ -197,7 +198,7 @@ pub fn infer(op: &mut Op, inputs: &[Option<Fact<'_>>], outputs: usize) -> Result
 }
 
 /// `Cast`, and the ops that keep every element and only relabel the shape (and `Shape`, which reads none): what
-/// the small types and strings go through; and `If` and `Loop`, whose subgraphs' own nodes check what they read.
+/// the small types and strings go through; and `If`, `Loop` and `Scan`, whose subgraphs' own nodes check what they read.
 fn casts_or_reshapes(op: &Op) -> bool {
     matches!(
         op,
@@ -210,6 +211,7 @@ fn casts_or_reshapes(op: &Op) -> bool {
             | Op::Shape { .. }
             | Op::If(_)
             | Op::Loop(_)
+            | Op::Scan(_)
     )
 }
 

@@ -3,12 +3,15 @@
 //! branches make the node's outputs with the same types, which are the node's. An
 //! [`Op::Loop`](crate::ir::Op::Loop) (rule 6): the trip count is one int64 and the condition one bool where
 //! given, the body takes the iteration number, the condition and the node's other inputs in order, and makes the
-//! next condition and the carried values with the types they came in, which are the node's outputs.
+//! next condition and the carried values with the types they came in, which are the node's outputs. An
+//! [`Op::Scan`](crate::ir::Op::Scan) (rule 7): the scan inputs agree in length along their axes (the steps), the
+//! body takes the states, a slice of each scan input and the values read from around it, and makes the states
+//! with their types and a slice of each scan output, stacked into the node's outputs.
 
 use stowage_runtime::DatumType;
 
 use super::{invalid, InferError, Inputs};
-use crate::ir::{Branches, LoopBody, ValueType};
+use crate::ir::{Branches, LoopBody, ScanBody, ValueType};
 
 /// The output types of an `If` whose inputs are `ins` and which declares `outputs` outputs.
 pub(super) fn branches(b: &Branches, ins: Inputs<'_>, outputs: usize) -> Result<Vec<ValueType>, InferError> {
@@ -116,6 +119,69 @@ pub(super) fn body(l: &LoopBody, ins: Inputs<'_>, outputs: usize) -> Result<Vec<
             return invalid(format!("carried value {k} comes in as {came} and its body makes {goes}"));
         }
         types.push(came.clone());
+    }
+    Ok(types)
+}
+
+/// The output types of a `Scan` whose body is `s` and whose inputs are `ins`.
+pub(super) fn scan(s: &ScanBody, ins: Inputs<'_>, outputs: usize) -> Result<Vec<ValueType>, InferError> {
+    let g = &s.body;
+    let (n, m, k) = (s.states, s.inputs.len(), s.outputs.len());
+    if ins.len() < n + m || g.inputs().len() != ins.len() || g.outputs().len() != n + k || outputs != n + k {
+        return invalid(format!(
+            "its body takes {} inputs and makes {} outputs, the node has {} inputs and {outputs} outputs; with {n} \
+             states, {m} scan inputs and {k} scan outputs they must agree",
+            g.inputs().len(),
+            g.outputs().len(),
+            ins.len()
+        ));
+    }
+    let mut steps = None;
+    for (j, &(axis, _)) in s.inputs.iter().enumerate() {
+        let t = ins.ty(n + j)?;
+        let Some(&len) = t.shape.get(axis) else {
+            return invalid(format!("scan input {j} is {t}, which has no axis {axis}"));
+        };
+        if steps.is_some_and(|s| s != len) || len == 0 {
+            return invalid(format!("scan input {j} is {t}: the scan inputs must agree in length, at least 1"));
+        }
+        steps = Some(len);
+    }
+    let steps = steps.unwrap_or(0);
+    for (k, &v) in g.inputs().iter().enumerate() {
+        let given = ins.ty(k)?;
+        let want = match k.checked_sub(n).filter(|&j| j < m) {
+            Some(j) => {
+                let mut shape = given.shape.clone();
+                shape.remove(s.inputs[j].0);
+                ValueType::new(given.dt, shape)
+            }
+            None => given.clone(),
+        };
+        if &want != g.ty(v) {
+            return invalid(format!(
+                "its body reads {} as input {k} ('{}'), where it is given {want}",
+                g.ty(v),
+                g.value(v).name
+            ));
+        }
+    }
+    let mut types = Vec::with_capacity(n + k);
+    for i in 0..n {
+        let made = g.ty(g.outputs()[i].value);
+        if made != ins.ty(i)? {
+            return invalid(format!("state {i} comes in as {} and its body makes {made}", ins.ty(i)?));
+        }
+        types.push(made.clone());
+    }
+    for (j, &(axis, _)) in s.outputs.iter().enumerate() {
+        let slice = g.ty(g.outputs()[n + j].value);
+        if axis > slice.rank() {
+            return invalid(format!("scan output {j} is stacked along axis {axis}, past its slices' {slice}"));
+        }
+        let mut shape = slice.shape.clone();
+        shape.insert(axis, steps);
+        types.push(ValueType::new(slice.dt, shape));
     }
     Ok(types)
 }

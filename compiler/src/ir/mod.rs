@@ -28,6 +28,6 @@ pub use op::{
     Window,
 };
 pub use recurrent::{Activation, Lstm};
-pub use subgraph::{Branches, LoopBody};
+pub use subgraph::{Branches, LoopBody, ScanBody};
 pub use text::Text;
 pub use types::{ShapeDisplay, ValueType};

@@ -629,6 +629,9 @@ pub enum Op {
     /// `Loop` iterated at run time, its body a subgraph (`ir/subgraph.rs`, rule 6): trip count?, condition?, the
     /// carried values, then the values the body reads from around the node.
     Loop(Box<super::subgraph::LoopBody>),
+    /// `Scan` too long to unroll, its body a subgraph (`ir/subgraph.rs`, rule 7): the states, the scan inputs, then
+    /// the values the body reads from around the node.
+    Scan(Box<super::subgraph::ScanBody>),
     /// Copy: input.
     Identity,
 }
@@ -755,6 +758,7 @@ impl Op {
             Op::Text(t) => t.name(),
             Op::If(_) => "If",
             Op::Loop(_) => "Loop",
+            Op::Scan(_) => "Scan",
         }
     }
 
@@ -786,7 +790,7 @@ impl Op {
             | Op::GridSample { .. }
             | Op::Expand
             | Op::Tile => (2, 2),
-            Op::Variadic(_) | Op::Concat { .. } | Op::If(_) => (1, usize::MAX),
+            Op::Variadic(_) | Op::Concat { .. } | Op::If(_) | Op::Scan(_) => (1, usize::MAX),
             Op::Loop(_) => (0, usize::MAX),
             Op::Clip => (1, 3),
             Op::Where | Op::Range | Op::Scatter { .. } => (3, 3),
@@ -826,6 +830,7 @@ impl Op {
         match self {
             Op::If(b) => vec![("then", &b.then), ("else", &b.otherwise)],
             Op::Loop(l) => vec![("body", &l.body)],
+            Op::Scan(s) => vec![("body", &s.body)],
             _ => Vec::new(),
         }
     }
@@ -835,6 +840,7 @@ impl Op {
         match self {
             Op::If(b) => vec![("then", &mut b.then), ("else", &mut b.otherwise)],
             Op::Loop(l) => vec![("body", &mut l.body)],
+            Op::Scan(s) => vec![("body", &mut s.body)],
             _ => Vec::new(),
         }
     }
@@ -1035,6 +1041,15 @@ impl fmt::Display for OpAttrs<'_> {
                     t.targets,
                     t.aggregate
                 )?,
+                Op::Loop(l) => write!(w, "carried={}", l.carried)?,
+                Op::Scan(sc) => {
+                    let axes = |v: &[(usize, bool)]| {
+                        let each: Vec<String> =
+                            v.iter().map(|(a, r)| format!("{a}{}", if *r { " reverse" } else { "" })).collect();
+                        each.join(",")
+                    };
+                    write!(w, "states={} inputs=[{}] outputs=[{}]", sc.states, axes(&sc.inputs), axes(&sc.outputs))?
+                }
                 Op::Lstm(l) => {
                     let dirs: Vec<&str> = l.reverse.iter().map(|&r| if r { "reverse" } else { "forward" }).collect();
                     let acts: Vec<String> = l.activations.iter().map(|a| a.text()).collect();

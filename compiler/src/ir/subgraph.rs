@@ -1,5 +1,6 @@
 //! Subgraphs: the branches of an [`Op::If`](super::Op::If) whose condition is known only at run time, and the body
-//! of an [`Op::Loop`](super::Op::Loop) iterated at run time, kept in the IR as graphs of their own where a target
+//! of an [`Op::Loop`](super::Op::Loop) iterated at run time or of an [`Op::Scan`](super::Op::Scan) too long to
+//! unroll, kept in the IR as graphs of their own where a target
 //! runs them (the CPU: `whole_ops`), instead of both branches inlined behind `Where` (`onnx/branch.rs`, rule 2)
 //! or the import's error.
 //!
@@ -25,6 +26,10 @@
 //!    loop where no run compiles in stages, as `stowage import`): rules 1 to 5 hold for it as for branches, its
 //!    carried values keep their types from one iteration to the next (inference checks it), it has no scan
 //!    outputs (their length would be known only at run time), and it runs at most [`MAX_ITERATIONS`] times.
+//! 7. **A `Scan` too long to unroll** (more than `MAX_STEPS` steps, or over the unrolling budget) keeps its body
+//!    as a graph ([`ScanBody`]) where a target runs a `Scan` whole (the CPU): rules 1 to 5 hold for it, its states
+//!    keep their types, its scan inputs agree in length along their axes (the number of steps, static), and each
+//!    scan output is its per-step slices stacked along its axis.
 //!
 //! Tests: `compiler/tests/subgraphs.rs`, and `tests/tests/run_time_shapes.rs` for runs.
 
@@ -74,6 +79,24 @@ pub struct LoopBody {
     pub body: Graph,
     /// How many values it carries.
     pub carried: usize,
+}
+
+/// The body of a `Scan` too long to unroll (rule 7). The node's inputs: the states, the scan inputs, then the
+/// values the body reads from around the node. The body's inputs: the states, one slice of each scan input (its
+/// axis removed), then those values, of the node's types; its outputs: the states, of the types they came in, then
+/// one slice of each scan output. The node's outputs: the states after the last step, then the scan outputs, each
+/// its slices stacked along its axis.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScanBody {
+    /// The body.
+    #[serde(with = "written")]
+    pub body: Graph,
+    /// How many states it carries.
+    pub states: usize,
+    /// Per scan input: the axis it is sliced along, and whether it is read from its end.
+    pub inputs: Vec<(usize, bool)>,
+    /// Per scan output: the axis its slices are stacked along, and whether the last step's slice comes first.
+    pub outputs: Vec<(usize, bool)>,
 }
 
 /// Calls `f` on every subgraph of `g`'s live nodes, and theirs, innermost first (rule 3: passes run inside them).

@@ -172,10 +172,21 @@ pub(super) fn scan(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         scans.push((name.clone(), a));
     }
     let steps = steps.unwrap_or(0);
+    // Where a target runs a Scan whole, one too long to unroll is kept as one node with its body (`iterated.rs`).
+    let kept_or = |ex: &mut Ex<'_, '_>, e: E| -> Result<Vec<Option<String>>, E> {
+        let dirs = (in_dirs.as_slice(), out_axes.as_slice(), out_dirs.as_slice());
+        match super::iterated::keep_scan(ex, g, n, &scans, dirs)? {
+            Some(outputs) => Ok(outputs),
+            None => Err(e),
+        }
+    };
     if steps == 0 || steps > MAX_STEPS {
-        return Err(ex.fail(format!("a scan of {steps} iterations is not unrolled (stowage unrolls 1 to {MAX_STEPS})")));
+        let e = ex.fail(format!("a scan of {steps} iterations is not unrolled (stowage unrolls 1 to {MAX_STEPS})"));
+        return if steps == 0 { Err(e) } else { kept_or(ex, e) };
     }
-    ex.spend(steps.saturating_mul(g.node.len() + m + k))?;
+    if let Err(e) = ex.spend(steps.saturating_mul(g.node.len() + m + k)) {
+        return kept_or(ex, e);
+    }
     let inits = initializers(ex, g)?;
     let mut states: Vec<String> = given[..n].to_vec();
     let mut outs: Vec<Vec<String>> = vec![Vec::new(); k];

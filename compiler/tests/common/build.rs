@@ -7,6 +7,16 @@ use stowage_compiler::onnx::proto::{
     TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 
+/// A graph-valued attribute (an `If`'s branch, a `Loop`'s or `Scan`'s body).
+pub fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
 /// A node of the default domain.
 pub fn node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
     NodeProto {

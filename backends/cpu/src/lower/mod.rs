@@ -143,6 +143,12 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                         packed_bytes += consts;
                         ("If", k)
                     }
+                    (Op::Scan(sc), _) => {
+                        let (k, taken, consts) = subgraphs::scan(sc, options).map_err(step_err)?;
+                        branches.extend(taken);
+                        packed_bytes += consts;
+                        ("Scan", k)
+                    }
                     (Op::Loop(l), _) => {
                         let (k, taken, consts) = subgraphs::body(l, options).map_err(step_err)?;
                         branches.extend(taken);

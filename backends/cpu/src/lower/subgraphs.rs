@@ -12,12 +12,15 @@
 //!   the body still reads it as its condition input, as the unrolled and iterated forms pass it), at most
 //!   `MAX_ITERATIONS` times (then an error naming the iteration); each iteration's carried outputs are the next
 //!   one's inputs as they are, and the last ones are the node's outputs.
+//! - `Scan`: step t gives the body the states and slice t of each scan input along its axis (from the end where
+//!   it is reversed), copied packed; each scan output's slices are stacked along its axis once the steps are done
+//!   (each slice copied once).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use stowage_compiler::ir::subgraph::MAX_ITERATIONS;
-use stowage_compiler::ir::{Branches, LoopBody};
+use stowage_compiler::ir::{Branches, LoopBody, ScanBody};
 use stowage_runtime::Tensor;
 
 use super::{arg, lower_with, LowerOptions};
@@ -128,6 +131,94 @@ pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Coun
         placed(state)
     });
     Ok((kernel, counted, consts))
+}
+
+/// The kernel of a `Scan` whose body is `sc`, with what the body's `If`s count and the bytes of constants the
+/// body's program holds.
+pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Counted, usize)> {
+    let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
+    let body = lower_with(&sc.body, &options)?;
+    let (counted, consts) = (body.branches.clone(), body.const_bytes());
+    let sc = sc.clone();
+    let kernel: Kernel = Box::new(move |a, ctx| {
+        let (n, m) = (sc.states, sc.inputs.len());
+        let given = |k: usize| {
+            a.get(k)
+                .copied()
+                .flatten()
+                .cloned()
+                .ok_or_else(|| CpuError::NotImplemented(format!("the Scan's input {k} omitted")))
+        };
+        let mut states = (0..n).map(given).collect::<Result<Vec<_>>>()?;
+        let scanned = (n..n + m).map(|k| Ok(given(k)?.to_row_major()?)).collect::<Result<Vec<_>>>()?;
+        let outer = (n + m..a.len()).map(given).collect::<Result<Vec<_>>>()?;
+        let steps = match (scanned.first(), sc.inputs.first()) {
+            (Some(t), Some(&(axis, _))) => t.shape()[axis],
+            _ => 0,
+        };
+        let mut slices: Vec<Vec<Tensor<'static>>> = vec![Vec::with_capacity(steps); sc.outputs.len()];
+        let withheld = crate::arena::withhold();
+        for t in 0..steps {
+            let mut inputs = Vec::with_capacity(a.len());
+            inputs.append(&mut states);
+            for (x, &(axis, reverse)) in scanned.iter().zip(&sc.inputs) {
+                inputs.push(slice(x, axis, if reverse { steps - 1 - t } else { t })?);
+            }
+            inputs.extend(outer.iter().cloned());
+            let out = body.run_within(inputs, ctx.threads).map_err(|e| in_iteration(e, t as i64))?.outputs;
+            let mut out = out.into_iter();
+            states = out.by_ref().take(n).collect();
+            for (j, y) in out.enumerate() {
+                slices[j].push(y);
+            }
+        }
+        drop(withheld);
+        let mut outputs = states;
+        for (mut parts, &(axis, reverse)) in slices.into_iter().zip(&sc.outputs) {
+            if reverse {
+                parts.reverse();
+            }
+            outputs.push(stack(&parts, axis)?);
+        }
+        placed(outputs)
+    });
+    Ok((kernel, counted, consts))
+}
+
+/// Slice `t` of packed `x` along `axis`, that axis removed, packed.
+fn slice(x: &Tensor<'static>, axis: usize, t: usize) -> Result<Tensor<'static>> {
+    let shape = x.shape();
+    let size = x.dt().size_of();
+    let outer: usize = shape[..axis].iter().product();
+    let inner = shape[axis + 1..].iter().product::<usize>() * size;
+    let bytes = x.as_bytes()?;
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        let at = (o * shape[axis] + t) * inner;
+        out.extend_from_slice(&bytes[at..at + inner]);
+    }
+    let mut rest = shape.to_vec();
+    rest.remove(axis);
+    Ok(crate::storage::tensor_from_bytes(x.dt(), &rest, &out)?)
+}
+
+/// `parts` (the slices of each step, of one type) stacked along a new `axis`.
+fn stack(parts: &[Tensor<'static>], axis: usize) -> Result<Tensor<'static>> {
+    let first = parts.first().ok_or_else(|| CpuError::NotImplemented("a Scan of no steps".into()))?;
+    let (shape, size) = (first.shape().to_vec(), first.dt().size_of());
+    let outer: usize = shape[..axis].iter().product();
+    let inner = shape[axis..].iter().product::<usize>() * size;
+    let packed = parts.iter().map(|p| p.to_row_major()).collect::<std::result::Result<Vec<_>, _>>()?;
+    let bytes = packed.iter().map(|p| p.as_bytes()).collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(outer * inner * parts.len());
+    for o in 0..outer {
+        for b in &bytes {
+            out.extend_from_slice(&b[o * inner..(o + 1) * inner]);
+        }
+    }
+    let mut full = shape;
+    full.insert(axis, parts.len());
+    Ok(crate::storage::tensor_from_bytes(first.dt(), &full, &out)?)
 }
 
 /// `outputs` written where the step's outputs are offered (its planned regions; memory of their own otherwise).

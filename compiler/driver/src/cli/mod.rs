@@ -199,7 +199,7 @@ fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String
 }
 
 fn import(model: &std::path::Path, shapes: &ShapeOptions, raw: bool, timings: bool) -> Result<String, String> {
-    let config = shapes.config()?.keep_whole("If").keep_whole("Loop");
+    let config = shapes.config()?.keep_whole("If").keep_whole("Loop").keep_whole("Scan");
     // An If on a condition known only at run time prints with its branches as subgraphs, and a Loop the import
     // cannot unroll with its body (`ir/subgraph.rs`), as the CPU takes them; a target list without a kind that
     // runs them whole gets the `Where` form and the loop cut in stages (`stowage plan`).
