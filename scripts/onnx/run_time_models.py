@@ -284,22 +284,30 @@ def loop_in_loop():
 
 
 def scan_long():
-    """A Scan of 5,000 steps (more than stowage unrolls), read from the end: a running sum carried as its state,
-    each step's sum doubled and stacked along axis 1 (the CPU runs it with its body as a subgraph)."""
+    """A Scan of 5,000 steps (more than stowage unrolls; the CPU runs it with its body as a subgraph): a running
+    sum carried as its state over the rows of `x` read from the end and the columns of `z` (axis 1), scaled by
+    `w`, read from around the node; each step's sum doubled, stacked along axis 1, and its product with `w`,
+    stacked along axis 0 with the last step first."""
     body = helper.make_graph(
-        [helper.make_node("Add", ["s_in", "row"], ["s_out"]),
-         helper.make_node("Mul", ["s_out", "two"], ["y"])],
+        [helper.make_node("Add", ["s_in", "row"], ["partial"]),
+         helper.make_node("Add", ["partial", "col"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "two"], ["y"]),
+         helper.make_node("Mul", ["s_out", "w"], ["v"])],
         "body",
-        [vi("s_in", F, [3]), vi("row", F, [3])],
-        [vi("s_out", F, [3]), vi("y", F, [3])],
+        [vi("s_in", F, [3]), vi("row", F, [3]), vi("col", F, [3])],
+        [vi("s_out", F, [3]), vi("y", F, [3]), vi("v", F, [3])],
         [init("two", np.float32(2.0))],
     )
-    nodes = [helper.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
-                              scan_input_directions=[1], scan_output_axes=[1], name="running")]
-    outputs = [vi("s", F, [3]), vi("ys", F, [3, 5000])]
-    m = model("scan_long", nodes, [vi("s0", F, [3]), vi("x", F, [5000, 3])], outputs)
+    nodes = [helper.make_node("Scan", ["s0", "x", "z"], ["s", "ys", "vs"], body=body, num_scan_inputs=2,
+                              scan_input_directions=[1, 0], scan_input_axes=[0, -1], scan_output_axes=[1, 0],
+                              scan_output_directions=[0, 1], name="running")]
+    outputs = [vi("s", F, [3]), vi("ys", F, [3, 5000]), vi("vs", F, [5000, 3])]
+    inputs = [vi("s0", F, [3]), vi("x", F, [5000, 3]), vi("z", F, [3, 5000]), vi("w", F, [3])]
+    m = model("scan_long", nodes, inputs, outputs)
     return m, {"s0": np.array([1.0, -1.0, 0.5], np.float32),
-               "x": RNG.standard_normal((5000, 3)).astype(np.float32) * 0.01}
+               "x": RNG.standard_normal((5000, 3)).astype(np.float32) * 0.01,
+               "z": RNG.standard_normal((3, 5000)).astype(np.float32) * 0.01,
+               "w": np.array([0.5, 2.0, -1.0], np.float32)}
 
 
 def loop_until():

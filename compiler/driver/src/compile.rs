@@ -83,8 +83,8 @@ pub(crate) fn compile(
     }
     let mut config = options.config.clone();
     // Ops some target of the list runs whole are imported whole (the planner puts them there). Not an If's
-    // branches or a Loop's body at a half precision: storing floats in 16 bits retypes the graph, not its
-    // subgraphs (`passes/storage.rs`), so those take their other forms (`Where`, a cut).
+    // branches or a Loop's or Scan's body at a half precision: storing floats in 16 bits retypes the graph, not its
+    // subgraphs (`passes/storage.rs`), so those take their other forms (`Where`, a cut, the import's error).
     let half = |p: &Precision| matches!(p, Precision::Fp16 | Precision::Bf16);
     let halved = options.planning.precision.as_ref().is_some_and(half)
         || options.planning.target_precisions.iter().any(|(_, p)| half(p));

@@ -27,7 +27,9 @@
 //!    carried values keep their types from one iteration to the next (inference checks it), it has no scan
 //!    outputs (their length would be known only at run time), and it runs at most [`MAX_ITERATIONS`] times.
 //! 7. **A `Scan` too long to unroll** (more than `MAX_STEPS` steps, or over the unrolling budget) keeps its body
-//!    as a graph ([`ScanBody`]) where a target runs a `Scan` whole (the CPU): rules 1 to 5 hold for it, its states
+//!    as a graph ([`ScanBody`]) where a target runs a `Scan` whole (the CPU): rules 2, 3 and 5 hold for it, and
+//!    rule 1 with its own order (the body's inputs: the states, a slice of each scan input, then the values read
+//!    from around the node, as the node's inputs after the states and scan inputs); its states
 //!    keep their types, its scan inputs agree in length along their axes (the number of steps, static), and each
 //!    scan output is its per-step slices stacked along its axis.
 //!

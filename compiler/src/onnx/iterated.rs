@@ -6,8 +6,9 @@
 //! 1. **Only a loop that can be typed.** Its carried values (a scan's states) keep their types from one iteration
 //!    to the next, a loop has no scan outputs (their length would be known only at run time), and it reads tensors
 //!    from around it; otherwise the import's own error stands (`unroll.rs`), naming the node.
-//! 2. **Outer values are explicit**, as for an `If`'s branches: the body's inputs are the iteration number, the
-//!    condition, the carried values, then what it reads from around the node (constants copied in). The
+//! 2. **Outer values are explicit**, as for an `If`'s branches: a loop body's inputs are the iteration number, the
+//!    condition, the carried values, then what it reads from around the node (constants copied in); a scan body's
+//!    the states, a slice of each scan input, then what it reads from around the node. The
 //!    iteration number and the condition are scalars, or `[1]` where the body declares them so ([`scalar_shape`],
 //!    as the driver's iterated loops read them).
 

@@ -6,7 +6,8 @@
 //! are taken along their axes (`Gather`), scan outputs stacked along theirs (`Unsqueeze`, `Concat`); opset 8's
 //! `Scan`, with its batch axis, runs the body per batch element and stacks the results back. At most
 //! [`MAX_STEPS`] iterations; a trip count or condition known only at run time, a body of the wrong signature and
-//! nesting past [`super::branch::MAX_DEPTH`] are one-line errors naming the node.
+//! nesting past [`super::branch::MAX_DEPTH`] are one-line errors naming the node, except where a target runs the
+//! op whole: a loop or scan not unrolled is then kept as one node with its body (`iterated.rs`).
 
 use std::collections::HashMap;
 

@@ -13,8 +13,8 @@
 //!   `MAX_ITERATIONS` times (then an error naming the iteration); each iteration's carried outputs are the next
 //!   one's inputs as they are, and the last ones are the node's outputs.
 //! - `Scan`: step t gives the body the states and slice t of each scan input along its axis (from the end where
-//!   it is reversed), copied packed; each scan output's slices are stacked along its axis once the steps are done
-//!   (each slice copied once).
+//!   it is reversed), copied into a packed buffer of its own; each scan output's slices are stacked along its axis
+//!   once the steps are done.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -120,7 +120,7 @@ pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Coun
             inputs.push(crate::storage::tensor_from_vec(&counters[1], vec![cond])?);
             inputs.append(&mut state);
             inputs.extend(outer.iter().cloned());
-            let mut out = body.run_within(inputs, ctx.threads).map_err(|e| in_iteration(e, i))?.outputs.into_iter();
+            let mut out = body.run_within(inputs, ctx.threads).map_err(|e| in_step(e, "Loop", i))?.outputs.into_iter();
             let next = out.next().ok_or_else(|| CpuError::NotImplemented("a body without outputs".into()))?;
             cond = scalar::<bool>(&next, "condition")?;
             go = !conditioned || cond;
@@ -150,13 +150,13 @@ pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Cou
                 .ok_or_else(|| CpuError::NotImplemented(format!("the Scan's input {k} omitted")))
         };
         let mut states = (0..n).map(given).collect::<Result<Vec<_>>>()?;
-        let scanned = (n..n + m).map(|k| Ok(given(k)?.to_row_major()?)).collect::<Result<Vec<_>>>()?;
+        let scanned = (n..n + m).map(|k| packed(given(k)?)).collect::<Result<Vec<_>>>()?;
         let outer = (n + m..a.len()).map(given).collect::<Result<Vec<_>>>()?;
         let steps = match (scanned.first(), sc.inputs.first()) {
             (Some(t), Some(&(axis, _))) => t.shape()[axis],
             _ => 0,
         };
-        let mut slices: Vec<Vec<Tensor<'static>>> = vec![Vec::with_capacity(steps); sc.outputs.len()];
+        let mut slices: Vec<Vec<Tensor<'static>>> = sc.outputs.iter().map(|_| Vec::with_capacity(steps)).collect();
         let withheld = crate::arena::withhold();
         for t in 0..steps {
             let mut inputs = Vec::with_capacity(a.len());
@@ -165,7 +165,7 @@ pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Cou
                 inputs.push(slice(x, axis, if reverse { steps - 1 - t } else { t })?);
             }
             inputs.extend(outer.iter().cloned());
-            let out = body.run_within(inputs, ctx.threads).map_err(|e| in_iteration(e, t as i64))?.outputs;
+            let out = body.run_within(inputs, ctx.threads).map_err(|e| in_step(e, "Scan", t as i64))?.outputs;
             let mut out = out.into_iter();
             states = out.by_ref().take(n).collect();
             for (j, y) in out.enumerate() {
@@ -208,7 +208,7 @@ fn stack(parts: &[Tensor<'static>], axis: usize) -> Result<Tensor<'static>> {
     let (shape, size) = (first.shape().to_vec(), first.dt().size_of());
     let outer: usize = shape[..axis].iter().product();
     let inner = shape[axis..].iter().product::<usize>() * size;
-    let packed = parts.iter().map(|p| p.to_row_major()).collect::<std::result::Result<Vec<_>, _>>()?;
+    let packed = parts.iter().map(|p| packed(p.clone())).collect::<Result<Vec<_>>>()?;
     let bytes = packed.iter().map(|p| p.as_bytes()).collect::<std::result::Result<Vec<_>, _>>()?;
     let mut out = Vec::with_capacity(outer * inner * parts.len());
     for o in 0..outer {
@@ -226,13 +226,19 @@ fn placed(outputs: Vec<Tensor<'static>>) -> Result<Vec<Tensor<'static>>> {
     outputs
         .iter()
         .map(|t| {
-            let packed = t.to_row_major()?;
-            Ok(crate::storage::tensor_from_bytes(packed.dt(), packed.shape(), packed.as_bytes()?)?)
+            let p = packed(t.clone())?;
+            Ok(crate::storage::tensor_from_bytes(p.dt(), p.shape(), p.as_bytes()?)?)
         })
         .collect()
 }
 
-/// `e`, in iteration `i` of the loop.
-fn in_iteration(e: CpuError, i: i64) -> CpuError {
-    CpuError::Step { node: format!("iteration {i}"), op: "Loop", source: Box::new(e) }
+/// `e`, in iteration `i` of a `Loop` or step `i` of a `Scan` (`op`).
+fn in_step(e: CpuError, op: &'static str, i: i64) -> CpuError {
+    let what = if op == "Scan" { "step" } else { "iteration" };
+    CpuError::Step { node: format!("{what} {i}"), op, source: Box::new(e) }
+}
+
+/// `t` packed row-major: itself where it is (no copy), else a packed copy.
+fn packed(t: Tensor<'static>) -> Result<Tensor<'static>> {
+    Ok(if t.is_row_major() { t } else { t.to_row_major()? })
 }

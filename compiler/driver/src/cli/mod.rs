@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use stowage_compiler::onnx::ImportConfig;
 use stowage_compiler::Context;
 
 use crate::flags::RunFlags;
@@ -180,7 +181,7 @@ pub fn main(kinds: &[&'static dyn TargetKind]) -> ExitCode {
 
 /// `stowage import --check`: the unsupported op types one a line on stdout (and one error line), else an import.
 fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String, String> {
-    let config = shapes.config()?;
+    let config = with_subgraphs(shapes.config()?);
     let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
     let proto = stowage_compiler::onnx::decode_within(&bytes, config.value_limit())
         .map_err(|e| format!("{}: {e}", model.display()))?;
@@ -198,11 +199,16 @@ fn check_import(model: &std::path::Path, shapes: &ShapeOptions) -> Result<String
     Ok(format!("{}: every op is supported; {} nodes imported\n", model.display(), cx.graph.order().len()))
 }
 
+/// `config` keeping subgraphs: an If on a condition known only at run time prints with its branches, and a Loop
+/// or Scan the import cannot unroll with its body (`ir/subgraph.rs`), as the CPU takes them; a target list without
+/// a kind that runs them whole gets the `Where` form, a top-level loop cut in stages, and the import's error for
+/// the others (`stowage plan`).
+fn with_subgraphs(config: ImportConfig) -> ImportConfig {
+    config.keep_whole("If").keep_whole("Loop").keep_whole("Scan")
+}
+
 fn import(model: &std::path::Path, shapes: &ShapeOptions, raw: bool, timings: bool) -> Result<String, String> {
-    let config = shapes.config()?.keep_whole("If").keep_whole("Loop").keep_whole("Scan");
-    // An If on a condition known only at run time prints with its branches as subgraphs, and a Loop the import
-    // cannot unroll with its body (`ir/subgraph.rs`), as the CPU takes them; a target list without a kind that
-    // runs them whole gets the `Where` form and the loop cut in stages (`stowage plan`).
+    let config = with_subgraphs(shapes.config()?);
     let mut cx = Context::import(model, &config).map_err(|e| e.to_string())?;
     if !raw {
         cx.optimize().map_err(|e| e.to_string())?;
