@@ -14,7 +14,8 @@
 
 use super::branch::{outer_inputs, subgraph};
 use super::expand::Ex;
-use super::proto::{GraphProto, ValueInfoProto};
+use super::proto::{GraphProto, NodeProto, ValueInfoProto};
+use super::scope::Scope;
 use super::structure::Structure;
 use crate::error::ImportErrorKind as E;
 use crate::ir::{LoopBody, Op, ScanBody, ValueId, ValueType};
@@ -38,14 +39,7 @@ pub(super) fn keep(ex: &mut Ex<'_, '_>, g: &GraphProto, carried: &[String]) -> R
             None => return Ok(None),
         }
     }
-    let mut outer: Vec<(&str, ValueId)> = Vec::new();
-    for read in outer_inputs(ex.node) {
-        match names.bound(read) {
-            Some(Structure::Tensor(v)) => outer.push((read, v)),
-            Some(_) => return Ok(None),
-            None => {}
-        }
-    }
+    let Some(outer) = tensors_read(ex.node, names) else { return Ok(None) };
     let fail = |m: String| ex.fail(m);
     let at = super::import::At { depth: ex.at.depth + 1, ..ex.at };
     let Some(body) = subgraph(graph, g, &format!("{}::body", ex.name), &own, &outer, "body", at, &fail)? else {
@@ -94,14 +88,7 @@ pub(super) fn keep_scan(
         shape.remove(*axis as usize);
         own.push((vi.name().to_string(), ValueType::new(t.dt, shape)));
     }
-    let mut outer: Vec<(&str, ValueId)> = Vec::new();
-    for read in outer_inputs(ex.node) {
-        match names.bound(read) {
-            Some(Structure::Tensor(v)) => outer.push((read, v)),
-            Some(_) => return Ok(None),
-            None => {}
-        }
-    }
+    let Some(outer) = tensors_read(ex.node, names) else { return Ok(None) };
     let fail = |m: String| ex.fail(m);
     let at = super::import::At { depth: ex.at.depth + 1, ..ex.at };
     let Some(body) = subgraph(graph, g, &format!("{}::body", ex.name), &own, &outer, "body", at, &fail)? else {
@@ -128,6 +115,20 @@ pub(super) fn keep_scan(
     let count = n + outputs.len();
     let op = Op::Scan(Box::new(ScanBody { body, states: n, inputs: inputs_axes, outputs }));
     ex.whole(op, &inputs, count).map(Some)
+}
+
+/// The tensors `node`'s subgraphs read from around it (names not in scope left to the body's import, which names
+/// them); `None` where one is a sequence or an optional (rule 1).
+fn tensors_read<'n>(node: &'n NodeProto, names: &Scope) -> Option<Vec<(&'n str, ValueId)>> {
+    let mut outer = Vec::new();
+    for read in outer_inputs(node) {
+        match names.bound(read) {
+            Some(Structure::Tensor(v)) => outer.push((read, v)),
+            Some(_) => return None,
+            None => {}
+        }
+    }
+    Some(outer)
 }
 
 /// The shape a body declares for its iteration number or condition: `[1]` where it says so (as older exporters
