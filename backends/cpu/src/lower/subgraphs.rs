@@ -98,13 +98,7 @@ pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Coun
         // iteration before, whether or not the loop ends on it (as unrolled and iterated loops pass it).
         let mut cond = a.get(1).copied().flatten().map(|c| scalar::<bool>(c, "condition")).transpose()?.unwrap_or(true);
         let mut go = cond;
-        let given = |k: usize| {
-            a.get(k)
-                .copied()
-                .flatten()
-                .cloned()
-                .ok_or_else(|| CpuError::NotImplemented(format!("the Loop's input {k} omitted")))
-        };
+        let given = |k: usize| given(a, k, "Loop");
         let mut state = (2..2 + carried).map(given).collect::<Result<Vec<_>>>()?;
         let outer = (2 + carried..a.len()).map(given).collect::<Result<Vec<_>>>()?;
         let mut i = 0i64;
@@ -142,13 +136,7 @@ pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Cou
     let sc = sc.clone();
     let kernel: Kernel = Box::new(move |a, ctx| {
         let (n, m) = (sc.states, sc.inputs.len());
-        let given = |k: usize| {
-            a.get(k)
-                .copied()
-                .flatten()
-                .cloned()
-                .ok_or_else(|| CpuError::NotImplemented(format!("the Scan's input {k} omitted")))
-        };
+        let given = |k: usize| given(a, k, "Scan");
         let mut states = (0..n).map(given).collect::<Result<Vec<_>>>()?;
         let scanned = (n..n + m).map(|k| packed(given(k)?)).collect::<Result<Vec<_>>>()?;
         let outer = (n + m..a.len()).map(given).collect::<Result<Vec<_>>>()?;
@@ -219,6 +207,15 @@ fn stack(parts: &[Tensor<'static>], axis: usize) -> Result<Tensor<'static>> {
     let mut full = shape;
     full.insert(axis, parts.len());
     Ok(crate::storage::tensor_from_bytes(first.dt(), &full, &out)?)
+}
+
+/// Input `k` of the `op` step whose inputs are `a`, shared (an omitted one is an error).
+fn given(a: &[Option<&Tensor<'static>>], k: usize, op: &str) -> Result<Tensor<'static>> {
+    a.get(k)
+        .copied()
+        .flatten()
+        .cloned()
+        .ok_or_else(|| CpuError::NotImplemented(format!("the {op}'s input {k} omitted")))
 }
 
 /// `outputs` written where the step's outputs are offered (its planned regions; memory of their own otherwise).
