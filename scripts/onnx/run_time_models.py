@@ -287,7 +287,8 @@ def scan_long():
     """A Scan of 5,000 steps (more than stowage unrolls; the CPU runs it with its body as a subgraph): a running
     sum carried as its state over the rows of `x` read from the end and the columns of `z` (axis 1), scaled by
     `w`, read from around the node; each step's sum doubled, stacked along axis 1, and its product with `w`,
-    stacked along axis 0 with the last step first."""
+    stacked along axis 0 with the last step first, then negated (so that it is collected in the arena, not in
+    memory handed to the caller)."""
     body = helper.make_graph(
         [helper.make_node("Add", ["s_in", "row"], ["partial"]),
          helper.make_node("Add", ["partial", "col"], ["s_out"]),
@@ -298,9 +299,10 @@ def scan_long():
         [vi("s_out", F, [3]), vi("y", F, [3]), vi("v", F, [3])],
         [init("two", np.float32(2.0))],
     )
-    nodes = [helper.make_node("Scan", ["s0", "x", "z"], ["s", "ys", "vs"], body=body, num_scan_inputs=2,
+    nodes = [helper.make_node("Scan", ["s0", "x", "z"], ["s", "ys", "vs_in"], body=body, num_scan_inputs=2,
                               scan_input_directions=[1, 0], scan_input_axes=[0, -1], scan_output_axes=[1, 0],
-                              scan_output_directions=[0, 1], name="running")]
+                              scan_output_directions=[0, 1], name="running"),
+             helper.make_node("Neg", ["vs_in"], ["vs"])]
     outputs = [vi("s", F, [3]), vi("ys", F, [3, 5000]), vi("vs", F, [5000, 3])]
     inputs = [vi("s0", F, [3]), vi("x", F, [5000, 3]), vi("z", F, [3, 5000]), vi("w", F, [3])]
     m = model("scan_long", nodes, inputs, outputs)

@@ -9,7 +9,8 @@
 //! 2. **A kernel's output lands at its offset.** Before each step the executor offers the step's planned regions,
 //!    one per output in order ([`offer`]); the k-th packed buffer the kernel allocates through
 //!    [`crate::HostBuffer::zeroed`] (what [`crate::storage::output`] and the `tensor_from_*` helpers call) is the
-//!    k-th region, zeroed, when its size is the value's. A kernel that writes every element of its output asks
+//!    k-th region, zeroed, when its size is the value's (a step that makes them out of order says which comes
+//!    next: [`seek`]). A kernel that writes every element of its output asks
 //!    for it through [`crate::HostBuffer::for_overwrite`] ([`crate::storage::output_for_overwrite`]) and gets the
 //!    region as it is: zeroing it was a pass over the output on the running thread before the kernel's own, and,
 //!    on two threads, it left the output in that thread's cache for the other to take back. Its bytes are then
@@ -18,7 +19,8 @@
 //!    its test. A join (Concat) whose inputs the plan placed inside its output's buffer (`Buffer::inside`) takes
 //!    its region as it is, poison or not ([`crate::HostBuffer::joined`]): those inputs' bytes are already there,
 //!    and it writes the others. Tests: `outputs_land_at_their_planned_offsets`,
-//!    `a_region_is_zeroed_when_it_is_taken_again`, `a_region_for_overwrite_is_not_zeroed`, and
+//!    `a_step_may_take_its_regions_out_of_order` ([`seek`]), `a_region_is_zeroed_when_it_is_taken_again`,
+//!    `a_region_for_overwrite_is_not_zeroed`, and
 //!    `a_concat_copies_only_what_is_not_in_place` (`lower/tests.rs`).
 //! 3. **Nothing lands where the plan did not put it.** After the step, each output's memory is checked against its
 //!    planned place ([`ArenaSlice::offset`] through [`crate::HostBuffer::arena_offset`]); a value that ended
@@ -227,6 +229,16 @@ impl Drop for Withheld {
     }
 }
 
+/// Makes the next packed buffer this thread allocates take the region offered to output `k` (rule 2), for a
+/// step that makes its outputs out of order (a `Scan`'s scan outputs before its states: `lower/subgraphs.rs`).
+pub(crate) fn seek(k: usize) {
+    OFFER.with(|o| {
+        if let Some(offer) = o.borrow_mut().as_mut() {
+            offer.next = k;
+        }
+    })
+}
+
 /// What a region holds when a buffer takes it (rule 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fill {
@@ -277,6 +289,19 @@ mod tests {
         }
         let after = output(DatumType::F32, &[16]).expect("after");
         assert_eq!(offset_of(&after, &arena), None, "nothing is offered once the step is over");
+    }
+
+    #[test]
+    fn a_step_may_take_its_regions_out_of_order() {
+        // A Scan makes its scan outputs (the step's outputs 1..) before its states (0..1).
+        let arena = HostArena::new(1024).expect("arena");
+        let _offer = offer(&arena, &[Some((0, 64)), Some((256, 32))]);
+        seek(1);
+        let scanned = output(DatumType::F32, &[8]).expect("scan output");
+        seek(0);
+        let state = output(DatumType::F32, &[16]).expect("state");
+        assert_eq!(offset_of(&scanned, &arena), Some(256), "the second output's region");
+        assert_eq!(offset_of(&state, &arena), Some(0), "the first output's region");
     }
 
     #[test]

@@ -13,15 +13,16 @@
 //!   `MAX_ITERATIONS` times (then an error naming the iteration); each iteration's carried outputs are the next
 //!   one's inputs as they are, and the last ones are the node's outputs.
 //! - `Scan`: step t gives the body the states and slice t of each scan input along its axis (from the end where
-//!   it is reversed), copied into a packed buffer of its own; each scan output's slices are stacked along its axis
-//!   once the steps are done.
+//!   it is reversed), copied into a packed buffer of its own; each scan output is collected in place: made once,
+//!   after the first step, in the region the plan gave it, and each step's slice is written there (one copy per
+//!   element, the step's own buffer dropped at once), so no step's output outlives its step.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use stowage_compiler::ir::subgraph::MAX_ITERATIONS;
 use stowage_compiler::ir::{Branches, LoopBody, ScanBody};
-use stowage_runtime::Tensor;
+use stowage_runtime::{Tensor, TensorStorage};
 
 use super::{arg, lower_with, LowerOptions};
 use crate::error::{CpuError, Result};
@@ -144,8 +145,8 @@ pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Cou
             (Some(t), Some(&(axis, _))) => t.shape()[axis],
             _ => 0,
         };
-        let mut slices: Vec<Vec<Tensor<'static>>> = sc.outputs.iter().map(|_| Vec::with_capacity(steps)).collect();
-        let withheld = crate::arena::withhold();
+        let mut collected: Vec<Collected> = Vec::with_capacity(sc.outputs.len());
+        let mut withheld = Some(crate::arena::withhold());
         for t in 0..steps {
             let mut inputs = Vec::with_capacity(a.len());
             inputs.append(&mut states);
@@ -156,19 +157,31 @@ pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Cou
             let out = body.run_within(inputs, ctx.threads).map_err(|e| in_step(e, "Scan", t as i64))?.outputs;
             let mut out = out.into_iter();
             states = out.by_ref().take(n).collect();
-            for (j, y) in out.enumerate() {
-                slices[j].push(y);
+            let ys: Vec<Tensor<'static>> = out.collect();
+            if t == 0 {
+                // The scan outputs take their regions (outputs n.. of the step) once their slices' shapes are
+                // known; the states take theirs (0..n) in order at the end.
+                drop(withheld.take());
+                for (j, (y, &(axis, _))) in ys.iter().zip(&sc.outputs).enumerate() {
+                    crate::arena::seek(n + j);
+                    collected.push(Collected::new(y, axis, steps)?);
+                }
+                crate::arena::seek(0);
+                withheld = Some(crate::arena::withhold());
+            }
+            for ((c, y), &(_, reverse)) in collected.iter_mut().zip(ys).zip(&sc.outputs) {
+                c.write(&y, if reverse { steps - 1 - t } else { t })?;
             }
         }
         drop(withheld);
-        let mut outputs = states;
-        for (mut parts, &(axis, reverse)) in slices.into_iter().zip(&sc.outputs) {
-            if reverse {
-                parts.reverse();
-            }
-            outputs.push(stack(&parts, axis)?);
+        if steps == 0 && !sc.outputs.is_empty() {
+            return Err(CpuError::NotImplemented("a Scan of no steps".into()));
         }
-        placed(outputs)
+        let mut outputs = placed(states)?;
+        for c in collected {
+            outputs.push(c.buf.into_tensor()?);
+        }
+        Ok(outputs)
     });
     Ok((kernel, counted, consts))
 }
@@ -190,23 +203,48 @@ fn slice(x: &Tensor<'static>, axis: usize, t: usize) -> Result<Tensor<'static>> 
     Ok(crate::storage::tensor_from_bytes(x.dt(), &rest, &out)?)
 }
 
-/// `parts` (the slices of each step, of one type) stacked along a new `axis`.
-fn stack(parts: &[Tensor<'static>], axis: usize) -> Result<Tensor<'static>> {
-    let first = parts.first().ok_or_else(|| CpuError::NotImplemented("a Scan of no steps".into()))?;
-    let (shape, size) = (first.shape().to_vec(), first.dt().size_of());
-    let outer: usize = shape[..axis].iter().product();
-    let inner = shape[axis..].iter().product::<usize>() * size;
-    let packed = parts.iter().map(|p| packed(p.clone())).collect::<Result<Vec<_>>>()?;
-    let bytes = packed.iter().map(|p| p.as_bytes()).collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut out = Vec::with_capacity(outer * inner * parts.len());
-    for o in 0..outer {
-        for b in &bytes {
-            out.extend_from_slice(&b[o * inner..(o + 1) * inner]);
-        }
+/// A scan output being collected: each step's slice written once into its place along `axis` (rule of the
+/// module docs), in the region the plan gave the output where the step was offered one.
+struct Collected {
+    buf: crate::storage::HostBuffer,
+    /// The first step's slice's shape (every step's must be the same).
+    part: Vec<usize>,
+    /// Steps along the axis, and bytes of each slice's rows before and from the axis.
+    steps: usize,
+    outer: usize,
+    inner: usize,
+}
+
+impl Collected {
+    /// Room for `steps` slices shaped as `first`, stacked along a new `axis`.
+    fn new(first: &Tensor<'static>, axis: usize, steps: usize) -> Result<Collected> {
+        let part = first.shape().to_vec();
+        let outer: usize = part[..axis].iter().product();
+        let inner = part[axis..].iter().product::<usize>() * first.dt().size_of();
+        let mut full = part.clone();
+        full.insert(axis, steps);
+        let buf = crate::storage::HostBuffer::for_overwrite(first.dt(), &full)?;
+        Ok(Collected { buf, part, steps, outer, inner })
     }
-    let mut full = shape;
-    full.insert(axis, parts.len());
-    Ok(crate::storage::tensor_from_bytes(first.dt(), &full, &out)?)
+
+    /// Writes step slice `y` at place `at` along the axis.
+    fn write(&mut self, y: &Tensor<'static>, at: usize) -> Result<()> {
+        if y.shape() != self.part.as_slice() {
+            return Err(CpuError::NotImplemented(format!(
+                "a scan output of shape {:?} where the first step's was {:?}",
+                y.shape(),
+                self.part
+            )));
+        }
+        let y = packed(y.clone())?;
+        let src = y.as_bytes()?;
+        let dst = self.buf.host_bytes_mut()?;
+        for o in 0..self.outer {
+            let to = (o * self.steps + at) * self.inner;
+            dst[to..to + self.inner].copy_from_slice(&src[o * self.inner..(o + 1) * self.inner]);
+        }
+        Ok(())
+    }
 }
 
 /// Input `k` of the `op` step whose inputs are `a`, shared (an omitted one is an error).
