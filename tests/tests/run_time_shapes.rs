@@ -107,12 +107,17 @@ fn each_model_is_compiled_in_stages_and_each_part_once_over_repeated_runs() {
         } else if line.contains("(Loop) is iterated at run time") {
             assert!(line.ends_with(", 1 version of its body compiled"), "{name}: {line}");
         } else {
-            assert!(line.contains("(1 version of the node, "), "{name}: {line}");
-            // A cut at an If counts the branch each run took (the data takes the same one three times).
+            // A cut at an If counts the branch each run took (the data takes the same one three times), and
+            // compiles both branches for these inputs (stages.rs rule 7), each planning no copy on the CPU.
             let (line, branches) = line.split_once("; the then branch ").unwrap_or((line, ""));
             assert_eq!(line.contains("(If)"), !branches.is_empty(), "{name}: {line}");
+            let versions = if branches.is_empty() { "(1 version of the node, " } else { "(2 versions of the node, " };
+            assert!(line.contains(versions), "{name}: {line}");
             if !branches.is_empty() {
-                let once = ["3 times, the else branch never", "never, the else branch 3 times"];
+                let once = [
+                    "3 times, no copy planned; the else branch never, no copy planned",
+                    "never, no copy planned; the else branch 3 times, no copy planned",
+                ];
                 assert!(once.contains(&branches), "{name}: {branches}");
             }
             assert!(line.ends_with(", 1 of the rest)") || line.ends_with(", none of the rest)"), "{name}: {line}");
@@ -141,6 +146,29 @@ fn the_report_lists_every_parts_planned_copies_and_the_ledger_agrees() {
         assert!(planned.iter().any(|p| same(&p)), "performed {copy} is planned by no part: {planned:?}");
     }
     assert_eq!(report["stages"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn an_if_cut_plans_both_branches_and_only_the_one_taken_copies() {
+    // stages.rs rule 7: the first run compiles the else branch too, for the same inputs; on OpenCL each branch's
+    // part uploads what it reads and downloads what it makes, and only the branch taken adds to the ledger.
+    let options = RunOptions { target: "opencl:discrete".into(), read_outputs: false, ..stowage_cli::run_options() };
+    let dir = suite().join("if_shapes_differ");
+    let x = onnx::read_tensor(dir.join("test_data_set_0").join("input_0.pb")).unwrap();
+    let outcome = session::run(&dir.join("model.onnx"), vec![("x".into(), x)], &options).unwrap();
+    let line = &outcome.cuts[0];
+    assert!(line.contains("(2 versions of the node, 1 of the rest)"), "{line}");
+    assert!(
+        line.ends_with("; the then branch once, 2 copies planned; the else branch never, 2 copies planned"),
+        "{line}"
+    );
+    let report = stowage_cli::run::report("opencl:discrete", &outcome);
+    let planned = report["planned_copies"].as_array().unwrap();
+    let performed = report["performed_copies"].as_array().unwrap();
+    // Each part that ran uploads x every run (the first part, the branch taken): two uploads, not a third.
+    let uploads = |c: &&serde_json::Value| c["kind"] == "upload";
+    let every_run = planned.iter().filter(|c| c["when"] == "every run").count();
+    assert_eq!((every_run, performed.iter().filter(uploads).count()), (2, 2), "{planned:?}, {performed:?}");
 }
 
 #[test]

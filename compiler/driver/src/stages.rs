@@ -32,6 +32,8 @@
 //! 6. **Branches counted.** A cut at an `If` counts the runs that took each branch (its condition read from the
 //!    values the node part is given, as its key is), and its line says so: `the then branch 3 times, the else
 //!    branch once`.
+//! 7. **Both branches planned.** A cut at an `If` compiles the branch a run does not take too, for the same inputs,
+//!    and its line gives each branch's planned copies: `branches.rs` has the rule in full.
 
 use std::path::Path;
 use std::rc::Rc;
@@ -49,6 +51,9 @@ use crate::error::{DriverError, Result};
 use crate::loops::LoopRun;
 use crate::options::RunOptions;
 use crate::session::Session;
+
+mod branches;
+pub(crate) use branches::taken;
 
 /// How many compiled versions of one later part are kept (rule 2).
 pub const MAX_KEPT: usize = 8;
@@ -80,8 +85,8 @@ pub(crate) struct Cut {
     /// In built code (rule 5): the precision the build asked of each target, which the parts compiled at run time
     /// are asked too (the built options carry none: the built plan holds them).
     asked: Vec<(String, stowage_compiler::plan::Precision)>,
-    /// For a cut at an `If` (rule 6): how many runs took its then branch and its else branch.
-    taken: Mutex<[u64; 2]>,
+    /// For a cut at an `If` (rules 6 and 7): which branch each run took, and both branches' planned copies.
+    branches: branches::Branches,
 }
 
 /// A part compiled at run time for the tensors it is given (rule 2).
@@ -186,8 +191,8 @@ impl Stage {
             }
             _ => Vec::new(),
         };
-        let taken = Mutex::new([0; 2]);
-        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs, asked, taken })))
+        let branches = branches::Branches::default();
+        Ok(Stage::Cut(Box::new(Cut { before, node, later, outputs: cut.outputs, asked, branches })))
     }
 
     /// Runs once on `inputs` (by name; extra ones are ignored), recording copies in `ledger`; the outputs by name,
@@ -234,11 +239,15 @@ impl Stage {
         if !cut.asked.is_empty() {
             options.planning.target_precisions.clone_from(&cut.asked);
         }
-        if let Some(taken) = cut.branch(&values) {
-            cut.taken.lock().unwrap_or_else(|p| p.into_inner())[usize::from(!taken)] += 1;
+        let branch = cut.branch(&values);
+        if let Some(then) = branch {
+            cut.count(then);
         }
-        for later in &cut.later {
+        for (i, later) in cut.later.iter().enumerate() {
             let (outs, p) = later.run(&values, &forms, model, &options, ledger, &cut.node)?;
+            if let (0, Some(then)) = (i, branch) {
+                cut.plan_both(then, &values, &forms, model, &options);
+            }
             add_peaks(&mut peaks, p);
             values.extend(outs);
             if let Some(stage) = later.last_stage() {
@@ -342,9 +351,8 @@ impl Stage {
             compiled.get(1).map_or("none", String::as_str)
         ));
         if c.node.1 == "If" {
-            let [then, otherwise] = *c.taken.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(last) = lines.last_mut() {
-                last.push_str(&format!("; {}", taken(then, otherwise)));
+                last.push_str(&c.branch_words());
             }
         }
         for l in &c.later {
@@ -353,31 +361,6 @@ impl Stage {
             }
         }
         lines
-    }
-}
-
-/// How many runs took an `If`'s then branch and its else branch, in words: `the then branch 3 times, the else
-/// branch never` (rule 6; the report's `branches` lines too).
-pub(crate) fn taken(then: u64, otherwise: u64) -> String {
-    let times = |n: u64| match n {
-        0 => "never".to_string(),
-        1 => "once".to_string(),
-        n => format!("{n} times"),
-    };
-    format!("the then branch {}, the else branch {}", times(then), times(otherwise))
-}
-
-impl Cut {
-    /// For a cut at an `If`: whether this run takes its then branch, from its condition among `values` (rule 6).
-    fn branch(&self, values: &[(String, Tensor<'static>)]) -> Option<bool> {
-        if self.node.1 != "If" {
-            return None;
-        }
-        let node = self.later.first()?.part.model.graph.as_ref()?.node.first()?;
-        let cond = node.input.first()?;
-        let (_, t) = values.iter().rev().find(|(n, _)| n == cond)?;
-        let bytes = t.to_row_major().ok()?.as_bytes().ok()?.to_vec();
-        Some(bytes.first().is_some_and(|&b| b != 0))
     }
 }
 
@@ -417,14 +400,8 @@ impl Later {
         ledger: &Ledger,
         node: &(String, String),
     ) -> Result<Ran> {
-        let gathered = crossing::gather(values, forms, &self.part.inputs)?;
-        let args = &gathered.args;
-        let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut key = crossing::key_entries(&gathered.structures);
-        key.extend(key_of(args, |n, t| self.values.iter().any(|v| v == n) || (fix_outer && self.fixes(n, t)))?);
-        let mut options = later_options(options);
-        options.config.input_structures = gathered.structures.clone();
-        let compile = || self.compile(args, &gathered.typed, model, &options, node, fix_outer);
+        let Keyed { args, typed, key, options, fix_outer } = self.keyed(values, forms, options)?;
+        let compile = || self.compile(&args, &typed, model, &options, node, fix_outer);
         let stage = match self.versions.get(key, compile) {
             // Rule 2: the subgraphs' shapes hang on what they read from around the node.
             Err(DriverError::AtRunTime { .. }) if !fix_outer && !self.outer.is_empty() => {
@@ -433,7 +410,20 @@ impl Later {
             }
             stage => stage?,
         };
-        stage.run(args, model, &options, ledger)
+        stage.run(&args, model, &options, ledger)
+    }
+
+    /// The part's inputs from `values` (sequences and optionals among them as `forms` says), their key, and the
+    /// options to compile and run it with (rule 2).
+    fn keyed(&self, values: &[(String, Tensor<'static>)], forms: &Forms, options: &RunOptions) -> Result<Keyed> {
+        let gathered = crossing::gather(values, forms, &self.part.inputs)?;
+        let fix_outer = *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut key = crossing::key_entries(&gathered.structures);
+        let sets = |n: &str, t: &Tensor<'static>| self.values.iter().any(|v| v == n) || (fix_outer && self.fixes(n, t));
+        key.extend(key_of(&gathered.args, sets)?);
+        let mut options = later_options(options);
+        options.config.input_structures = gathered.structures;
+        Ok(Keyed { args: gathered.args, typed: gathered.typed, key, options, fix_outer })
     }
 
     /// The part compiled for `args`, its inputs declared as `typed` (rule 2), with `options` made for it
@@ -471,6 +461,15 @@ impl Later {
             e => e,
         })
     }
+}
+
+/// A part's inputs for one run, their key and its options ([`Later::keyed`]).
+struct Keyed {
+    args: Vec<(String, Tensor<'static>)>,
+    typed: Vec<Structure<(DatumType, Vec<usize>)>>,
+    key: Key,
+    options: RunOptions,
+    fix_outer: bool,
 }
 
 /// Rule 4: whether a model may be cut where its import stopped (`message`): not with `--state` or
@@ -538,6 +537,14 @@ impl Versions {
         };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(key);
         Ok(stage)
+    }
+
+    /// The version for `key`, made by `compile` and kept unless one is, without making it the last used.
+    pub(crate) fn ensure(&self, key: Key, compile: impl FnOnce() -> Result<Stage>) -> Result<Rc<Stage>> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let stage = self.get(key, compile);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = last;
+        stage
     }
 
     /// The version the last run used.
