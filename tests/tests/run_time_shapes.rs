@@ -4,7 +4,11 @@
 //! (`compiler/driver/src/stages.rs`). Each must match onnxruntime on `cpu` and `opencl,cpu`, be compiled in stages
 //! (not folded whole), keep one version of each part over repeated runs, and report every part's planned copies.
 
-use std::path::PathBuf;
+#[allow(dead_code)] // the builder serves several suites; each uses part of it
+#[path = "../../compiler/tests/common/build.rs"]
+mod build;
+
+use std::path::{Path, PathBuf};
 
 use stowage_cli::session::{self, Outcome, RunOptions};
 use stowage_compiler::onnx;
@@ -169,6 +173,54 @@ fn an_if_cut_plans_both_branches_and_only_the_one_taken_copies() {
     let uploads = |c: &&serde_json::Value| c["kind"] == "upload";
     let every_run = planned.iter().filter(|c| c["when"] == "every run").count();
     assert_eq!((every_run, performed.iter().filter(uploads).count()), (2, 2), "{planned:?}, {performed:?}");
+}
+
+#[test]
+fn a_branch_that_does_not_compile_for_the_inputs_never_fails_the_run() {
+    // The else branch reshapes six elements to [4, 2]: wrong for these inputs, as a guard's branch not taken may
+    // be. The run takes the then branch; the line says the else branch was not compiled, and why.
+    use build::{graph_attr, int, int64s, model, node, value};
+    use stowage_compiler::onnx::proto::GraphProto;
+    let branch = |name: &str, nodes, out: &str, dims: &[i64], inits| GraphProto {
+        name: Some(name.into()),
+        node: nodes,
+        output: vec![value(out, dims)],
+        initializer: inits,
+        ..Default::default()
+    };
+    let then = branch("then", vec![node("Relu", &["x"], &["a"], vec![])], "a", &[6], vec![]);
+    let other = branch(
+        "else",
+        vec![node("Reshape", &["x", "to"], &["b"], vec![])],
+        "b",
+        &[4, 2],
+        vec![int64s("to", &[2], &[4, 2])],
+    );
+    let mut pick = node("If", &["c"], &["y"], vec![graph_attr("then_branch", then), graph_attr("else_branch", other)]);
+    pick.name = Some("pick".into());
+    let nodes = vec![
+        node("ReduceSum", &["x"], &["s"], vec![int("keepdims", 0)]),
+        node("Greater", &["s", "zero"], &["c"], vec![]),
+        pick,
+    ];
+    let m = model(17, nodes, vec![value("x", &[6])], vec![value("y", &[6])], vec![build::floats("zero", &[], &[0.0])]);
+    let x = Tensor::from_vec(&[6], vec![1f32, -2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let options = RunOptions { target: "cpu".into(), ..stowage_cli::run_options() };
+    let outcome = session::run_bytes(
+        &build::bytes(&m),
+        Path::new("guard.onnx"),
+        vec![("x".into(), x)],
+        &options,
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    assert_eq!(outcome.outputs[0].1.to_vec::<f32>().unwrap(), [1.0, 0.0, 3.0, 4.0, 5.0, 6.0]);
+    let line = &outcome.cuts[0];
+    assert!(line.contains("(1 version of the node, "), "{line}");
+    let (_, words) = line
+        .split_once("; the then branch once, no copy planned; the else branch never, not compiled for these inputs (")
+        .expect(line);
+    assert!(words.contains("Reshape") && !words.contains('\n'), "{line}");
 }
 
 #[test]
