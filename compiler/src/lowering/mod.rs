@@ -3,7 +3,7 @@
 //! - [`fuse`]: runs of f32 elementwise nodes as one fused chain each;
 //! - [`unary_fn`], [`binary_fn`]: the kernel function of an IR elementwise op;
 //! - [`conv_relu_pairs`], [`conv_epilogue_pairs`]: the ReLUs (or other activations) a convolution's epilogue
-//!   takes;
+//!   takes; [`conv_silu`]: the SiLUs (`Mul(x, Sigmoid(x))`, YOLO's activation) it takes;
 //! - [`resize_spec`]: a Resize node's attributes resolved for the interpolation tables.
 //!
 //! A backend lowers what the planner gave it with these, so that a chain is the same kernel on every target.
@@ -54,6 +54,35 @@ pub fn conv_epilogue_pairs(
         }
     }
     pairs
+}
+
+/// Conv nodes whose output `x`, of one of the types `types`, is read only by a `Sigmoid` and by a `Mul` of `x` and
+/// that Sigmoid's output (in either order), which nothing else reads (neither is a graph output): each with its
+/// Sigmoid and its Mul. The convolution's epilogue computes the SiLU and its step writes the Mul's output.
+pub fn conv_silu(graph: &Graph, types: &[DatumType]) -> HashMap<ir::NodeId, (ir::NodeId, ir::NodeId)> {
+    let uses = graph.use_counts();
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
+    let alone = |v: ValueId, n: u32| uses[v] == n && !outputs.contains(&v);
+    let mut found = HashMap::new();
+    for &m in graph.order() {
+        let Some((x, sig)) = silu_operands(graph, graph.node(m)) else { continue };
+        let (Some(conv), Some(s)) = (graph.producer(x), graph.producer(sig)) else { continue };
+        let is_conv = matches!(graph.node(conv).op, Op::Conv(_)) && graph.node(conv).outputs.first() == Some(&Some(x));
+        if is_conv && alone(x, 2) && alone(sig, 1) && types.contains(&graph.ty(x).dt) {
+            found.insert(conv, (s, m));
+        }
+    }
+    found
+}
+
+/// For `Mul(x, Sigmoid(x))` (or `Mul(Sigmoid(x), x)`): `x` and the Sigmoid's output.
+pub fn silu_operands(graph: &Graph, node: &ir::NodeData) -> Option<(ValueId, ValueId)> {
+    let (Op::Binary(ir::Binary::Mul), [Some(a), Some(b)]) = (&node.op, node.inputs.as_slice()) else { return None };
+    let sigmoid_of = |s: ValueId, x: ValueId| {
+        let p = graph.node(graph.producer(s)?);
+        (matches!(p.op, Op::Unary(ir::Unary::Sigmoid)) && p.inputs.first() == Some(&Some(x))).then_some((x, s))
+    };
+    sigmoid_of(*b, *a).or_else(|| sigmoid_of(*a, *b))
 }
 
 /// The kernel function of an IR unary op .

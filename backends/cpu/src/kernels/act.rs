@@ -7,11 +7,15 @@
 //!
 //! 1. **The ONNX op's arithmetic, in f32.** Each variant computes what its op computes (`scalar` is the
 //!    reference), with the op's attributes as the node gives them: HardSwish is `x · max(0, min(1, x/6 + 1/2))`,
-//!    HardSigmoid `max(0, min(1, αx + β))`, LeakyRelu `x < 0 ? αx : x`, Clip `min(max(x, lo), hi)`.
+//!    HardSigmoid `max(0, min(1, αx + β))`, LeakyRelu `x < 0 ? αx : x`, Clip `min(max(x, lo), hi)`; Sigmoid
+//!    `1 / (1 + e^-x)` and SiLU (YOLO's `Mul(x, Sigmoid(x))`) `x · (1 / (1 + e^-x))` with e^x as the generated
+//!    kernels compute it (`stowage_kir::func::exp_f32`), so that a convolution with its SiLU gives the same bits
+//!    as the convolution and the fused chain it replaces.
 //! 2. **NaN stays NaN.** The vector forms order each `max`/`min`'s operands so that a NaN operand is the one
 //!    returned (`_mm512_max_ps` returns its second operand when either is NaN), as ONNX's reference does.
 //! 3. **Vector and scalar agree.** The AVX-512 and AVX2 forms make the same operations in the same order as
-//!    `scalar`, so a tile computed in registers and a tail computed in plain code give the same bits. Products
+//!    `scalar`, so a tile computed in registers and a tail computed in plain code give the same bits (a NaN for a
+//!    NaN, whose sign follows the order the compiler gives a product's operands). Products
 //!    and sums are separate (no fused multiply-add): the scalar form then needs no `fmaf` call where the CPU has
 //!    no FMA.
 //!
@@ -47,6 +51,10 @@ pub enum Act {
         /// α.
         alpha: f32,
     },
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `x · (1 / (1 + e^-x))`: a Sigmoid and the Mul of its input by it.
+    Silu,
 }
 
 impl Act {
@@ -74,6 +82,8 @@ impl Act {
                     v
                 }
             }
+            Act::Sigmoid => stowage_kir::func::sigmoid_f32(v),
+            Act::Silu => v * stowage_kir::func::sigmoid_f32(v),
         }
     }
 
@@ -99,6 +109,8 @@ impl Act {
                     x
                 }
             }
+            Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Act::Silu => x * (1.0 / (1.0 + (-x).exp())),
         })
     }
 
@@ -127,6 +139,16 @@ impl Act {
             Act::LeakyRelu { alpha } => {
                 let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero);
                 _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(alpha))
+            }
+            Act::Sigmoid | Act::Silu => {
+                // -v: the sign bit flipped, as Rust's negation does (NaN keeps its payload).
+                let negated = _mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(i32::MIN));
+                let s = _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_castsi512_ps(negated))));
+                if self == Act::Silu {
+                    _mm512_mul_ps(v, s)
+                } else {
+                    s
+                }
             }
         }
     }
@@ -157,6 +179,14 @@ impl Act {
                 let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
                 _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(alpha)), negative)
             }
+            Act::Sigmoid | Act::Silu => {
+                let s = _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_xor_ps(v, _mm256_set1_ps(-0.0)))));
+                if self == Act::Silu {
+                    _mm256_mul_ps(v, s)
+                } else {
+                    s
+                }
+            }
         }
     }
 
@@ -168,17 +198,73 @@ impl Act {
     }
 }
 
+/// `stowage_kir::func::exp_f32` on 16 lanes: the same operations in the same order (rule 3). Callable where
+/// AVX-512F is enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn exp512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    use stowage_kir::func::{EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO, EXP_P, EXP_SHIFT};
+    // `max`/`min` return their second operand on NaN: a NaN x passes the clamp, as `f32::clamp` lets it.
+    let x = _mm512_min_ps(_mm512_set1_ps(EXP_HI), _mm512_max_ps(_mm512_set1_ps(EXP_LO), x));
+    let shift = _mm512_set1_ps(EXP_SHIFT);
+    let t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)), shift);
+    let n = _mm512_sub_ps(t, shift);
+    let r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(EXP_LN2_HI)));
+    let r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(EXP_LN2_LO)));
+    let mut p = _mm512_set1_ps(EXP_P[0]);
+    for &c in &EXP_P[1..] {
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c));
+    }
+    let e = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0));
+    let n = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(EXP_SHIFT.to_bits() as i32));
+    let a = _mm512_srai_epi32::<1>(n);
+    let b = _mm512_sub_epi32(n, a);
+    let bias = _mm512_set1_epi32(127);
+    let scale = |k: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(k, bias)));
+    _mm512_mul_ps(_mm512_mul_ps(e, scale(a)), scale(b))
+}
+
+/// [`exp512`] on 8 lanes, for CPUs with AVX2 (rule 3). Callable where AVX2 is enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn exp256(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    use stowage_kir::func::{EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO, EXP_P, EXP_SHIFT};
+    let x = _mm256_min_ps(_mm256_set1_ps(EXP_HI), _mm256_max_ps(_mm256_set1_ps(EXP_LO), x));
+    let shift = _mm256_set1_ps(EXP_SHIFT);
+    let t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)), shift);
+    let n = _mm256_sub_ps(t, shift);
+    let r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(EXP_LN2_HI)));
+    let r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(EXP_LN2_LO)));
+    let mut p = _mm256_set1_ps(EXP_P[0]);
+    for &c in &EXP_P[1..] {
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+    }
+    let e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0));
+    let n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(EXP_SHIFT.to_bits() as i32));
+    let a = _mm256_srai_epi32::<1>(n);
+    let b = _mm256_sub_epi32(n, a);
+    let bias = _mm256_set1_epi32(127);
+    let scale = |k: __m256i| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(k, bias)));
+    _mm256_mul_ps(_mm256_mul_ps(e, scale(a)), scale(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::Act;
 
-    const ALL: [Act; 6] = [
+    const ALL: [Act; 8] = [
         Act::None,
         Act::Relu,
         Act::Clip { lo: 0.0, hi: 6.0 },
         Act::HardSigmoid { alpha: 0.2, beta: 0.5 },
         Act::HardSwish,
         Act::LeakyRelu { alpha: 0.1 },
+        Act::Sigmoid,
+        Act::Silu,
     ];
 
     fn values() -> Vec<f32> {
@@ -202,12 +288,36 @@ mod tests {
         }
     }
 
+    /// Each value's bits, every NaN as one (rule 3).
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() }).collect()
+    }
+
+    fn bits_of(b: &[u32]) -> Vec<u32> {
+        bits(&b.iter().map(|&b| f32::from_bits(b)).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn silu_is_the_chain_it_replaces() {
+        // Sigmoid then Mul, as the generated kernels compute them (`stowage_kir::func`).
+        for x in [-90.0f32, -20.0, -3.5, -1.0, -1e-3, 0.0, 1e-3, 0.5, 2.0, 7.25, 30.0, 88.0] {
+            let chain = x * stowage_kir::func::sigmoid_f32(x);
+            assert_eq!(Act::Silu.scalar(x).to_bits(), chain.to_bits(), "{x}");
+            let exact = x as f64 / (1.0 + (-(x as f64)).exp());
+            assert!(
+                (Act::Silu.scalar(x) as f64 - exact).abs() <= 4.0 * f32::EPSILON as f64 * exact.abs().max(1e-30),
+                "{x}"
+            );
+        }
+    }
+
     #[test]
     fn vector_forms_match_scalar() {
         #[cfg(target_arch = "x86_64")]
         for act in ALL {
             let v = values();
             let want: Vec<u32> = v.iter().map(|&x| act.scalar(x).to_bits()).collect();
+            assert!(v.iter().all(|&x| !x.is_nan() || act.scalar(x).is_nan()), "{act:?} keeps NaN");
             if std::arch::is_x86_feature_detected!("avx512f") {
                 let mut got = vec![0f32; v.len()];
                 for (src, dst) in v.chunks(16).zip(got.chunks_mut(16)) {
@@ -217,7 +327,7 @@ mod tests {
                         _mm512_storeu_ps(dst.as_mut_ptr(), act.avx512(_mm512_loadu_ps(src.as_ptr())));
                     }
                 }
-                assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want, "{act:?} in AVX-512");
+                assert_eq!(bits(&got), bits_of(&want), "{act:?} in AVX-512");
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 let mut got = vec![0f32; v.len()];
@@ -228,7 +338,7 @@ mod tests {
                         _mm256_storeu_ps(dst.as_mut_ptr(), act.avx2(_mm256_loadu_ps(src.as_ptr())));
                     }
                 }
-                assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want, "{act:?} in AVX2");
+                assert_eq!(bits(&got), bits_of(&want), "{act:?} in AVX2");
             }
         }
     }

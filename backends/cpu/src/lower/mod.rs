@@ -20,7 +20,9 @@ mod recurrent;
 mod subgraphs;
 mod text;
 
-pub use stowage_compiler::lowering::{binary_fn, conv_epilogue_pairs, conv_relu_pairs, fuse, resize_spec, unary_fn};
+pub use stowage_compiler::lowering::{
+    binary_fn, conv_epilogue_pairs, conv_relu_pairs, conv_silu, fuse, resize_spec, silu_operands, unary_fn,
+};
 pub use subgraphs::Taken;
 
 /// How to lower.
@@ -313,12 +315,20 @@ struct Generated {
 fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
     // An activation that is the only reader of an f32 Conv's output runs inside the Conv's step, on each tile while
     // it is in registers; the Conv's step writes the activation's value.
-    let relu_after: HashMap<ir::NodeId, ir::NodeId> = if options.fuse {
+    let mut relu_after: HashMap<ir::NodeId, ir::NodeId> = if options.fuse {
         conv_epilogue_pairs(graph, &[stowage_runtime::DatumType::F32], |node| activation(graph, node).is_some())
     } else {
         HashMap::new()
     };
-    let absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    let mut absorbed: std::collections::HashSet<ir::NodeId> = relu_after.values().copied().collect();
+    // A SiLU (`Mul(x, Sigmoid(x))`) after an f32 Conv runs inside the Conv's step too: both nodes are absorbed, and
+    // the step writes the Mul's value.
+    if options.fuse {
+        for (conv, (sigmoid, mul)) in conv_silu(graph, &[stowage_runtime::DatumType::F32]) {
+            relu_after.insert(conv, mul);
+            absorbed.extend([sigmoid, mul]);
+        }
+    }
     let strided: HashMap<ValueId, Vec<usize>> = graph
         .inputs()
         .iter()
@@ -343,7 +353,8 @@ pub fn kernel_specs(graph: &Graph, options: &LowerOptions) -> Vec<(String, Loops
 }
 
 /// The activation a convolution's epilogue applies for `node` (`kernels/act.rs`), when it is one: Relu,
-/// HardSwish, HardSigmoid, LeakyRelu, or a Clip whose bounds are constant scalars (or absent).
+/// HardSwish, HardSigmoid, LeakyRelu, Sigmoid, a Clip whose bounds are constant scalars (or absent), or the Mul of
+/// a SiLU ([`silu_operands`]).
 fn activation(graph: &Graph, node: &ir::NodeData) -> Option<Act> {
     let bound = |i: usize, none: f32| -> Option<f32> {
         let Some(v) = node.inputs.get(i).copied().flatten() else { return Some(none) };
@@ -358,6 +369,8 @@ fn activation(graph: &Graph, node: &ir::NodeData) -> Option<Act> {
         Op::Unary(ir::Unary::HardSigmoid { alpha, beta }) => Act::HardSigmoid { alpha: *alpha, beta: *beta },
         Op::Unary(ir::Unary::LeakyRelu { alpha }) => Act::LeakyRelu { alpha: *alpha },
         Op::Clip => Act::Clip { lo: bound(1, f32::NEG_INFINITY)?, hi: bound(2, f32::INFINITY)? },
+        Op::Unary(ir::Unary::Sigmoid) => Act::Sigmoid,
+        Op::Binary(ir::Binary::Mul) if silu_operands(graph, node).is_some() => Act::Silu,
         _ => return None,
     })
 }
@@ -371,6 +384,8 @@ fn conv_step_name(act: Act) -> &'static str {
         Act::HardSigmoid { .. } => "Conv+HardSigmoid",
         Act::HardSwish => "Conv+HardSwish",
         Act::LeakyRelu { .. } => "Conv+LeakyRelu",
+        Act::Sigmoid => "Conv+Sigmoid",
+        Act::Silu => "Conv+SiLU",
     }
 }
 
@@ -727,6 +742,9 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
         _ => return nn::kernel(graph, op, inputs, outputs, out, out_dt.unwrap_or(DatumType::F32)),
     })
 }
+
+#[cfg(test)]
+mod epilogue_tests;
 
 #[cfg(test)]
 mod tests {

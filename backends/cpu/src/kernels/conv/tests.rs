@@ -3,12 +3,14 @@
 use super::*;
 
 /// The activations the cases take in turn (`act.rs`), over the values' range of about ±1.
-const ACTS: [Act; 5] = [
+const ACTS: [Act; 7] = [
     Act::Relu,
     Act::HardSwish,
     Act::Clip { lo: -0.25, hi: 0.5 },
     Act::HardSigmoid { alpha: 0.7, beta: 0.4 },
     Act::LeakyRelu { alpha: 0.3 },
+    Act::Sigmoid,
+    Act::Silu,
 ];
 
 fn values(n: usize, seed: u64) -> Vec<f32> {

@@ -1,0 +1,66 @@
+//! Tests of what a convolution's step takes in (`generated` in `mod.rs`): a SiLU after a Conv.
+
+use stowage_compiler::ir::{AutoPad, Binary, Conv, Graph, Op, Unary, ValueType, Window};
+use stowage_runtime::{DatumType, Tensor};
+
+/// `y = x_c · Sigmoid(x_c)` with `x_c = Conv(x, w)` (3×3, padding 1), the Mul's operands in the order `swap` says;
+/// with `extra`, the Conv's output is a graph output too.
+fn conv_silu(swap: bool, extra: bool) -> Graph {
+    let f32ty = |s: Vec<usize>| ValueType::new(DatumType::F32, s);
+    let mut g = Graph::new("silu");
+    let x = g.add_input("x", f32ty(vec![1, 3, 9, 9]));
+    let wv: Vec<f32> = (0..4 * 3 * 9).map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.05).collect();
+    let w = g.add_const("w", Tensor::from_slice(&[4, 3, 3, 3], &wv).unwrap());
+    let window = Window {
+        kernel: vec![3, 3],
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: vec![1, 1, 1, 1],
+        auto_pad: AutoPad::NotSet,
+        ceil_mode: false,
+    };
+    let shape = vec![1, 4, 9, 9];
+    let conv = g.add_node(
+        "conv",
+        Op::Conv(Conv { window, group: 1 }),
+        vec![Some(x), Some(w)],
+        vec![Some(("c".into(), f32ty(shape.clone())))],
+    );
+    let c = g.node(conv).outputs[0].unwrap();
+    let sig =
+        g.add_node("sig", Op::Unary(Unary::Sigmoid), vec![Some(c)], vec![Some(("s".into(), f32ty(shape.clone())))]);
+    let s = g.node(sig).outputs[0].unwrap();
+    let operands = if swap { vec![Some(s), Some(c)] } else { vec![Some(c), Some(s)] };
+    let mul = g.add_node("mul", Op::Binary(Binary::Mul), operands, vec![Some(("y".into(), f32ty(shape)))]);
+    let y = g.node(mul).outputs[0].unwrap();
+    g.add_output("y", y);
+    if extra {
+        g.add_output("c", c);
+    }
+    g
+}
+
+#[test]
+fn a_silu_after_a_conv_runs_in_its_step_and_gives_the_chains_bits() {
+    let xv: Vec<f32> = (0..3 * 81).map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.3).collect();
+    let x = || vec![Tensor::from_slice(&[1, 3, 9, 9], &xv).unwrap()];
+    for swap in [false, true] {
+        let g = conv_silu(swap, false);
+        let fused = super::lower(&g, 1).expect("lowers");
+        let ops: Vec<&str> = fused.steps().iter().map(|s| s.op).collect();
+        assert_eq!(ops, ["Conv+SiLU"], "swap {swap}");
+        let apart = super::lower_with(&g, &super::LowerOptions { fuse: false, ..Default::default() }).expect("lowers");
+        let ops: Vec<&str> = apart.steps().iter().map(|s| s.op).collect();
+        assert_eq!(ops, ["Conv", "Sigmoid", "Mul"]);
+        let got = fused.run(x()).expect("runs").outputs[0].to_vec::<f32>().unwrap();
+        let want = apart.run(x()).expect("runs").outputs[0].to_vec::<f32>().unwrap();
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+    // The Conv's output read elsewhere too (here, a graph output): not taken in.
+    let g = conv_silu(false, true);
+    let ops: Vec<&str> = super::lower(&g, 1).expect("lowers").steps().iter().map(|s| s.op).collect();
+    assert_eq!(ops.first(), Some(&"Conv"), "{ops:?}");
+}
