@@ -209,3 +209,128 @@ fn check(test: &str, target: &str, threads: usize) {
     let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
     assert!(failures.is_empty(), "{target}: models that do not match:\n{}", failures.join("\n"));
 }
+
+#[allow(dead_code)] // the builder serves several suites; each uses part of it
+#[path = "../../compiler/tests/common/build.rs"]
+mod build;
+
+/// `ConvTranspose` by its definition: `full[n, g·Mg + m, i·s + t] += x[n, g·Cg + c, i] · w[g·Cg + c, m, t]` over
+/// 1 to 3 spatial axes (dilation 1), then the output cropped from the begin pads, the bias added.
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose_reference(
+    x: &[f32],
+    xs: &[usize],
+    w: &[f32],
+    ws: &[usize],
+    bias: Option<&[f32]>,
+    strides: &[usize],
+    begin: &[usize],
+    out: &[usize],
+    group: usize,
+) -> Vec<f32> {
+    let (n, c, r) = (xs[0], xs[1], xs.len() - 2);
+    let (cg, mg) = (c / group, ws[1]);
+    let m = mg * group;
+    let sp = |s: &[usize]| s.iter().product::<usize>();
+    let (insp, ksp, osp) = (sp(&xs[2..]), sp(&ws[2..]), sp(out));
+    let unravel = |mut i: usize, dims: &[usize]| {
+        let mut v = vec![0; dims.len()];
+        for a in (0..dims.len()).rev() {
+            v[a] = i % dims[a];
+            i /= dims[a];
+        }
+        v
+    };
+    let mut y = vec![0f32; n * m * osp];
+    for b in 0..n {
+        for ci in 0..c {
+            let g = ci / cg;
+            for mi in 0..mg {
+                let oc = g * mg + mi;
+                for i in 0..insp {
+                    let iv = unravel(i, &xs[2..]);
+                    let xv = x[(b * c + ci) * insp + i];
+                    for t in 0..ksp {
+                        let tv = unravel(t, &ws[2..]);
+                        let mut at = 0usize;
+                        let mut inside = true;
+                        for a in 0..r {
+                            let u = (iv[a] * strides[a] + tv[a]) as isize - begin[a] as isize;
+                            inside &= u >= 0 && (u as usize) < out[a];
+                            at = at * out[a] + u.max(0) as usize;
+                        }
+                        if inside {
+                            y[(b * m + oc) * osp + at] += xv * w[(ci * mg + mi) * ksp + t];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(bias) = bias {
+        for (k, v) in y.iter_mut().enumerate() {
+            *v += bias[(k / osp) % m];
+        }
+    }
+    y
+}
+
+#[test]
+fn strided_conv_transposes_match_their_definition() {
+    use build::{floats, int, ints, model, node, value};
+    // (x shape, w shape, strides, pads, output_padding, group, bias): groups, uneven strides, kernels longer and
+    // shorter than the stride, crops, 1-D and 3-D (`compiler/src/onnx/conv_phases.rs`).
+    type Case = (Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, Vec<usize>, usize, bool);
+    let cases: Vec<Case> = vec![
+        (vec![2, 4, 5, 4], vec![4, 3, 3, 4], vec![2, 3], vec![1, 0, 2, 1], vec![1, 0], 2, true),
+        (vec![1, 3, 7, 6], vec![3, 1, 4, 4], vec![2, 2], vec![1, 1, 1, 1], vec![0, 0], 3, true),
+        (vec![1, 2, 8, 8], vec![2, 2, 2, 2], vec![2, 2], vec![0, 0, 0, 0], vec![0, 0], 1, false),
+        (vec![2, 2, 6], vec![2, 2, 5], vec![3], vec![2, 1], vec![2], 1, true),
+        (vec![1, 2, 3, 4, 3], vec![2, 1, 3, 3, 2], vec![2, 1, 2], vec![0, 1, 0, 1, 0, 0], vec![1, 0, 0], 2, true),
+    ];
+    let fill = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len).map(|i| (((i + seed) * 2_654_435_761) % 1000) as f32 / 500.0 - 1.0).collect()
+    };
+    for (k, (xs, ws, strides, pads, op, group, with_bias)) in cases.into_iter().enumerate() {
+        let r = xs.len() - 2;
+        let m = ws[1] * group;
+        let begin: Vec<usize> = pads[..r].to_vec();
+        let out: Vec<usize> =
+            (0..r).map(|a| strides[a] * (xs[a + 2] - 1) + op[a] + ws[a + 2] - pads[a] - pads[r + a]).collect();
+        let (x, w, b) = (fill(xs.iter().product(), k), fill(ws.iter().product(), 7 + k), fill(m, 13 + k));
+        let i64s = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<_>>();
+        let attrs = vec![
+            ints("strides", &i64s(&strides)),
+            ints("pads", &i64s(&pads)),
+            ints("output_padding", &i64s(&op)),
+            int("group", group as i64),
+        ];
+        let mut inputs = vec!["x", "w"];
+        let mut inits = vec![floats("w", &i64s(&ws), &w)];
+        if with_bias {
+            inputs.push("b");
+            inits.push(floats("b", &[m as i64], &b));
+        }
+        let mut ys = vec![xs[0], m];
+        ys.extend(&out);
+        let nodes = vec![node("ConvTranspose", &inputs, &["y"], attrs)];
+        let proto = model(17, nodes, vec![value("x", &i64s(&xs))], vec![value("y", &i64s(&ys))], inits);
+        let xt = stowage_runtime::Tensor::from_slice(&xs, &x).unwrap();
+        let options = RunOptions { target: "cpu".into(), ..stowage_cli::run_options() };
+        let outcome = session::run_bytes(
+            &build::bytes(&proto),
+            Path::new("ct.onnx"),
+            vec![("x".into(), xt)],
+            &options,
+            std::time::Instant::now(),
+        )
+        .unwrap_or_else(|e| panic!("case {k}: {e}"));
+        let got = outcome.outputs[0].1.to_vec::<f32>().unwrap();
+        assert_eq!(outcome.outputs[0].1.shape(), ys.as_slice(), "case {k}");
+        let want =
+            conv_transpose_reference(&x, &xs, &w, &ws, with_bias.then_some(&b[..]), &strides, &begin, &out, group);
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert!((g - e).abs() <= 1e-4 + 1e-4 * e.abs(), "case {k} element {i}: {g} against {e}");
+        }
+    }
+}

@@ -8,7 +8,8 @@
 //! the start, `SAME_UPPER` and `output_shape` at the end; `output_shape` overrides `pads`).
 //!
 //! The convolution reads the zeros it inserted: `stride²` more multiply-adds than a direct transposed kernel on
-//! 2-D inputs, which is the price of running on every backend's convolution today.
+//! 2-D inputs. Only dilated ones, and those whose `output_padding` reaches past the phase form's output, take
+//! this form now: a strided one is one convolution per phase of its strides (`conv_phases.rs`).
 
 use super::expand::{int, ints, Ex};
 use crate::error::ImportErrorKind as E;
@@ -103,8 +104,30 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
         }
     }
 
-    // Zeros between the input's elements: [N, C, d1, 1, d2, 1…] padded to [N, C, d1, s1, d2, s2…].
     let n = xt.shape[0] as i64;
+    // Strided, undilated: the phase form, which reads no inserted zero (`conv_phases.rs`).
+    let out: Vec<i64> = (0..r).map(|i| full[i] - begin[i] - end[i]).collect();
+    let bias = ex.optional(2);
+    let geo = super::conv_phases::Geometry {
+        x: &x,
+        w: &w,
+        bias: bias.as_deref(),
+        n,
+        c: c as i64,
+        m: m as i64,
+        group,
+        input: &input,
+        kernel: &kernel,
+        strides: &strides,
+        dilations: &dilations,
+        begin: &begin,
+        out: &out,
+    };
+    if geo.applies() {
+        return super::conv_phases::expand(ex, &geo);
+    }
+
+    // Zeros between the input's elements: [N, C, d1, 1, d2, 1…] padded to [N, C, d1, s1, d2, s2…].
     let mut up = x.clone();
     let mut len = input.clone();
     if strides.iter().any(|&s| s > 1) {
@@ -156,7 +179,6 @@ pub(super) fn expand(ex: &mut Ex<'_, '_>) -> Result<Vec<Option<String>>, E> {
     let flipped = ex.op("Slice", &[&wf, &s, &e, &axes, &steps], vec![])?;
 
     let mut inputs = vec![up.as_str(), flipped.as_str()];
-    let bias = ex.optional(2);
     if let Some(b) = &bias {
         inputs.push(b);
     }

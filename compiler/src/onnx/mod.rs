@@ -12,6 +12,7 @@
 mod attention;
 mod attrs;
 mod branch;
+mod conv_phases;
 mod conv_transpose;
 mod deform_conv;
 mod einsum;
