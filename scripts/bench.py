@@ -4,9 +4,11 @@ scripts/onnx/real_models.py) and prints, per model, both median latencies and
 the ratio stowage / onnxruntime, at 1 thread and at all cores; also compile time (stowage: import to runnable)
 against onnxruntime's session creation.
 
-Runs alternate: each round runs stowage (`stowage run --repeat K --report`, whose report gives the median of its K
-runs) and then onnxruntime (K runs in-process), so both see the same machine state; the figure per model is the
-median over rounds. Needs the release binary (cargo build --release) and the model suite (scripts/test writes it).
+Runs alternate: each round runs stowage (`stowage run --repeat W+K --report`: the first W = 6 runs are its
+warm-up, where a program on several threads tries its two ways of running (`backends/cpu/src/inline.rs`), and the
+figure is the median of the K after them, from the report's `timings_ms.runs`) and then onnxruntime (one warm-up
+run per session, then K runs in-process), so both see the same machine state; the figure per model is the median
+over rounds. Needs the release binary (cargo build --release) and the model suite (scripts/test writes it).
 
     PY=$(scripts/onnx/env -q)
     "$PY" scripts/bench.py [--rounds N] [--repeat K] [--threads 1,2] [--markdown FILE] [--stowage BIN] [MODEL ...]
@@ -56,16 +58,20 @@ def inputs_of(d):
     return feeds
 
 
+# Runs before the timed ones: a program on several threads spends its first six trying both ways (inline.rs).
+WARMUP = 6
+
+
 def stowage_run(d, feeds, threads, repeat):
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        args = [str(STOWAGE), "run", str(d / "model.onnx"), "--threads", str(threads), "--repeat", str(repeat),
-                "--report", str(report)]
+        args = [str(STOWAGE), "run", str(d / "model.onnx"), "--threads", str(threads), "--repeat",
+                str(WARMUP + repeat), "--report", str(report)]
         for k in range(len(feeds)):
             args += ["--input", str(d / "test_data_set_0" / f"input_{k}.pb")]
         subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
         t = json.loads(report.read_text())["timings_ms"]
-        return t["run_median"], t["compile"]
+        return statistics.median(t["runs"][WARMUP:]), t["compile"]
 
 
 def ort_session(d, threads):

@@ -83,6 +83,10 @@ fn add_with_positional_inputs_writes_the_output_and_the_report() {
         assert!(ms >= 0.0 && ms.is_finite(), "timings_ms.{key} = {ms}");
     }
     assert!(stdout.contains("over 3 runs"), "{stdout}");
+    // Every run's time, in order: the first is first_run.
+    let runs = r["timings_ms"]["runs"].as_array().unwrap_or_else(|| panic!("timings_ms.runs missing: {r}"));
+    assert_eq!(runs.len(), 3, "{r}");
+    assert_eq!(runs[0], r["timings_ms"]["first_run"], "{r}");
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub struct Outcome {
     pub first_run_ms: f64,
     /// Median milliseconds over all runs.
     pub run_median_ms: f64,
+    /// Milliseconds of each run, in order (the first is `first_run_ms`).
+    pub run_times_ms: Vec<f64>,
     /// Peak bytes of intermediate values measured while running, the largest over the spaces (`peaks`).
     pub peak_bytes: usize,
     /// Measured peak bytes per memory space (`host`, `opencl:0`).
@@ -184,7 +186,7 @@ pub fn run_bytes(
             }
         }
     }
-    let (first_run_ms, run_median_ms) = first_and_median(times);
+    let (first_run_ms, run_median_ms) = first_and_median(times.clone());
     // The report names one device path: the last device target the plan uses.
     let path = opened.iter().enumerate().filter(|(i, _)| plan.uses(*i)).rev().find_map(|(_, o)| o.path());
     let mut spaces: Vec<String> = Vec::new();
@@ -201,6 +203,7 @@ pub fn run_bytes(
         compile_ms,
         first_run_ms,
         run_median_ms,
+        run_times_ms: times,
         peak_bytes: peaks.iter().map(|p| p.1).max().unwrap_or(0),
         peaks,
         assumed_inputs: cx.graph.metadata.assumed_inputs.clone(),
@@ -297,7 +300,7 @@ fn run_staged(
             }
         }
     }
-    let (first_run_ms, run_median_ms) = first_and_median(times);
+    let (first_run_ms, run_median_ms) = first_and_median(times.clone());
     let mut plans = plans.into_iter();
     let plan = plans.next().ok_or_else(|| DriverError::Plan("a staged run ran no part (a staging bug)".into()))?;
     Ok(Outcome {
@@ -305,6 +308,7 @@ fn run_staged(
         compile_ms,
         first_run_ms,
         run_median_ms,
+        run_times_ms: times,
         peak_bytes: peaks.iter().map(|p| p.1).max().unwrap_or(0),
         peaks,
         assumed_inputs: assumed,

@@ -157,6 +157,7 @@ pub fn report(target: &str, outcome: &session::Outcome) -> serde_json::Value {
             "compile": outcome.compile_ms,
             "first_run": outcome.first_run_ms,
             "run_median": outcome.run_median_ms,
+            "runs": outcome.run_times_ms,
         },
     })
 }

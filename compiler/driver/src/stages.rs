@@ -539,7 +539,8 @@ impl Versions {
         Ok(stage)
     }
 
-    /// The version for `key`, made by `compile` and kept unless one is, without making it the last used.
+    /// The version for `key`, made by `compile` and kept unless one is, without changing which version the last
+    /// run used (it does count as recently used, for which is dropped first).
     pub(crate) fn ensure(&self, key: Key, compile: impl FnOnce() -> Result<Stage>) -> Result<Rc<Stage>> {
         let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let stage = self.get(key, compile);

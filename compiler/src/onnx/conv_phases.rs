@@ -8,14 +8,16 @@
 //!    a correlation of `x` with that sub-kernel reversed, padded by `J − 1` on both sides: `q < in + J − 1`.
 //! 2. **One convolution.** The sub-kernels of every phase are the output channels of one stride-1 convolution:
 //!    channel `c·S + phase` (`S` the product of the strides, phases in row-major order of the axes) holds output
-//!    channel `c`'s sub-kernel, with the groups as they were (`W` `[C, M/g, k…]` padded to `J·s` taps, reshaped
+//!    channel `c`'s sub-kernel, with the groups as they were (`W` `[C, M/g, k…]` padded with zeros to `J·s` taps
+//!    (a `Concat`), reshaped
 //!    `[g, C/g, M/g, J₁, s₁, …]`, transposed to `[g, M/g, s₁…, C/g, J₁…]`, reversed along the `J` axes): folded at
 //!    import for constant weights, run as ops otherwise. The bias is repeated per phase.
 //! 3. **Interleaved, then cropped.** `[N, M·S, Q₁…]` is reshaped to `[N, M, s₁…, Q₁…]`, transposed to
 //!    `[N, M, Q₁, s₁, …]` and reshaped to `[N, M, Q₁·s₁, …]`: the full output, whose positions past the operator's
 //!    full size are the bias alone, as the operator's are. The output is its slice from the begin pads.
-//! 4. **Where it applies.** Every dilation 1, some stride above 1, and an output (with its `output_padding`)
-//!    that ends within the interleaved length on every axis; otherwise `conv_transpose.rs` takes the node.
+//! 4. **Where it applies.** Every dilation 1, some stride above 1, `M·S` output channels within 2^31 − 1, and an
+//!    output (with its `output_padding` or a larger `output_shape`) that ends within the interleaved length on
+//!    every axis; otherwise `conv_transpose.rs` takes the node.
 //!
 //! Tests: the node suite's ConvTranspose cases (strides, pads, `output_shape`, `auto_pad`, groups, 1-D and 3-D)
 //! and the real-model suite's PP-OCR detector (two 2 × 2 ConvTransposes of stride 2).
@@ -48,10 +50,18 @@ impl Geometry<'_> {
         self.kernel.iter().zip(self.strides).map(|(&k, &s)| (k + s - 1) / s).collect()
     }
 
+    /// `S`, the number of phases, and the convolution's `M·S` output channels, when both fit an i32 (rule 4).
+    fn phases(&self) -> Option<(i64, i64)> {
+        let s = self.strides.iter().try_fold(1i64, |a, &s| a.checked_mul(s))?;
+        let channels = self.m.checked_mul(s)?;
+        (channels <= i64::from(i32::MAX)).then_some((s, channels))
+    }
+
     /// Whether rule 4 lets this form take the node.
     pub fn applies(&self) -> bool {
         let taps = self.taps();
-        self.dilations.iter().all(|&d| d == 1)
+        self.phases().is_some()
+            && self.dilations.iter().all(|&d| d == 1)
             && self.strides.iter().any(|&s| s > 1)
             && (0..self.input.len()).all(|i| {
                 let len = self.strides[i].checked_mul(self.input[i] + taps[i] - 1);
@@ -64,16 +74,22 @@ impl Geometry<'_> {
 pub(super) fn expand(ex: &mut Ex<'_, '_>, geo: &Geometry<'_>) -> Result<Vec<Option<String>>, E> {
     let r = geo.input.len();
     let taps = geo.taps();
-    let phases: i64 = geo.strides.iter().product();
+    let (phases, _) = geo.phases().ok_or_else(|| ex.fail("its phases overflow (a caller skipped `applies`)"))?;
     let (g, cg, mg) = (geo.group, geo.c / geo.group, geo.m / geo.group);
-    // Rule 2: the weights, [C, M/g, k…] → [M·S, C/g, J…].
-    let mut pads = vec![0i64; 2 + r];
-    pads.extend([0, 0]);
-    pads.extend((0..r).map(|i| taps[i] * geo.strides[i] - geo.kernel[i]));
+    // Rule 2: the weights, [C, M/g, k…] → [M·S, C/g, J…]: first zeros after the last tap up to J·s taps (a
+    // Concat, which folds with constant weights).
+    let dt = ex.ty(geo.w)?.dt;
     let mut w = geo.w.to_string();
-    if pads.iter().any(|&p| p > 0) {
-        let p = ex.ints(&pads)?;
-        w = ex.op("Pad", &[&w, &p], vec![])?;
+    let mut shape: Vec<usize> = [geo.c, mg].iter().chain(geo.kernel).map(|&d| d as usize).collect();
+    for i in 0..r {
+        let pad = (taps[i] * geo.strides[i] - geo.kernel[i]) as usize;
+        if pad > 0 {
+            let mut zeros = shape.clone();
+            zeros[2 + i] = pad;
+            let z = ex.zeros(dt, &zeros)?;
+            w = ex.op("Concat", &[&w, &z], vec![int("axis", 2 + i as i64)])?;
+            shape[2 + i] += pad;
+        }
     }
     let mut split = vec![g, cg, mg];
     for (&j, &s) in taps.iter().zip(geo.strides) {

@@ -8,8 +8,9 @@
 //! the start, `SAME_UPPER` and `output_shape` at the end; `output_shape` overrides `pads`).
 //!
 //! The convolution reads the zeros it inserted: `stride²` more multiply-adds than a direct transposed kernel on
-//! 2-D inputs. Only dilated ones, and those whose `output_padding` reaches past the phase form's output, take
-//! this form now: a strided one is one convolution per phase of its strides (`conv_phases.rs`).
+//! 2-D inputs. A strided, undilated one is one convolution per phase of its strides instead (`conv_phases.rs`);
+//! this form takes the rest: strides of 1 (a plain convolution, no zero inserted), dilations, and outputs that
+//! reach past the phase form's (a large `output_padding` or `output_shape`).
 
 use super::expand::{int, ints, Ex};
 use crate::error::ImportErrorKind as E;

@@ -298,11 +298,9 @@ mod tests {
     }
 
     #[test]
-    fn silu_is_the_chain_it_replaces() {
-        // Sigmoid then Mul, as the generated kernels compute them (`stowage_kir::func`).
+    fn silu_is_close_to_its_definition() {
+        // Within a few ulp of x / (1 + e^-x) (the fused chain's bits are `lower/epilogue_tests.rs`'s).
         for x in [-90.0f32, -20.0, -3.5, -1.0, -1e-3, 0.0, 1e-3, 0.5, 2.0, 7.25, 30.0, 88.0] {
-            let chain = x * stowage_kir::func::sigmoid_f32(x);
-            assert_eq!(Act::Silu.scalar(x).to_bits(), chain.to_bits(), "{x}");
             let exact = x as f64 / (1.0 + (-(x as f64)).exp());
             assert!(
                 (Act::Silu.scalar(x) as f64 - exact).abs() <= 4.0 * f32::EPSILON as f64 * exact.abs().max(1e-30),

@@ -59,8 +59,18 @@ fn a_silu_after_a_conv_runs_in_its_step_and_gives_the_chains_bits() {
             want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
         );
     }
-    // The Conv's output read elsewhere too (here, a graph output): not taken in.
+    // The Conv's output read elsewhere too (here, a graph output): not taken in; the Sigmoid and the Mul are a
+    // generated chain, whose bits the Conv's step gave above.
     let g = conv_silu(false, true);
-    let ops: Vec<&str> = super::lower(&g, 1).expect("lowers").steps().iter().map(|s| s.op).collect();
-    assert_eq!(ops.first(), Some(&"Conv"), "{ops:?}");
+    let program = super::lower(&g, 1).expect("lowers");
+    let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
+    assert_eq!(ops, ["Conv", "Fused"]);
+    let chain = program.run(x()).expect("runs").outputs[0].to_vec::<f32>().unwrap();
+    let fused = super::lower(&conv_silu(false, false), 1).expect("lowers").run(x()).expect("runs").outputs[0]
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(
+        chain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        fused.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
 }

@@ -3,8 +3,10 @@
 //!
 //! Rule 7 in full: the first run that reaches the cut compiles the node part for the branch it takes (as every
 //! part is compiled, rule 2) and then for the other one too, for the same inputs with the condition flipped, and
-//! keeps both versions; a later run taking the other branch with inputs of the same key runs it with no compile.
-//! The cut's line gives each branch's planned copies per run (`the then branch 3 times, 2 copies planned; the
+//! keeps both versions; a later run taking the other branch with inputs of the same key runs it with no compile
+//! (inputs of another key compile the branch they take when they take it, as any part). The compile of the
+//! branch not taken is part of that first run's time. The cut's line gives the copies each branch's plan lists
+//! (`Plan::run_copies`: every run's, and those made when an output is read) (`the then branch 3 times, 2 copies planned; the
 //! else branch never, no copy planned`). The branch not taken may not compile for these inputs (its shapes need
 //! what only its own run gives, or it is wrong for them, as a guard's branch is): that never fails the run, and
 //! the line says `not compiled for these inputs` with the reason, until a run takes it. Test:
@@ -114,7 +116,14 @@ impl Later {
     ) -> Result<std::rc::Rc<Stage>> {
         let keyed = self.keyed(values, forms, options)?;
         let compile = || self.compile(&keyed.args, &keyed.typed, model, &keyed.options, node, keyed.fix_outer);
-        self.versions.ensure(keyed.key, compile)
+        match self.versions.ensure(keyed.key, compile) {
+            // Rule 2, as a run does: the subgraphs' shapes hang on what they read from around the node.
+            Err(DriverError::AtRunTime { .. }) if !keyed.fix_outer && !self.outer.is_empty() => {
+                *self.fix_outer.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                self.prepare(values, forms, model, options, node)
+            }
+            stage => stage,
+        }
     }
 }
 
