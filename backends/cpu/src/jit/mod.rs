@@ -630,6 +630,8 @@ mod tests {
                 Inst::Binary(BinaryFn::Add, 6, 7),
                 Inst::Input(3),
                 Inst::Binary(BinaryFn::Add, 8, 9),
+                Inst::Input(4),
+                Inst::Binary(BinaryFn::Add, 10, 11),
             ],
         };
         let out = [2usize, 3, 9];
@@ -637,19 +639,27 @@ mod tests {
         let small: Vec<i16> = (0..9).map(|i| i * 1000 - 4000).collect();
         let wide: Vec<i32> = vec![-70000, 3, 123456];
         let signed: Vec<i8> = (0..54).map(|i| (i * 11 % 256) as u8 as i8).collect();
+        let ints: Vec<i32> = (0..54).map(|i| i * 99_991 - 2_000_000).collect();
         let spec = Loops::elementwise(
             &out,
-            &[(Elem::U8, &out), (Elem::I16, &[9]), (Elem::I32, &[3, 1]), (Elem::I8, &out)],
+            &[(Elem::U8, &out), (Elem::I16, &[9]), (Elem::I32, &[3, 1]), (Elem::I8, &out), (Elem::I32, &out)],
             chain.clone(),
         );
         for tiles in [false, true] {
             let (code, idx) = compile_as(&spec, tiles);
             let mut got = vec![0f32; 54];
-            let inputs: [&[u8]; 4] =
-                [&px, bytemuck::cast_slice(&small), bytemuck::cast_slice(&wide), bytemuck::cast_slice(&signed)];
+            let inputs: [&[u8]; 5] = [
+                &px,
+                bytemuck::cast_slice(&small),
+                bytemuck::cast_slice(&wide),
+                bytemuck::cast_slice(&signed),
+                bytemuck::cast_slice(&ints),
+            ];
             code.call(idx, &inputs, bytemuck::cast_slice_mut(&mut got), 1).expect("runs");
             for i in 0..54 {
-                let want = chain.eval(&[px[i] as f32, small[i % 9] as f32, wide[i / 9 % 3] as f32, signed[i] as f32]);
+                let loads =
+                    [px[i] as f32, small[i % 9] as f32, wide[i / 9 % 3] as f32, signed[i] as f32, ints[i] as f32];
+                let want = chain.eval(&loads);
                 assert_eq!(got[i], want, "element {i} (tiles: {tiles})");
             }
         }
