@@ -190,7 +190,12 @@ impl Program {
             }
         };
         self.warm.keep(pool, self.threads);
-        pool.install(|| self.run_here(inputs, profile, self.threads))
+        pool.install(|| {
+            // `crate::warm` rule 5: a spinner that took this run is not one while it lasts.
+            let _lent = self.warm.lend();
+            self.warm.keep(pool, self.threads);
+            self.run_here(inputs, profile, self.threads)
+        })
     }
 
     /// A run on the current thread, its kernels on `threads`.
