@@ -45,6 +45,27 @@ fn bk() -> usize {
         _ => 32,
     }
 }
+/// For measuring only, a stage of the kernel left out (`STOWAGE_OPENCL_MMA_PROBE`): `noload` (operands made up in
+/// registers, no global load in the loop), `nomma` (no `mma`: the fragments are dead, so neither are they read),
+/// `nosync` (no barriers: races). Each computes wrong results; timing it against the whole kernel places the time.
+fn probe() -> &'static str {
+    match std::env::var("STOWAGE_OPENCL_MMA_PROBE").as_deref() {
+        Ok("noload") => "noload",
+        Ok("nomma") => "nomma",
+        Ok("nosync") => "nosync",
+        _ => "",
+    }
+}
+
+/// Buffers of local memory the operands are staged in: 1, or 2 with `STOWAGE_OPENCL_MMA_STAGES=2` (for measuring):
+/// the next step's operands stored into the other while this step's are multiplied, one barrier a step.
+fn stages() -> usize {
+    match std::env::var("STOWAGE_OPENCL_MMA_STAGES").as_deref() {
+        Ok("2") => 2,
+        _ => 1,
+    }
+}
+
 /// Row pitch, in words, of B's tile in local memory (64 columns + 8).
 const B_PITCH: usize = MMA_TILE + 8;
 
@@ -87,10 +108,18 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
         "  const int row0 = get_group_id(1) * {MMA_TILE}, col0 = get_group_id(0) * {MMA_TILE}; const size_t z = get_global_id(2), bi = z % {batch};"
     );
     let _ = writeln!(s, "  const int k0 = (int)(z / {batch}) * {}, kend = min(k0 + {}, {});", d.chunk, d.chunk, g.k);
-    let _ = writeln!(
-        s,
-        "  __local uint As[{MMA_TILE}][{a_pitch}] __attribute__((aligned(16))); __local uint Bs[{bk}][{B_PITCH}] __attribute__((aligned(16)));"
-    );
+    let two = stages() == 2;
+    if two {
+        let _ = writeln!(
+            s,
+            "  __local uint Asb[2][{MMA_TILE}][{a_pitch}] __attribute__((aligned(16))); __local uint Bsb[2][{bk}][{B_PITCH}] __attribute__((aligned(16)));"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  __local uint As[{MMA_TILE}][{a_pitch}] __attribute__((aligned(16))); __local uint Bs[{bk}][{B_PITCH}] __attribute__((aligned(16)));"
+        );
+    }
     batch_offset(&mut s, "ao", &g.batch, &g.a.0);
     batch_offset(&mut s, "bo", &g.batch, &g.b.0);
     batch_offset(&mut s, "co", &g.batch, &g.c.0);
@@ -103,7 +132,18 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
     let _ = writeln!(s, "  float pa[{per_item}], pb[{per_item}];");
     // Whole tiles (every tile inside the output, every step inside its range of K) load without checks.
     let inside = super::gemm::whole_tiles(g, d, MMA_TILE, MMA_TILE, bk);
+    let probe = probe();
     let load = |s: &mut String, t: &str| {
+        if probe == "noload" {
+            for u in 0..per_item {
+                let _ = writeln!(
+                    s,
+                    "    {{ const int e = tid + {}; pa[{u}] = (float)((e ^ ({t})) & 7) * 0.125f; pb[{u}] = (float)((e + ({t})) & 7) * 0.125f; }}",
+                    u * items
+                );
+            }
+            return;
+        }
         for u in 0..per_item {
             let a = super::load(g.elem, "A", &format!("ao + (size_t)gr * {} + (size_t)gk * {}", g.a.1, g.a.2));
             let a = if inside { a } else { format!("(gr < {} && gk < kend) ? {a} : 0.0f", g.m) };
@@ -119,17 +159,30 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
         }
     };
     load(&mut s, "k0");
-    let _ = writeln!(s, "  for (int t = k0; t < kend; t += {bk}) {{");
     // TF32 words, or the floats' own bits (packed into pairs as the fragments are read).
     let stage = if ty == "tf32" { "tf32" } else { "as_uint" };
-    for u in 0..per_item {
-        let _ = writeln!(
-            s,
-            "    {{ const int e = tid + {}; As[e / {bk}][e % {bk}] = {stage}(pa[{u}]); Bs[e >> 6][e & 63] = {stage}(pb[{u}]); }}",
-            u * items
-        );
+    let store = |s: &mut String, a: &str, b: &str| {
+        for u in 0..per_item {
+            let _ = writeln!(
+                s,
+                "    {{ const int e = tid + {}; {a}[e / {bk}][e % {bk}] = {stage}(pa[{u}]); {b}[e >> 6][e & 63] = {stage}(pb[{u}]); }}",
+                u * items
+            );
+        }
+    };
+    let barrier = if probe == "nosync" { "" } else { "    barrier(CLK_LOCAL_MEM_FENCE);\n" };
+    if two {
+        // Two stages: the next step's operands go into the other buffer after this step's products, one barrier
+        // a step.
+        store(&mut s, "Asb[0]", "Bsb[0]");
+        s.push_str(barrier);
+        let _ = writeln!(s, "  for (int t = k0, buf = 0; t < kend; t += {bk}, buf ^= 1) {{");
+        let _ = writeln!(s, "    __local uint (*As)[{a_pitch}] = Asb[buf]; __local uint (*Bs)[{B_PITCH}] = Bsb[buf];");
+    } else {
+        let _ = writeln!(s, "  for (int t = k0; t < kend; t += {bk}) {{");
+        store(&mut s, "As", "Bs");
+        s.push_str(barrier);
     }
-    s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n");
     let _ = writeln!(s, "    if (t + {bk} < kend) {{");
     load(&mut s, &format!("(t + {bk})"));
     s.push_str("    }\n");
@@ -167,7 +220,7 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
                 let _ = writeln!(s, "      const uint b{ni}0 = {}, b{ni}1 = {};", pair(0), pair(8));
             }
         }
-        for (mi, ni) in &frags {
+        for (mi, ni) in frags.iter().filter(|_| probe != "nomma") {
             let c = |i: usize| format!("\"+f\"(c{mi}{ni}_{i})");
             let _ = writeln!(
                 s,
@@ -180,7 +233,13 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
         }
         s.push_str("    }\n");
     }
-    s.push_str("    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
+    if two {
+        let _ = writeln!(s, "    if (t + {bk} < kend) {{");
+        store(&mut s, "Asb[buf ^ 1]", "Bsb[buf ^ 1]");
+        s.push_str("    }\n");
+    }
+    s.push_str(barrier);
+    s.push_str("  }\n");
     for (mi, ni) in &frags {
         for i in 0..4 {
             let _ = writeln!(
