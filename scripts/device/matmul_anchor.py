@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """cuBLAS's time for the products that backends/opencl/examples/gemm_speed.rs times (issue 20's anchor for the
 product kernels alone): `torch.matmul` of an m × k by a k × n matrix, in fp32 (TF32 off), TF32 and fp16, timed with
-CUDA events (median of the runs after warm-up), in microseconds and TFLOP/s.
+CUDA events around graphs of 20 products (median of the runs after warm-up), in microseconds and TFLOP/s.
 
     python3 scripts/device/matmul_anchor.py 128,3072,768 128,768,3072 [--runs 100]"""
 import argparse
@@ -10,17 +10,26 @@ import torch
 
 
 def timed(a, b, runs):
+    """Median microseconds of one product, from CUDA graphs of 20 products each (events around a single launch
+    would also time the host's launch of it, which takes longer than the small products themselves)."""
+    per = 20
     for _ in range(10):
         torch.matmul(a, b)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(per):
+            torch.matmul(a, b)
+    graph.replay()
     torch.cuda.synchronize()
     times = []
     for _ in range(runs):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.matmul(a, b)
+        graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
+        times.append(start.elapsed_time(end) * 1000.0 / per)
     times.sort()
     return times[len(times) // 2]
 

@@ -8,6 +8,7 @@ use stowage_cpu::kernels::conv::{conv_packed, ConvParams, PackedWeights, Post};
 fn main() {
     // (input channels, output channels, kernel, stride, pad, input height = width)
     let shapes: &[(usize, usize, usize, usize, usize, usize)] = &[
+        (3, 64, 7, 2, 3, 224),
         (3, 64, 3, 2, 0, 224),
         (3, 16, 3, 2, 1, 224),
         (1, 32, 3, 1, 1, 128),

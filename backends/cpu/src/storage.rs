@@ -158,10 +158,17 @@ pub fn tensor_from_vec<T: stowage_runtime::Datum>(shape: &[usize], data: Vec<T>)
 /// A packed row-major `dt` tensor in CPU storage holding `bytes`, which must be exactly as long as the shape needs
 /// (and, for bool, hold only 0 and 1).
 pub fn tensor_from_bytes(dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Tensor<'static>> {
-    if dt == DatumType::Bool && bytes.iter().any(|&b| b > 1) {
+    // Every byte looked at, no early exit: the loop vectorises.
+    if dt == DatumType::Bool && bytes.iter().fold(0u8, |seen, &b| seen | (b & !1)) != 0 {
         return Err(stowage_runtime::RuntimeError::InvalidBits { tensor: "<unnamed>".into(), dt });
     }
-    let mut buf = HostBuffer::zeroed(dt, shape)?;
+    checked_bytes(dt, shape, bytes)
+}
+
+/// [`tensor_from_bytes`] for bytes known to be values of `dt`.
+fn checked_bytes(dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Tensor<'static>> {
+    // Every byte is written below: the arena's region need not be zeroed first.
+    let mut buf = HostBuffer::for_overwrite(dt, shape)?;
     let dst = buf.host_bytes_mut()?;
     if dst.len() != bytes.len() {
         return Err(stowage_runtime::RuntimeError::ByteLength {
@@ -186,7 +193,9 @@ pub fn tensor_filled(dt: DatumType, shape: &[usize], fill: impl FnOnce(&mut [u8]
 
 /// A packed row-major tensor in CPU storage holding a copy of `data`.
 pub fn tensor_from<T: stowage_runtime::Datum>(shape: &[usize], data: &[T]) -> Result<Tensor<'static>> {
-    tensor_from_bytes(T::DATUM_TYPE, shape, stowage_runtime::bytemuck::cast_slice(data))
+    // Typed elements are values of their type (a `bool` is 0 or 1): nothing to check. Magika's one-hot `Equal`
+    // (526k bools) spent 0.2 ms in that check, the zeroing and the copy.
+    checked_bytes(T::DATUM_TYPE, shape, stowage_runtime::bytemuck::cast_slice(data))
 }
 
 #[cfg(test)]

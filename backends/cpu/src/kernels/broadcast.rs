@@ -70,8 +70,10 @@ pub fn for_each_offset(out: &[usize], shapes: &[&[usize]], mut f: impl FnMut(usi
 }
 
 /// `f(a, b)` over `a` and `b` broadcast to `out`, a row at a time: a row where both inputs advance, or one is
-/// broadcast along it, is one tight loop.
-pub fn zip<A: Copy, B: Copy, O>(
+/// broadcast along it, is one tight loop, written into its place in the output (made once, at its full length:
+/// growing it element by element kept the loops from vectorising, magika's one-hot `Equal` of 2048 × 257 took
+/// 0.31 ms).
+pub fn zip<A: Copy, B: Copy, O: Copy + Default>(
     a: &[A],
     ash: &[usize],
     b: &[B],
@@ -80,20 +82,53 @@ pub fn zip<A: Copy, B: Copy, O>(
     f: impl Fn(A, B) -> O,
 ) -> Vec<O> {
     let count: usize = out.iter().product();
-    let mut r = Vec::with_capacity(count);
-    for_each_row(out, &[ash, bsh], |o, st, n| match (st[0], st[1]) {
-        (1, 1) => r.extend(a[o[0]..o[0] + n].iter().zip(&b[o[1]..o[1] + n]).map(|(&x, &y)| f(x, y))),
-        (1, 0) => {
-            let y = b[o[1]];
-            r.extend(a[o[0]..o[0] + n].iter().map(|&x| f(x, y)));
-        }
-        (0, 1) => {
-            let x = a[o[0]];
-            r.extend(b[o[1]..o[1] + n].iter().map(|&y| f(x, y)));
-        }
-        (sa, sb) => r.extend((0..n).map(|j| f(a[o[0] + j * sa], b[o[1] + j * sb]))),
-    });
+    let mut r = vec![O::default(); count];
+    zip_into(a, ash, b, bsh, out, &mut r, f);
     r
+}
+
+/// [`zip`] into `r`, the output's packed elements (the step's own buffer: no vector made and copied).
+///
+/// # Panics
+/// When `r` is shorter than `out`'s elements.
+pub fn zip_into<A: Copy, B: Copy, O: Copy>(
+    a: &[A],
+    ash: &[usize],
+    b: &[B],
+    bsh: &[usize],
+    out: &[usize],
+    r: &mut [O],
+    f: impl Fn(A, B) -> O,
+) {
+    let mut at = 0;
+    for_each_row(out, &[ash, bsh], |o, st, n| {
+        let dst = &mut r[at..at + n];
+        at += n;
+        match (st[0], st[1]) {
+            (1, 1) => {
+                for ((d, &x), &y) in dst.iter_mut().zip(&a[o[0]..o[0] + n]).zip(&b[o[1]..o[1] + n]) {
+                    *d = f(x, y);
+                }
+            }
+            (1, 0) => {
+                let y = b[o[1]];
+                for (d, &x) in dst.iter_mut().zip(&a[o[0]..o[0] + n]) {
+                    *d = f(x, y);
+                }
+            }
+            (0, 1) => {
+                let x = a[o[0]];
+                for (d, &y) in dst.iter_mut().zip(&b[o[1]..o[1] + n]) {
+                    *d = f(x, y);
+                }
+            }
+            (sa, sb) => {
+                for (j, d) in dst.iter_mut().enumerate() {
+                    *d = f(a[o[0] + j * sa], b[o[1] + j * sb]);
+                }
+            }
+        }
+    });
 }
 
 /// `src` (of `shape`) broadcast to `out`, materialised.

@@ -154,6 +154,39 @@ macro_rules! numeric {
     };
 }
 
+/// A tensor's elements and the shape they have, for an operand that is broadcast to the tensor's shape anyway: a
+/// packed tensor as itself; a broadcast view (an `Expand`'s output: strides 0 along some axes, the others those of
+/// the packed tensor whose shape has 1 there) as that smaller tensor, read in place where it was copied out
+/// element by element to its full size (magika's one-hot `Equal` of two such views, 2048 × 257: 0.31 ms);
+/// anything else copied.
+pub fn broadcast_elems<'t, T: stowage_runtime::Datum>(
+    t: &'t stowage_runtime::Tensor<'_>,
+) -> stowage_runtime::Result<(std::borrow::Cow<'t, [T]>, Vec<usize>)> {
+    if let Ok(s) = t.as_slice::<T>() {
+        return Ok((std::borrow::Cow::Borrowed(s), t.shape().to_vec()));
+    }
+    let (shape, strides) = (t.shape(), t.layout().strides());
+    let small: Vec<usize> = shape.iter().zip(strides).map(|(&d, &st)| if st == 0 { 1 } else { d }).collect();
+    let mut packed = 1usize;
+    let mut fits = t.dt() == T::DATUM_TYPE && strides.len() == shape.len();
+    for a in (0..shape.len()).rev() {
+        if small[a] != 1 {
+            fits &= strides[a] == packed;
+            packed = packed.saturating_mul(small[a]);
+        }
+    }
+    if fits {
+        let start = t.layout().offset();
+        let size = std::mem::size_of::<T>();
+        if let Some(bytes) = t.storage().materialize()?.get(start..start + packed * size) {
+            if let Ok(s) = bytemuck::checked::try_cast_slice::<u8, T>(bytes) {
+                return Ok((std::borrow::Cow::Borrowed(s), small));
+            }
+        }
+    }
+    Ok((std::borrow::Cow::Owned(t.to_vec::<T>()?), shape.to_vec()))
+}
+
 /// A tensor's elements: borrowed when it is packed and aligned, copied otherwise.
 pub fn elems<'t, T: stowage_runtime::Datum>(
     t: &'t stowage_runtime::Tensor<'_>,

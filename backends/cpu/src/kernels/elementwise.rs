@@ -5,7 +5,7 @@ use stowage_runtime::{DatumType, Tensor};
 
 use super::broadcast;
 use super::cast::cast;
-use super::dtype::{elems, Arith, Bits};
+use super::dtype::{broadcast_elems, Arith, Bits};
 use crate::error::{CpuError, Result};
 use crate::numeric;
 
@@ -155,13 +155,17 @@ pub fn binary(f: BinaryFn, a: &Tensor<'_>, b: &Tensor<'_>, out: &[usize]) -> Res
         )?);
     }
     numeric!(dt, T => {
-        let (x, y) = (elems::<T>(a)?, elems::<T>(b)?);
-        let (ash, bsh) = (a.shape(), b.shape());
+        let ((x, ash), (y, bsh)) = (broadcast_elems::<T>(a)?, broadcast_elems::<T>(b)?);
+        let (ash, bsh) = (ash.as_slice(), bsh.as_slice());
         // One `zip` per function (a macro, not a function pointer), so that each row loop inlines its function.
         macro_rules! cmp {
             ($g:expr) => {{
-                let r: Vec<bool> = broadcast::zip(&x, ash, &y, bsh, out, $g);
-                Ok(crate::storage::tensor_from_vec(out, r)?)
+                // Written as bytes of 0 and 1 straight into the output's buffer.
+                let g = $g;
+                let mut buf = crate::storage::HostBuffer::for_overwrite(DatumType::Bool, out)?;
+                let dst = stowage_runtime::TensorStorage::host_bytes_mut(&mut buf)?;
+                broadcast::zip_into(&x, ash, &y, bsh, out, dst, |p, q| u8::from(g(p, q)));
+                Ok(buf.into_tensor()?)
             }};
         }
         macro_rules! num {

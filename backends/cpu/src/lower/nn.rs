@@ -290,11 +290,11 @@ pub(super) fn kernel(
         Op::GlobalPool(kind) => {
             let xs = in_shape(0);
             let max = *kind == PoolKind::Max;
-            Box::new(move |a, _| {
+            Box::new(move |a, cx| {
                 float!(wide, T => {
                     let x = floats::<T>(arg(a, 0)?)?;
                     let mut y = vec![T::zero(); out.iter().product()];
-                    pool::global_pool(&x, &xs, max, &mut y);
+                    pool::global_pool(&x, &xs, max, &mut y, cx.threads);
                     one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
