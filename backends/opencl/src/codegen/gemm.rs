@@ -129,6 +129,12 @@ impl Division {
     }
 }
 
+/// On tensor cores, a product whose K is at most this long and whose output makes at least
+/// [`MMA_UNSPLIT_TILES`] tiles is not split ([`division`]).
+const MMA_UNSPLIT_K: usize = 1536;
+/// See [`MMA_UNSPLIT_K`].
+const MMA_UNSPLIT_TILES: usize = 32;
+
 /// The shortest range of the inner dimension a split product gives one work-group: below it the partial
 /// products' traffic and their sum cost more than the parallelism gains.
 const MIN_CHUNK: usize = 128;
@@ -164,8 +170,16 @@ pub fn division(g: &Gemm) -> Division {
     // 62.0 against 50.5 µs; 512 × 2048 × 2048 98.1 against 90.3 µs), while 4 to 32 ranges won on long K (a 3×3
     // conv of 64 channels at 56 × 56: 21.8 µs in 4 against 36.8): two ranges are taken as one.
     let sought = |r: usize| target.div_ceil(groups(r)).min(most_splits);
-    let splits =
-        |r: usize| forced_splits.unwrap_or_else(|| if g.tensor_cores && sought(r) == 2 { 1 } else { sought(r) });
+    // And a split's tail (its partial sums added up in L2, then the last work-group's pass over the tile) costs
+    // more than a short K saves (the `gemm_speed` example on an H100, TF32 / f16 µs: m 128 × n 3,072 × k 768
+    // (48 tiles) 22.5 / 29.1 unsplit against 35.9 / 38.6 in 2 ranges and 39.5 / 43.2 in 3; m 128 × n 2,304 × k
+    // 768 (36 tiles) 22.2 / 29.2 against 31.9 / 35.8 in 4; m 64 × n 3,136 × k 576 (49 tiles) 18.3 / 23.5
+    // against 25.2 / 30.7 in 4), unless the tiles leave most of the device idle (m 128 × n 768 × k 768, 24
+    // tiles: 22.1 / 29.1 unsplit, 19.5 / 19.8 in 8) or K is long (k 3,072 on 24 tiles: 69.4 unsplit, 28.0 in 11).
+    let short = |r: usize| g.tensor_cores && g.k <= MMA_UNSPLIT_K && groups(r) >= MMA_UNSPLIT_TILES;
+    let splits = |r: usize| {
+        forced_splits.unwrap_or_else(|| if g.tensor_cores && (sought(r) == 2 || short(r)) { 1 } else { sought(r) })
+    };
     let fills = |r: usize| r == 1 || (g.k >= TILE && g.m >= TILE * r && 2 * g.n >= TILE * r);
     // Tensor cores take tiles of 64 × 64, the size of a block of 4.
     let forced = if g.tensor_cores {

@@ -299,6 +299,28 @@ mod tests {
         }
     }
 
+    /// On tensor cores a short K over enough tiles is not split; few tiles or a long K still are, and the tiled
+    /// kernel's division is as before.
+    #[test]
+    fn tensor_cores_split_only_a_long_k_or_few_tiles() {
+        let shape = |m: usize, n: usize, k: usize| Gemm {
+            m,
+            n,
+            k,
+            a: (vec![], k, 1),
+            b: (vec![], n, 1),
+            c: (vec![], n, 1),
+            min_groups: 264,
+            ..product("float")
+        };
+        let splits = |g: &Gemm| super::super::division(g).splits;
+        assert_eq!(splits(&shape(128, 3072, 768)), 1);
+        assert_eq!(splits(&shape(64, 3136, 576)), 1);
+        assert!(splits(&shape(128, 768, 768)) > 1, "24 tiles");
+        assert!(splits(&shape(128, 768, 3072)) > 1, "a long K");
+        assert!(splits(&Gemm { tensor_cores: false, ..shape(128, 3072, 768) }) > 1, "the tiled kernel");
+    }
+
     /// Each operand type takes its instruction, and halves are packed in pairs along K, the lower K first, as the
     /// fragment layout checked on the H200 (`examples/tensor_core_probe.rs`) has them.
     #[test]
