@@ -245,3 +245,35 @@ pub fn select(cond: &Tensor<'_>, x: &Tensor<'_>, y: &Tensor<'_>, out: &[usize]) 
     });
     Ok(crate::storage::tensor_from_bytes(x.dt(), out, &r)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stowage_runtime::{Layout, PlainStorage};
+
+    /// A broadcast view (strides 0, an offset into its storage) is read in place as its smaller source, and gives
+    /// what its packed copy gives; so does a comparison written into its output's buffer.
+    #[test]
+    fn broadcast_views_are_read_as_their_source() {
+        let floats: Vec<f32> = (0..8).map(|i| i as f32 * 0.5 - 1.0).collect();
+        let bytes: Vec<u8> = floats.iter().flat_map(|v| v.to_le_bytes()).collect();
+        // [2, 4, 3] over elements 2..8 as [2, 1, 3]: strides 3, 0, 1, 8 bytes in.
+        let storage = PlainStorage::copy_from(&bytes).unwrap();
+        let view =
+            Tensor::from_storage(DatumType::F32, &[2, 4, 3], Layout::strided(vec![3, 0, 1], 8), storage).unwrap();
+        let (source, shape) = broadcast_elems::<f32>(&view).unwrap();
+        assert!(matches!(source, std::borrow::Cow::Borrowed(_)), "read in place");
+        assert_eq!((&source[..], shape.as_slice()), (&floats[2..8], &[2, 1, 3][..]));
+        let packed = crate::storage::tensor_from(&[2, 4, 3], &view.to_vec::<f32>().unwrap()).unwrap();
+        let other = crate::storage::tensor_from(&[3], &[0.5f32, -0.5, 1.0]).unwrap();
+        for f in [BinaryFn::Add, BinaryFn::Equal, BinaryFn::Less] {
+            let got = binary(f, &view, &other, &[2, 4, 3]).unwrap();
+            let want = binary(f, &packed, &other, &[2, 4, 3]).unwrap();
+            assert_eq!(got.dt(), want.dt(), "{f:?}");
+            assert_eq!(got.as_bytes().unwrap(), want.as_bytes().unwrap(), "{f:?}");
+        }
+        let eq = binary(BinaryFn::Equal, &packed, &other, &[2, 4, 3]).unwrap().to_vec::<bool>().unwrap();
+        let want: Vec<bool> = (0..24).map(|i| floats[2 + (i / 12) * 3 + i % 3] == [0.5, -0.5, 1.0][i % 3]).collect();
+        assert_eq!(eq, want);
+    }
+}
