@@ -31,6 +31,9 @@ fn main() {
         (1024, 256, 1, 1, 0, 14),
         (512, 2048, 1, 1, 0, 7),
         (512, 512, 3, 1, 1, 7),
+        (128, 128, 3, 1, 1, 28),
+        (256, 256, 3, 1, 1, 14),
+        (128, 512, 1, 1, 0, 28),
     ];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     println!("{:>28} {:>9} {:>9} {:>6}", "shape", "1 thread", "2 threads", "gain");

@@ -189,11 +189,10 @@ impl Program {
                 self.pool.get_or_init(|| built)
             }
         };
-        self.warm.keep(pool, self.threads);
         pool.install(|| {
-            // `crate::warm` rule 5: a spinner that took this run is not one while it lasts.
-            let _lent = self.warm.lend();
-            self.warm.keep(pool, self.threads);
+            // `crate::warm` rules 5 and 6: a spinner that took this run is not one while it lasts, and the only
+            // run in progress keeps spinners on the pool's threads.
+            let _entered = self.warm.enter(pool, self.threads);
             self.run_here(inputs, profile, self.threads)
         })
     }

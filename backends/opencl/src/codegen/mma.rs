@@ -49,12 +49,21 @@ fn bk() -> usize {
 /// registers, no global load in the loop), `nomma` (no `mma`: the fragments are dead, so neither are they read),
 /// `nosync` (no barriers: races). Each computes wrong results; timing it against the whole kernel places the time.
 fn probe() -> &'static str {
-    match std::env::var("STOWAGE_OPENCL_MMA_PROBE").as_deref() {
+    let probe = match std::env::var("STOWAGE_OPENCL_MMA_PROBE").as_deref() {
         Ok("noload") => "noload",
         Ok("nomma") => "nomma",
         Ok("nosync") => "nosync",
         _ => "",
+    };
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if !probe.is_empty() {
+        WARNED.call_once(|| {
+            eprintln!(
+                "warning: STOWAGE_OPENCL_MMA_PROBE={probe}: tensor-core products leave a stage out (wrong results)"
+            );
+        });
     }
+    probe
 }
 
 /// Buffers of local memory the operands are staged in: 1, or 2 with `STOWAGE_OPENCL_MMA_STAGES=2` (for measuring):
