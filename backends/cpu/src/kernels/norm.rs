@@ -208,33 +208,22 @@ pub fn lrn<T: Float>(x: &[T], x_shape: &[usize], size: usize, alpha: f32, beta: 
 /// ONNX `Softmax` (`log = false`) or `LogSoftmax` (`log = true`). With `flatten = false` (opset ≥ 13) each
 /// 1-D slice along `axis` is normalised; with `flatten = true` (opset < 13) the input is viewed as the 2-D
 /// `[Π dims[..axis], Π dims[axis..]]` and each row is normalised. The maximum is subtracted first, so large
-/// inputs do not overflow; the sums are accumulated in f64.
+/// inputs do not overflow; the sums are accumulated in f64. Slices are split over `threads` where there are
+/// [`SOFTMAX_PARALLEL_MIN`] elements or more.
 ///
 /// # Panics
 /// On inconsistent shapes or slice lengths.
-pub fn softmax<T: Float>(x: &[T], x_shape: &[usize], axis: usize, flatten: bool, log: bool, y: &mut [T]) {
+pub fn softmax<T: Float>(
+    x: &[T],
+    x_shape: &[usize],
+    axis: usize,
+    flatten: bool,
+    log: bool,
+    y: &mut [T],
+    threads: usize,
+) {
     assert_eq!(x.len(), x_shape.iter().product::<usize>(), "softmax: X length");
     assert_eq!(y.len(), x.len(), "softmax: Y length");
-    #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available() {
-        // SAFETY: `T` is f32 (its TypeId, just compared), so these are the same slices retyped.
-        let (x, y) = unsafe { (&*(x as *const [T] as *const [f32]), &mut *(y as *mut [T] as *mut [f32])) };
-        // SAFETY: AVX-512F is available (checked just above).
-        unsafe { softmax_avx512(x, x_shape, axis, flatten, log, y) };
-        return;
-    }
-    softmax_body(x, x_shape, axis, flatten, log, y);
-}
-
-/// [`softmax`] for f32 with its loops compiled for AVX-512F (16 lanes where they were 2).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn softmax_avx512(x: &[f32], x_shape: &[usize], axis: usize, flatten: bool, log: bool, y: &mut [f32]) {
-    softmax_body(x, x_shape, axis, flatten, log, y);
-}
-
-#[inline(always)]
-fn softmax_body<T: Float>(x: &[T], x_shape: &[usize], axis: usize, flatten: bool, log: bool, y: &mut [T]) {
     if x.is_empty() {
         return;
     }
@@ -246,35 +235,55 @@ fn softmax_body<T: Float>(x: &[T], x_shape: &[usize], axis: usize, flatten: bool
     } else {
         split3(x_shape, axis)
     };
+    let block = n * inner;
+    let per =
+        if threads > 1 && outer >= 2 && x.len() >= SOFTMAX_PARALLEL_MIN { outer.div_ceil(threads) } else { outer };
+    let part = |xp: &[T], yp: &mut [T]| {
+        #[cfg(target_arch = "x86_64")]
+        if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available() {
+            // SAFETY: `T` is f32 (its TypeId, just compared), so these are the same slices retyped.
+            let (xp, yp) = unsafe { (&*(xp as *const [T] as *const [f32]), &mut *(yp as *mut [T] as *mut [f32])) };
+            // SAFETY: AVX-512F is available (checked just above).
+            unsafe { softmax_avx512(xp, n, inner, log, yp) };
+            return;
+        }
+        softmax_body(xp, n, inner, log, yp);
+    };
+    if per < outer {
+        use rayon::prelude::*;
+        x.par_chunks(per * block).zip(y.par_chunks_mut(per * block)).for_each(|(xp, yp)| part(xp, yp));
+    } else {
+        part(x, y);
+    }
+}
+
+/// Elements from which [`softmax`] splits its slices over threads (a BERT-base attention's 12 × 128 × 128 is
+/// 196,608; a sequence-16 block's 4 × 16 × 16, 1,024, stays on one).
+pub const SOFTMAX_PARALLEL_MIN: usize = 16_384;
+
+/// [`softmax`] for f32 with its loops compiled for AVX-512F (16 lanes where they were 2).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn softmax_avx512(x: &[f32], n: usize, inner: usize, log: bool, y: &mut [f32]) {
+    softmax_body(x, n, inner, log, y);
+}
+
+/// Lanes of a row's maximum and of its sum ([`softmax_row`]).
+const ROW_LANES: usize = 16;
+
+/// Softmax of each slice of `x` (`[outer][n][inner]`, normalised along `n`) into `y`.
+#[inline(always)]
+fn softmax_body<T: Float>(x: &[T], n: usize, inner: usize, log: bool, y: &mut [T]) {
     if inner == 1 {
         for (yr, xr) in y.chunks_mut(n).zip(x.chunks(n)) {
-            let max = xr.iter().copied().fold(T::NEG_INFINITY, |m, v| if v > m { v } else { m });
-            let mut sum = 0.0f64;
-            for (yv, &xv) in yr.iter_mut().zip(xr) {
-                let e = (xv - max).exp_fast();
-                sum += e.to_f64();
-                *yv = if log { xv - max } else { e };
-            }
-            if log {
-                let l = T::from_f64(sum.ln());
-                for v in yr.iter_mut() {
-                    *v -= l;
-                }
-            } else {
-                let inv = T::from_f64(1.0 / sum);
-                for v in yr.iter_mut() {
-                    *v *= inv;
-                }
-            }
+            softmax_row(xr, yr, log);
         }
         return;
     }
     // Strided: process `inner` lanes at once, row by row along the axis.
     let mut max = vec![T::ZERO; inner];
     let mut sum = vec![0.0f64; inner];
-    for o in 0..outer {
-        let xb = &x[o * n * inner..][..n * inner];
-        let yb = &mut y[o * n * inner..][..n * inner];
+    for (xb, yb) in x.chunks(n * inner).zip(y.chunks_mut(n * inner)) {
         max.fill(T::NEG_INFINITY);
         for xr in xb.chunks(inner) {
             for (m, &v) in max.iter_mut().zip(xr) {
@@ -300,6 +309,52 @@ fn softmax_body<T: Float>(x: &[T], x_shape: &[usize], axis: usize, flatten: bool
                     *v *= f;
                 }
             }
+        }
+    }
+}
+
+/// One contiguous slice: the maximum in [`ROW_LANES`] lanes, the exponentials in a loop of their own (no
+/// reduction in it, so it runs on vectors), their sum in [`ROW_LANES`] lanes of f64, then the scaling.
+#[inline(always)]
+fn softmax_row<T: Float>(xr: &[T], yr: &mut [T], log: bool) {
+    let mut lanes = [T::NEG_INFINITY; ROW_LANES];
+    let mut chunks = xr.chunks_exact(ROW_LANES);
+    for c in &mut chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            if v > *m {
+                *m = v;
+            }
+        }
+    }
+    for (m, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+        if v > *m {
+            *m = v;
+        }
+    }
+    let max = lanes.iter().copied().fold(T::NEG_INFINITY, |m, v| if v > m { v } else { m });
+    for (yv, &xv) in yr.iter_mut().zip(xr) {
+        *yv = (xv - max).exp_fast();
+    }
+    let mut sums = [0.0f64; ROW_LANES];
+    let mut chunks = yr.chunks_exact(ROW_LANES);
+    for c in &mut chunks {
+        for (s, &v) in sums.iter_mut().zip(c) {
+            *s += v.to_f64();
+        }
+    }
+    for (s, &v) in sums.iter_mut().zip(chunks.remainder()) {
+        *s += v.to_f64();
+    }
+    let sum: f64 = sums.iter().sum();
+    if log {
+        let l = T::from_f64(sum.ln());
+        for (yv, &xv) in yr.iter_mut().zip(xr) {
+            *yv = xv - max - l;
+        }
+    } else {
+        let inv = T::from_f64(1.0 / sum);
+        for v in yr.iter_mut() {
+            *v *= inv;
         }
     }
 }
@@ -369,7 +424,7 @@ mod tests {
         let shape = [2, 3, 4];
         for axis in 0..3 {
             let mut y = vec![0.0; 24];
-            softmax(&x, &shape, axis, false, false, &mut y);
+            softmax(&x, &shape, axis, false, false, &mut y, 1);
             let (outer, n, inner) = split3(&shape, axis);
             for o in 0..outer {
                 for i in 0..inner {
@@ -385,20 +440,57 @@ mod tests {
                 }
             }
             let mut ly = vec![0.0; 24];
-            softmax(&x, &shape, axis, false, true, &mut ly);
+            softmax(&x, &shape, axis, false, true, &mut ly, 1);
             close(&ly, &y.iter().map(|v| v.ln()).collect::<Vec<_>>(), 1e-5);
         }
         // Flattened (opset < 13) at axis 1: rows of 12.
         let mut y = vec![0.0; 24];
-        softmax(&x, &shape, 1, true, false, &mut y);
+        softmax(&x, &shape, 1, true, false, &mut y, 1);
         for r in y.chunks(12) {
             assert!((r.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         }
         // Large inputs do not overflow.
         let mut y = [0.0f32; 2];
-        softmax(&[1000.0, 1000.0], &[2], 0, false, false, &mut y);
+        softmax(&[1000.0, 1000.0], &[2], 0, false, false, &mut y, 1);
         assert_eq!(y, [0.5, 0.5]);
-        softmax(&[1000.0, 1000.0], &[2], 0, false, true, &mut y);
+        softmax(&[1000.0, 1000.0], &[2], 0, false, true, &mut y, 1);
         close(&y, &[-(2.0f32.ln()); 2], 1e-6);
+    }
+
+    /// Rows longer and shorter than the lanes, strided and contiguous, at one and two threads (enough elements to
+    /// be split), against a softmax in f64; a row holding a NaN is NaN throughout.
+    #[test]
+    fn softmax_long_rows_over_threads() {
+        for (shape, axis) in [([40usize, 3, 37], 2usize), ([64, 2, 130], 2), ([40, 37, 3], 1), ([300, 5, 11], 2)] {
+            let len: usize = shape.iter().product();
+            assert!(len >= SOFTMAX_PARALLEL_MIN || shape[0] == 40);
+            let mut x: Vec<f32> = (0..len).map(|v| (v as f32 * 0.731).sin() * 9.0).collect();
+            x[5 * shape[1] * shape[2] + 3] = f32::NAN;
+            let (outer, n, inner) = split3(&shape, axis);
+            for log in [false, true] {
+                let mut want = vec![0.0f32; len];
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let at = |k: usize| (o * n + k) * inner + i;
+                        let max = (0..n).map(|k| x[at(k)]).fold(f32::NEG_INFINITY, |m, v| if v > m { v } else { m });
+                        let sum: f64 = (0..n).map(|k| ((x[at(k)] - max) as f64).exp()).sum();
+                        for k in 0..n {
+                            let d = (x[at(k)] - max) as f64;
+                            want[at(k)] = if log { (d - sum.ln()) as f32 } else { (d.exp() / sum) as f32 };
+                        }
+                    }
+                }
+                for threads in [1, 2] {
+                    let mut y = vec![0.0f32; len];
+                    softmax(&x, &shape, axis, false, log, &mut y, threads);
+                    for (j, (&a, &b)) in y.iter().zip(&want).enumerate() {
+                        assert!(
+                            (a.is_nan() && b.is_nan()) || (a - b).abs() <= 2e-6 * (1.0 + b.abs()),
+                            "{shape:?} axis {axis} log {log} threads {threads} at {j}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

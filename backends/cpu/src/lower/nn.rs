@@ -71,6 +71,11 @@ pub(super) struct FewRowsPlan<'g> {
     a_trans: bool,
 }
 
+/// Bytes of a MatMul's constant right operand above which its product of few rows packs it ([`FewRowsPlan`]).
+/// Below, the product kernel reads it in place (row-major, so it packs nothing) and the transposed form's
+/// gathered left operand and transposed result cost more than they save.
+const FEW_ROWS_MATMUL_BYTES: usize = 512 << 10;
+
 /// The [`FewRowsPlan`] of a node, if it has one.
 pub(super) fn few_rows_plan<'g>(
     graph: &'g Graph,
@@ -103,7 +108,7 @@ pub(super) fn few_rows_plan<'g>(
             };
             FewRowsPlan { w, w_strides, k, n, alpha: g.alpha, bias, rows, a_strides, a_trans: g.trans_a }
         }
-        Op::MatMul if a.shape.len() >= 2 && a.shape[a.shape.len() - 1] == b0 => {
+        Op::MatMul if a.shape.len() >= 2 && a.shape[a.shape.len() - 1] == b0 && b0 * b1 * 4 > FEW_ROWS_MATMUL_BYTES => {
             let rows = a.shape[..a.shape.len() - 1].iter().product();
             let (k, n) = (b0, b1);
             FewRowsPlan { w, w_strides: (n, 1), k, n, alpha: 1.0, bias: None, rows, a_strides: (k, 1), a_trans: false }
@@ -416,12 +421,12 @@ pub(super) fn kernel(
         Op::Softmax { kind, axis, flatten } => {
             let (xs, axis, flatten, log) =
                 (in_shape(0), *axis as usize, *flatten, *kind == ir::SoftmaxKind::LogSoftmax);
-            Box::new(move |a, _| {
+            Box::new(move |a, cx| {
                 float!(wide, T => {
                     let x = floats::<T>(arg(a, 0)?)?;
-                    let mut y = vec![T::zero(); x.len()];
-                    norm::softmax(&x, &xs, axis, flatten, log, &mut y);
-                    one(crate::storage::tensor_from_vec(&out, y)?)
+                    let mut yt = crate::storage::output(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
+                    norm::softmax(&x, &xs, axis, flatten, log, yt.as_slice_mut::<T>()?, cx.threads);
+                    one(yt)
                 })
             })
         }
@@ -617,24 +622,27 @@ mod tests {
         let a_cm = Tensor::from_storage(DatumType::F32, &[m, k], layout, PlainStorage::copy_from(&bytes).unwrap());
         close(program.run(vec![a_cm.unwrap()]).expect("runs").outputs[0].to_vec::<f32>().unwrap());
 
-        // MatMul [2, 10, k] × constant [k, n]: 20 rows in one product.
-        let mut g = Graph::new("few");
-        let a = g.add_input("a", ValueType::new(DatumType::F32, vec![2, m / 2, k]));
-        let wt: Vec<f32> = (0..k * n).map(|e| wv[(e % n) * k + e / n]).collect();
-        let w = g.add_const("w", Tensor::from_slice(&[k, n], &wt).unwrap());
-        let y = ValueType::new(DatumType::F32, vec![2, m / 2, n]);
-        let node = g.add_node("mm", Op::MatMul, vec![Some(a), Some(w)], vec![Some(("y".into(), y))]);
-        let y = g.node(node).outputs[0].unwrap();
-        g.add_output("y", y);
-        let program = super::super::lower(&g, 1).expect("lowers");
-        let got = program.run(vec![Tensor::from_slice(&[2, m / 2, k], &av).unwrap()]).expect("runs");
-        let want: Vec<f32> =
-            (0..m * n).map(|e| (0..k).map(|l| av[(e / n) * k + l] * wv[(e % n) * k + l]).sum::<f32>()).collect();
-        for (g, w) in got.outputs[0].to_vec::<f32>().unwrap().iter().zip(&want) {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
-        }
-        if crate::kernels::sgemm512::available() {
-            assert!(program.const_bytes() > k * n * 4, "the packed weights are counted with the constants");
+        // MatMul [2, 10, k] × constant [k, n]: 20 rows in one product, packed where the weights are larger than
+        // FEW_ROWS_MATMUL_BYTES (4,000 columns), read in place by the product kernel where they are smaller.
+        for n in [n, 4000] {
+            assert_eq!(k * n * 4 > super::FEW_ROWS_MATMUL_BYTES, n == 4000);
+            let wv = values(n * k, 2);
+            let mut g = Graph::new("few");
+            let a = g.add_input("a", ValueType::new(DatumType::F32, vec![2, m / 2, k]));
+            let w = g.add_const("w", Tensor::from_slice(&[k, n], &wv).unwrap());
+            let y = ValueType::new(DatumType::F32, vec![2, m / 2, n]);
+            let node = g.add_node("mm", Op::MatMul, vec![Some(a), Some(w)], vec![Some(("y".into(), y))]);
+            let y = g.node(node).outputs[0].unwrap();
+            g.add_output("y", y);
+            let program = super::super::lower(&g, 1).expect("lowers");
+            let got = program.run(vec![Tensor::from_slice(&[2, m / 2, k], &av).unwrap()]).expect("runs");
+            let want: Vec<f32> =
+                (0..m * n).map(|e| (0..k).map(|l| av[(e / n) * k + l] * wv[l * n + e % n]).sum::<f32>()).collect();
+            for (g, w) in got.outputs[0].to_vec::<f32>().unwrap().iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+            let packed = crate::kernels::sgemm512::available() && n == 4000;
+            assert_eq!(program.const_bytes() > k * n * 4, packed, "the packed weights are counted with the constants");
         }
     }
 }
