@@ -17,7 +17,7 @@ fn raw(name: &str, dt: DataType, dims: &[i64], bytes: Vec<u8>) -> TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(dt as i32),
-        raw_data: Some(bytes),
+        raw_data: Some(bytes.into()),
         ..Default::default()
     }
 }

@@ -220,23 +220,27 @@ pub fn run_model(
     if let (Some(dir), Some(report)) = (output_dir, report_path) {
         check_report_path(dir, report)?;
     }
-    // The model's input names; the decoded model is dropped at once (its weights are decoded again to compile).
+    // The model's input names, read without its weights (`onnx::graph_inputs`); bytes that are no model are
+    // decoded whole for the error that says why.
     let (names, types): (Vec<String>, Vec<Option<TypeProto>>) = match &options.built_graph {
         Some(built) => built.inputs.iter().map(|n| (n.to_string(), None)).unzip(),
-        None => {
-            let proto = onnx::decode_within(bytes, options.config.value_limit())
-                .map_err(|e| format!("{}: {e}", model.display()))?;
-            let g = proto
-                .graph
-                .as_ref()
-                .ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
-            let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
-            g.input
-                .iter()
-                .filter(|i| !initializers.contains(&i.name()))
-                .map(|i| (i.name().to_string(), i.r#type.clone()))
-                .unzip()
-        }
+        None => match onnx::graph_inputs(bytes) {
+            Some(inputs) => inputs,
+            None => {
+                let proto = onnx::decode_within(bytes, options.config.value_limit())
+                    .map_err(|e| format!("{}: {e}", model.display()))?;
+                let g = proto
+                    .graph
+                    .as_ref()
+                    .ok_or_else(|| format!("{}: not an ONNX model: it has no graph", model.display()))?;
+                let initializers: Vec<&str> = g.initializer.iter().map(|t| t.name()).collect();
+                g.input
+                    .iter()
+                    .filter(|i| !initializers.contains(&i.name()))
+                    .map(|i| (i.name().to_string(), i.r#type.clone()))
+                    .unzip()
+            }
+        },
     };
     let fixed: Vec<&String> = options.config.input_values.keys().collect();
     let values = resolve_inputs(&names, &types, &fixed, &flags.inputs, options.config.value_limit())?;

@@ -20,6 +20,8 @@ mod expand;
 pub mod external;
 pub mod flex_attention;
 mod functions;
+mod heads;
+pub use heads::graph_inputs;
 mod images;
 mod import;
 mod iterated;

@@ -133,7 +133,7 @@ pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Resul
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
         super::external::read(t, dir, stored)?.into()
     } else if let Some(raw) = &t.raw_data {
-        raw.as_slice().into()
+        raw[..].into()
     } else {
         typed_fields(t, dt, count)?.into()
     };
@@ -244,7 +244,7 @@ pub fn encode(t: &Tensor<'_>, name: &str) -> Result<TensorProto, String> {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(onnx_type(t.dt()) as i32),
         name: Some(name.to_string()),
-        raw_data: Some(small_types::pack(t.dt(), bytes)),
+        raw_data: Some(small_types::pack(t.dt(), bytes).into()),
         ..TensorProto::default()
     })
 }

@@ -354,7 +354,7 @@ mod tests {
             initializer: vec![proto::TensorProto {
                 dims: vec![1 << 20],
                 data_type: Some(1),
-                raw_data: Some(vec![0; 4 << 20]),
+                raw_data: Some(vec![0; 4 << 20].into()),
                 ..Default::default()
             }],
             ..Default::default()
