@@ -113,8 +113,8 @@ pub fn layer_norm<T: Float>(
     bias: Option<(&[T], &[usize])>,
     epsilon: f32,
     y: &mut [T],
-    mut mean: Option<&mut [f32]>,
-    mut inv_std_dev: Option<&mut [f32]>,
+    mean: Option<&mut [f32]>,
+    inv_std_dev: Option<&mut [f32]>,
 ) {
     assert!(axis <= x_shape.len(), "layer_norm: axis {axis} out of range for {x_shape:?}");
     let rows: usize = x_shape[..axis].iter().product();
@@ -131,16 +131,58 @@ pub fn layer_norm<T: Float>(
         return;
     }
     let eps = epsilon as f64;
+    let bias = bias.as_deref();
+    #[cfg(target_arch = "x86_64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available() {
+        let retype = |v: &[T]| {
+            // SAFETY: `T` is f32 (its TypeId, just compared), so this is the same slice retyped.
+            unsafe { &*(v as *const [T] as *const [f32]) }
+        };
+        // SAFETY: as above, for the output.
+        let y32 = unsafe { &mut *(y as *mut [T] as *mut [f32]) };
+        // SAFETY: AVX-512F is available (checked just above).
+        unsafe { layer_norm_avx512(retype(x), cols, retype(&scale), bias.map(retype), eps, y32, mean, inv_std_dev) };
+        return;
+    }
+    layer_norm_rows(x, cols, &scale, bias, eps, y, mean, inv_std_dev);
+}
+
+/// [`layer_norm_rows`] for f32 with its loops compiled for AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_avx512(
+    x: &[f32],
+    cols: usize,
+    scale: &[f32],
+    bias: Option<&[f32]>,
+    eps: f64,
+    y: &mut [f32],
+    mean: Option<&mut [f32]>,
+    inv_std_dev: Option<&mut [f32]>,
+) {
+    layer_norm_rows(x, cols, scale, bias, eps, y, mean, inv_std_dev);
+}
+
+/// [`layer_norm`]'s rows of `cols` elements, `scale` and `bias` already expanded to a row.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_rows<T: Float>(
+    x: &[T],
+    cols: usize,
+    scale: &[T],
+    bias: Option<&[T]>,
+    eps: f64,
+    y: &mut [T],
+    mut mean: Option<&mut [f32]>,
+    mut inv_std_dev: Option<&mut [f32]>,
+) {
     for (r, (yr, xr)) in y.chunks_mut(cols).zip(x.chunks(cols)).enumerate() {
-        let mu = xr.iter().map(|v| v.to_f64()).sum::<f64>() / cols as f64;
-        let var = xr
-            .iter()
-            .map(|v| {
-                let d = v.to_f64() - mu;
-                d * d
-            })
-            .sum::<f64>()
-            / cols as f64;
+        let mu = lane_sum(xr, |v| v.to_f64()) / cols as f64;
+        let var = lane_sum(xr, |v| {
+            let d = v.to_f64() - mu;
+            d * d
+        }) / cols as f64;
         let inv = 1.0 / (var + eps).sqrt();
         if let Some(m) = mean.as_deref_mut() {
             m[r] = mu as f32;
@@ -151,17 +193,34 @@ pub fn layer_norm<T: Float>(
         let (mu_t, inv_t) = (T::from_f64(mu), T::from_f64(inv));
         match &bias {
             Some(b) => {
-                for (((yv, &xv), &sv), &bv) in yr.iter_mut().zip(xr).zip(&scale).zip(b) {
+                for (((yv, &xv), &sv), &bv) in yr.iter_mut().zip(xr).zip(scale).zip(*b) {
                     *yv = (xv - mu_t) * inv_t * sv + bv;
                 }
             }
             None => {
-                for ((yv, &xv), &sv) in yr.iter_mut().zip(xr).zip(&scale) {
+                for ((yv, &xv), &sv) in yr.iter_mut().zip(xr).zip(scale) {
                     *yv = (xv - mu_t) * inv_t * sv;
                 }
             }
         }
     }
+}
+
+/// `Σ f(v)` over `xr` in f64, in [`ROW_LANES`] partial sums: independent chains where one chain of f64 additions
+/// made LayerNorm's statistics wait on each addition's latency.
+#[inline(always)]
+fn lane_sum<T: Float>(xr: &[T], f: impl Fn(T) -> f64) -> f64 {
+    let mut sums = [0.0f64; ROW_LANES];
+    let mut chunks = xr.chunks_exact(ROW_LANES);
+    for c in &mut chunks {
+        for (s, &v) in sums.iter_mut().zip(c) {
+            *s += f(v);
+        }
+    }
+    for (s, &v) in sums.iter_mut().zip(chunks.remainder()) {
+        *s += f(v);
+    }
+    sums.iter().sum()
 }
 
 /// ONNX `LRN` (local response normalisation across channels, axis 1 of `[N, C, …]`):
@@ -335,17 +394,7 @@ fn softmax_row<T: Float>(xr: &[T], yr: &mut [T], log: bool) {
     for (yv, &xv) in yr.iter_mut().zip(xr) {
         *yv = (xv - max).exp_fast();
     }
-    let mut sums = [0.0f64; ROW_LANES];
-    let mut chunks = yr.chunks_exact(ROW_LANES);
-    for c in &mut chunks {
-        for (s, &v) in sums.iter_mut().zip(c) {
-            *s += v.to_f64();
-        }
-    }
-    for (s, &v) in sums.iter_mut().zip(chunks.remainder()) {
-        *s += v.to_f64();
-    }
-    let sum: f64 = sums.iter().sum();
+    let sum = lane_sum(yr, |v| v.to_f64());
     if log {
         let l = T::from_f64(sum.ln());
         for (yv, &xv) in yr.iter_mut().zip(xr) {
@@ -489,6 +538,36 @@ mod tests {
                             "{shape:?} axis {axis} log {log} threads {threads} at {j}: {a} vs {b}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Rows longer and shorter than the lanes of the statistics' partial sums, against the statistics computed
+    /// in one f64 chain.
+    #[test]
+    fn layer_norm_long_rows_match_serial_statistics() {
+        for cols in [5usize, 16, 37, 300] {
+            let rows = 3;
+            let x: Vec<f32> = (0..rows * cols).map(|v| (v as f32 * 0.37).sin() * 4.0 + 1.5).collect();
+            let scale: Vec<f32> = (0..cols).map(|c| 0.5 + c as f32 * 0.01).collect();
+            let mut y = vec![0.0f32; x.len()];
+            let (mut mean, mut inv) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+            layer_norm(&x, &[rows, cols], 1, &scale, &[cols], None, 1e-5, &mut y, Some(&mut mean), Some(&mut inv));
+            for r in 0..rows {
+                let xr = &x[r * cols..(r + 1) * cols];
+                let mu = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / cols as f64;
+                let var = xr.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum::<f64>() / cols as f64;
+                let is = 1.0 / (var + 1e-5).sqrt();
+                assert!((f64::from(mean[r]) - mu).abs() <= 1e-6 * (1.0 + mu.abs()), "cols {cols}: mean");
+                assert!((f64::from(inv[r]) - is).abs() <= 1e-6 * is, "cols {cols}: inverse deviation");
+                for (c, &v) in xr.iter().enumerate() {
+                    let want = (f64::from(v) - mu) * is * f64::from(scale[c]);
+                    let got = f64::from(y[r * cols + c]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "cols {cols} at ({r}, {c}): {got} vs {want}"
+                    );
                 }
             }
         }
