@@ -207,9 +207,9 @@ fn layer_norm_rows<T: Float>(
 }
 
 /// `Σ f(v)` over `xr` in f64, in [`ROW_LANES`] partial sums: independent chains where one chain of f64 additions
-/// made LayerNorm's statistics wait on each addition's latency.
+/// made LayerNorm's statistics wait on each addition's latency (global average pools sum their planes so too).
 #[inline(always)]
-fn lane_sum<T: Float>(xr: &[T], f: impl Fn(T) -> f64) -> f64 {
+pub(crate) fn lane_sum<T: Float>(xr: &[T], f: impl Fn(T) -> f64) -> f64 {
     let mut sums = [0.0f64; ROW_LANES];
     let mut chunks = xr.chunks_exact(ROW_LANES);
     for c in &mut chunks {

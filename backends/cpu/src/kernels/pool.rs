@@ -392,19 +392,9 @@ fn plane_max<T: Float>(xc: &[T]) -> T {
     m.iter().copied().fold(T::NEG_INFINITY, |a, b| if b > a { b } else { a })
 }
 
-/// The sum of `xc` in f64.
+/// The sum of `xc` in f64, in partial sums ([`super::norm::lane_sum`]).
 fn plane_sum<T: Float>(xc: &[T]) -> f64 {
-    let mut s = [0f64; LANES];
-    let mut chunks = xc.chunks_exact(LANES);
-    for chunk in &mut chunks {
-        for (si, &v) in s.iter_mut().zip(chunk) {
-            *si += v.to_f64();
-        }
-    }
-    for (si, &v) in s.iter_mut().zip(chunks.remainder()) {
-        *si += v.to_f64();
-    }
-    s.iter().sum()
+    super::norm::lane_sum(xc, |v| v.to_f64())
 }
 
 /// The common case, 2-D without dilation and without indices, as plain loops over each window's rows (what the
