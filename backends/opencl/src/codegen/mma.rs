@@ -32,9 +32,18 @@ pub fn mma_warps() -> usize {
     }
 }
 
+/// Whether products on tensor cores take the pipelined kernel of `pipe.rs` (`STOWAGE_OPENCL_MMA_KERNEL=pipe`).
+pub fn pipelined() -> bool {
+    std::env::var("STOWAGE_OPENCL_MMA_KERNEL").as_deref() == Ok("pipe")
+}
+
 /// Work items of one work-group.
 pub fn mma_items() -> usize {
-    32 * mma_warps()
+    if pipelined() {
+        super::pipe::PIPE_ITEMS
+    } else {
+        32 * mma_warps()
+    }
 }
 /// Inner dimension staged per step: 32 (`STOWAGE_OPENCL_MMA_BK=16` or `64` takes that, for measuring). A's tile is
 /// staged with rows of `BK + 4` words (16 + 4 or 32 + 4), so that a warp's fragment reads fall on 32 banks.
@@ -96,6 +105,9 @@ pub fn word(elem: &str) -> &'static str {
 /// Kernel `name(A, B, C[, bias])` (or `name(A, B, P, N, C[, bias])` for a split product) for `g` divided as `d`,
 /// on tensor cores: TF32 for `float` operands, f16 or bf16 for `half` or `bf16` ones ([`word`]).
 pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
+    if pipelined() {
+        return super::pipe::gemm_pipe(name, g, d);
+    }
     let ty = word(g.elem);
     let t = super::param_type(g.elem);
     let mut s = String::new();

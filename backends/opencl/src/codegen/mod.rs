@@ -16,6 +16,7 @@ mod gemm;
 mod index;
 mod mma;
 pub(crate) mod offsets;
+mod pipe;
 mod resize;
 mod rows;
 mod window;
