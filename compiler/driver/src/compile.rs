@@ -18,7 +18,7 @@ use crate::targets;
 
 /// Imports `model` specialised on `inputs` (see [`run`]) and optimises it.
 pub(crate) fn compile(
-    bytes: &[u8],
+    bytes: &prost::bytes::Bytes,
     model: &Path,
     inputs: &[(String, Tensor<'static>)],
     options: &RunOptions,
@@ -26,7 +26,7 @@ pub(crate) fn compile(
     running: bool,
 ) -> Result<Context> {
     targets::check(&options.registry, &options.target)?;
-    let proto = onnx::decode_within(bytes, options.config.value_limit())
+    let proto = onnx::decode_shared(bytes, options.config.value_limit())
         .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
     let graph = proto
         .graph

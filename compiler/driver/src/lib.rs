@@ -36,7 +36,9 @@ pub use progress::Progress;
 pub mod pipeline {
     pub use crate::compile::layout_of;
     pub use crate::options::{BuiltGraph, BuiltPlan, Planning, RunOptions, INPUT_ALIGNMENT};
-    pub use crate::outcome::{check_target, plan_first_part, plan_only, run, run_bytes, structured_inputs, Outcome};
+    pub use crate::outcome::{
+        check_target, plan_first_part, plan_only, run, run_bytes, run_shared, structured_inputs, Outcome,
+    };
     pub use crate::prepare::{prepare_build, Prepared};
     pub use crate::session::{RunResult, Session};
 }

@@ -300,9 +300,14 @@ impl LoopRun {
             }
             let mut options = later_options(options);
             options.adopted.0.extend(self.adopted.lock().unwrap_or_else(|p| p.into_inner()).0.iter().cloned());
-            let stage = Stage::new(&body.encode_to_vec(), model, named, &options, Instant::now()).map_err(|e| {
-                DriverError::Model(format!("{e} (compiling, at run time, the body of node '{}' (Loop))", self.name))
-            })?;
+            let stage =
+                Stage::new(&prost::bytes::Bytes::from(body.encode_to_vec()), model, named, &options, Instant::now())
+                    .map_err(|e| {
+                        DriverError::Model(format!(
+                            "{e} (compiling, at run time, the body of node '{}' (Loop))",
+                            self.name
+                        ))
+                    })?;
             // Rule 3: later versions adopt the devices this one opened.
             let mut adopted = RunOptions { adopted: Default::default(), ..options.clone() };
             stage.adopt_into(&mut adopted);

@@ -176,8 +176,14 @@ impl Model {
                 // The later parts cut at a top-level `If` whose condition comes at run time, as `stowage run`'s do.
                 let mut options = options;
                 options.config.branch_at_run_time = crate::outcome::branch_at_run_time(&options);
-                let stage = Stage::new(staged.model, Path::new(built.model_name), &[], &options, Instant::now())
-                    .map_err(prepare)?;
+                let stage = Stage::new(
+                    &prost::bytes::Bytes::from_static(staged.model),
+                    Path::new(built.model_name),
+                    &[],
+                    &options,
+                    Instant::now(),
+                )
+                .map_err(prepare)?;
                 let plan = stage
                     .first_plan()
                     .cloned()

@@ -25,7 +25,7 @@ use crate::targets;
 pub fn run(model: &Path, inputs: Vec<(String, Tensor<'static>)>, options: &RunOptions) -> Result<Outcome> {
     let start = Instant::now();
     let bytes = read_model(model)?;
-    run_bytes(&bytes, model, inputs, options, start)
+    run_shared(&bytes, model, inputs, options, start)
 }
 
 /// What a run produced.
@@ -113,14 +113,28 @@ pub fn check_target(options: &RunOptions) -> Result<()> {
     targets::check(&options.registry, &options.target).map(|_| ())
 }
 
-/// The model file's bytes.
-pub(crate) fn read_model(model: &Path) -> Result<Vec<u8>> {
-    std::fs::read(model).map_err(|e| DriverError::Model(format!("{}: cannot read the model: {e}", model.display())))
+/// The model file's bytes, in a buffer the decoded model's initializers share ([`onnx::decode_shared`]).
+pub(crate) fn read_model(model: &Path) -> Result<prost::bytes::Bytes> {
+    std::fs::read(model)
+        .map(prost::bytes::Bytes::from)
+        .map_err(|e| DriverError::Model(format!("{}: cannot read the model: {e}", model.display())))
 }
 
 /// [`run`] for a model already in memory; `model` names it in errors and locates external data.
 pub fn run_bytes(
     bytes: &[u8],
+    model: &Path,
+    inputs: Vec<(String, Tensor<'static>)>,
+    options: &RunOptions,
+    start: Instant,
+) -> Result<Outcome> {
+    run_shared(&prost::bytes::Bytes::copy_from_slice(bytes), model, inputs, options, start)
+}
+
+/// [`run_bytes`] for bytes in a shared buffer, which the decoded model's initializers take slices of instead of
+/// copies ([`onnx::decode_shared`]).
+pub fn run_shared(
+    bytes: &prost::bytes::Bytes,
     model: &Path,
     inputs: Vec<(String, Tensor<'static>)>,
     options: &RunOptions,
@@ -356,7 +370,7 @@ pub fn plan_first_part(model: &Path, options: &RunOptions) -> Result<(Context, P
             Err(DriverError::AtRunTime { index, message }) => (index, message),
             Err(e) => return Err(e),
         };
-        let proto = stowage_compiler::onnx::decode_within(&bytes, options.config.value_limit())
+        let proto = stowage_compiler::onnx::decode_shared(&bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let node = proto
             .graph
@@ -376,12 +390,12 @@ pub fn plan_first_part(model: &Path, options: &RunOptions) -> Result<(Context, P
                 "node '{name}' ({op}) needs a value known only at run time: it and what follows it are planned at run time, for the shapes that come out"
             ),
         );
-        bytes = prost::Message::encode_to_vec(&cut.before);
+        bytes = prost::bytes::Bytes::from(prost::Message::encode_to_vec(&cut.before));
     }
 }
 
 /// [`plan_only`] of model bytes.
-fn plan_bytes(bytes: &[u8], model: &Path, options: &RunOptions) -> Result<(Context, Plan)> {
+fn plan_bytes(bytes: &prost::bytes::Bytes, model: &Path, options: &RunOptions) -> Result<(Context, Plan)> {
     let progress = Progress::start(model);
     let mut cx = compile(bytes, model, &[], options, &progress, false)?;
     let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;

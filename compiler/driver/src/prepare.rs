@@ -59,7 +59,7 @@ pub(crate) fn memory_path(opened: &[Box<dyn OpenedTarget>], plan: &Plan, list: &
 /// declared layouts), and compiles what its targets compile ahead of time, with symbols starting with `prefix`.
 pub fn prepare_build(bytes: &[u8], model: &Path, options: &RunOptions, prefix: &str) -> Result<Prepared> {
     let progress = Progress::start(model);
-    let mut cx = compile(bytes, model, &[], options, &progress, false)?;
+    let mut cx = compile(&prost::bytes::Bytes::copy_from_slice(bytes), model, &[], options, &progress, false)?;
     progress.phase("planning");
     let opened = targets::open(&options.registry, &options.target, &options.open_options(), &cx.graph)?;
     // Planned as built code holds it: constants where the image puts them.

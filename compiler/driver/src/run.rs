@@ -183,7 +183,7 @@ pub fn run(model: &Path, flags: &RunFlags, options: &RunOptions) -> Result<Strin
     let run = || {
         session::check_target(options)?;
         let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-        run_model(&bytes, model, flags, options, start)
+        run_model(&prost::bytes::Bytes::from(bytes), model, flags, options, start)
     };
     run().map_err(|e| one_line(&e))
 }
@@ -210,7 +210,7 @@ pub fn one_line(e: &str) -> String {
 
 /// [`run`] of a model already in memory (a built executable's): `model` names it in errors.
 pub fn run_model(
-    bytes: &[u8],
+    bytes: &prost::bytes::Bytes,
     model: &Path,
     flags: &RunFlags,
     options: &RunOptions,
@@ -262,7 +262,7 @@ pub fn run_model(
             *t = t.to_layout(strided, layout.alignment).map_err(|e| format!("input '{name}': {e}"))?;
         }
     }
-    let outcome = session::run_bytes(bytes, model, inputs, options, start)?;
+    let outcome = session::run_shared(bytes, model, inputs, options, start)?;
     let values = outcome.values()?;
 
     let mut staging = Staging::default();

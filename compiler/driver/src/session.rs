@@ -56,6 +56,18 @@ impl Session {
         options: &RunOptions,
         start: Instant,
     ) -> Result<Session> {
+        Session::shared(&prost::bytes::Bytes::copy_from_slice(bytes), model, inputs, options, start)
+    }
+
+    /// [`Session::new`] of bytes in a shared buffer, which the decoded model's initializers take slices of instead
+    /// of copies (`onnx::decode_shared`).
+    pub fn shared(
+        bytes: &prost::bytes::Bytes,
+        model: &Path,
+        inputs: &[(String, Tensor<'static>)],
+        options: &RunOptions,
+        start: Instant,
+    ) -> Result<Session> {
         let progress = Progress::start(model);
         let mut cx = match &options.built_graph {
             Some(built) => built_graph(built, inputs)?,

@@ -112,7 +112,7 @@ impl Stage {
     /// needs a value known only at run time (rule 1); a part of one node is not cut again (a `Loop` is iterated,
     /// `loops.rs`; anything else is the import's error).
     pub(crate) fn new(
-        bytes: &[u8],
+        bytes: &prost::bytes::Bytes,
         model: &Path,
         inputs: &[(String, Tensor<'static>)],
         options: &RunOptions,
@@ -122,13 +122,13 @@ impl Stage {
         let built = options.built_cuts.split_first();
         let (index, message) = match built {
             Some((&index, _)) => (index, String::new()),
-            None => match Session::new(bytes, model, inputs, options, start) {
+            None => match Session::shared(bytes, model, inputs, options, start) {
                 Ok(s) => return Ok(Stage::Whole(Box::new(s))),
                 Err(DriverError::AtRunTime { index, message }) if options.built_graph.is_none() => (index, message),
                 Err(e) => return Err(e),
             },
         };
-        let proto = onnx::decode_within(bytes, options.config.value_limit())
+        let proto = onnx::decode_shared(bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
         if let Some((_, rest)) = built {
@@ -175,10 +175,10 @@ impl Stage {
         let node = (onnx::node_name(node, index), node.op_type().to_string());
         let before = match cut.before.graph.as_ref() {
             _ if options.built_graph.is_some() => {
-                Some(Stage::new(&cut.before.encode_to_vec(), model, inputs, options, start)?)
+                Some(Stage::new(&prost::bytes::Bytes::from(cut.before.encode_to_vec()), model, inputs, options, start)?)
             }
             Some(g) if !g.node.is_empty() || !g.output.is_empty() => {
-                Some(Stage::new(&cut.before.encode_to_vec(), model, inputs, options, start)?)
+                Some(Stage::new(&prost::bytes::Bytes::from(cut.before.encode_to_vec()), model, inputs, options, start)?)
             }
             _ => None,
         };
@@ -437,7 +437,7 @@ impl Later {
         node: &(String, String),
         fix_outer: bool,
     ) -> Result<Stage> {
-        let bytes = self.part.typed_as(typed).encode_to_vec();
+        let bytes = prost::bytes::Bytes::from(self.part.typed_as(typed).encode_to_vec());
         let mut options = options.clone();
         let mut given = Vec::with_capacity(args.len());
         for (n, t) in args {

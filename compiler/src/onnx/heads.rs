@@ -76,4 +76,24 @@ mod tests {
         assert!(super::graph_inputs(&bytes[..bytes.len() - 3]).is_none(), "truncated");
         assert!(super::graph_inputs(&ModelProto::default().encode_to_vec()).is_none(), "no graph");
     }
+
+    /// `decode_shared` takes the weights' bytes from the buffer it is given, not copies; the limit still holds.
+    #[test]
+    fn shared_decoding_keeps_weights_in_the_buffer() {
+        let weight = TensorProto {
+            name: Some("w".into()),
+            dims: vec![1024],
+            data_type: Some(1),
+            raw_data: Some(vec![7; 4096].into()),
+            ..Default::default()
+        };
+        let graph = GraphProto { initializer: vec![weight], ..Default::default() };
+        let bytes = prost::bytes::Bytes::from(ModelProto { graph: Some(graph), ..Default::default() }.encode_to_vec());
+        let model = super::super::decode_shared(&bytes, 1 << 20).expect("decodes");
+        let raw = model.graph.expect("graph").initializer[0].raw_data.clone().expect("raw data");
+        let within = bytes.as_ptr_range();
+        assert!(within.contains(&raw.as_ptr()) && raw.len() == 4096 && raw.iter().all(|&b| b == 7));
+        let tight = super::super::decode_shared(&bytes, 0);
+        assert!(tight.is_ok(), "the floor allows a small model");
+    }
 }

@@ -376,12 +376,24 @@ pub fn decode_within(bytes: &[u8], limit: usize) -> Result<proto::ModelProto, Im
     proto::ModelProto::decode(bytes).map_err(|e| ImportErrorKind::Decode(e.to_string()))
 }
 
+/// [`decode_within`] of bytes held in a shared buffer: the initializers' `raw_data` are slices of `bytes`, not
+/// copies (prost takes a `Bytes` field from a `Bytes` input by reference), so a model's weights are in memory once
+/// until the import copies them into tensors (VGG-19: 548 MB fewer copied and held).
+pub fn decode_shared(bytes: &prost::bytes::Bytes, limit: usize) -> Result<proto::ModelProto, ImportErrorKind> {
+    let limit = limit.max(wire::DECODE_FLOOR);
+    let bound = wire::decoded_prefix_bytes(bytes);
+    if bound > limit {
+        return Err(ImportErrorKind::DecodesTooLarge { bytes: bound, limit });
+    }
+    proto::ModelProto::decode(bytes.clone()).map_err(|e| ImportErrorKind::Decode(e.to_string()))
+}
+
 /// Loads and imports the model at `path`; external data is looked up beside it.
 pub fn load(path: impl AsRef<Path>, config: &ImportConfig) -> Result<Graph, ImportError> {
     let path = path.as_ref();
     let at = |k: ImportErrorKind| k.at(Some(path.to_path_buf()));
-    let bytes = std::fs::read(path).map_err(|e| at(e.into()))?;
-    let model = decode_within(&bytes, config.value_limit()).map_err(at)?;
+    let bytes = prost::bytes::Bytes::from(std::fs::read(path).map_err(|e| at(e.into()))?);
+    let model = decode_shared(&bytes, config.value_limit()).map_err(at)?;
     drop(bytes);
     import::import(&model, path.parent(), config).map_err(at)
 }
