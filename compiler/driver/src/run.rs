@@ -182,8 +182,9 @@ pub fn run(model: &Path, flags: &RunFlags, options: &RunOptions) -> Result<Strin
     let start = Instant::now();
     let run = || {
         session::check_target(options)?;
-        let bytes = std::fs::read(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-        run_model(&prost::bytes::Bytes::from(bytes), model, flags, options, start)
+        let bytes =
+            crate::outcome::map_model(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
+        run_model(&bytes, model, flags, options, start)
     };
     run().map_err(|e| one_line(&e))
 }
