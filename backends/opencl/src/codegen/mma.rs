@@ -261,7 +261,15 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
     }
     s.push_str(barrier);
     s.push_str("  }\n");
-    for (mi, ni) in &frags {
+    finish(&mut s, g, d, &frags, items);
+    s
+}
+
+/// The end of a tensor-core kernel: each fragment's four sums (`c{mi}{ni}_{i}`: rows `gq` and `gq + 8`, columns
+/// `2·tq` and the next, of the warp's fragment `(mi, ni)` at `(wm, wn)`) through the epilogue into C, or into the
+/// partial products of a split product, whose last work-group then finishes the tile ([`split_tail`]).
+pub(super) fn finish(s: &mut String, g: &Gemm, d: &Division, frags: &[(usize, usize)], items: usize) {
+    for (mi, ni) in frags {
         for i in 0..4 {
             let _ = writeln!(
                 s,
@@ -274,16 +282,15 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
                 let _ = writeln!(s, "    {}", partial_store(g, &format!("c{mi}{ni}_{i}")));
             } else {
                 let _ = writeln!(s, "    float v = c{mi}{ni}_{i};");
-                epilogue(&mut s, g);
+                epilogue(s, g);
             }
             s.push_str("  } }\n");
         }
     }
     if d.splits > 1 {
-        split_tail(&mut s, g, d, MMA_TILE, MMA_TILE, items);
+        split_tail(s, g, d, MMA_TILE, MMA_TILE, items);
     }
     s.push_str("}\n");
-    s
 }
 
 /// The helpers [`gemm_mma`]'s kernels call, written once at the top of a program that has such kernels: `tf32(x)`,

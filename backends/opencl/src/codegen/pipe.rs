@@ -32,7 +32,7 @@
 
 use std::fmt::Write as _;
 
-use super::gemm::{batch_offset, epilogue, outputs, partial_store, split_tail, Division, Gemm};
+use super::gemm::{batch_offset, outputs, Division, Gemm};
 use super::mma::{word, MMA_TILE};
 
 /// Work items of the kernel's work-group.
@@ -198,28 +198,7 @@ pub fn gemm_pipe(name: &str, g: &Gemm, d: &Division) -> String {
     let _ = writeln!(s, "    rs = rs == {} ? 0 : rs + 1; ws = ws == {} ? 0 : ws + 1;", nst - 1, nst - 1);
     s.push_str("  }\n");
     s.push_str("  asm volatile(\"cp.async.wait_group 0;\");\n");
-    for (mi, ni) in &frags {
-        for i in 0..4 {
-            let _ = writeln!(
-                s,
-                "  {{ const int row = row0 + wm + {} + gq, col = col0 + wn + {} + tq * 2;",
-                mi * 16 + (i / 2) * 8,
-                ni * 8 + i % 2
-            );
-            let _ = writeln!(s, "  if (row < {} && col < {}) {{", g.m, g.n);
-            if d.splits > 1 {
-                let _ = writeln!(s, "    {}", partial_store(g, &format!("c{mi}{ni}_{i}")));
-            } else {
-                let _ = writeln!(s, "    float v = c{mi}{ni}_{i};");
-                epilogue(&mut s, g);
-            }
-            s.push_str("  } }\n");
-        }
-    }
-    if d.splits > 1 {
-        split_tail(&mut s, g, d, MMA_TILE, MMA_TILE, items);
-    }
-    s.push_str("}\n");
+    super::mma::finish(&mut s, g, d, &frags, items);
     s
 }
 
@@ -254,28 +233,9 @@ fn copy_a(
     let es = esize(g);
     match copy {
         Transfer::Chunks => {
-            // 64 rows of 4 chunks: 2 per item; the row's start and whether it is inside, once.
-            for u in 0..(MMA_TILE * STEP_BYTES / 16).div_ceil(PIPE_ITEMS) {
-                let _ = writeln!(
-                    pre,
-                    "  const int ac{u} = tid + {}, ar{u} = row0 + (ac{u} >> 2), ak{u} = (ac{u} & 3) * {vec};",
-                    u * PIPE_ITEMS
-                );
-                let _ = writeln!(
-                    pre,
-                    "  const size_t aoff{u} = (ao + (size_t)min(ar{u}, {}) * {} + ak{u}) * {es};",
-                    g.m - 1,
-                    g.a.1
-                );
-                let _ = writeln!(pre, "  const uint ad{u} = sa + (ac{u} >> 2) * {rk} + (ac{u} & 3) * 16;");
-                let bytes = format!("ar{u} < {} ? clamp((kend - t - ak{u}) * {es}, 0, 16) : 0", g.m);
-                issue.push_str(&chunk(
-                    &format!("ad{u} + ws * {stage}"),
-                    "Ab",
-                    &format!("aoff{u} + (size_t)t * {es}"),
-                    &bytes,
-                ));
-            }
+            let rows =
+                RowsOfK { p: 'a', first: "row0", extent: g.m, stride: g.a.1, offset: "ao", local: "sa", base: "Ab" };
+            rows.chunks(pre, issue, es, vec, rk, stage);
         }
         Transfer::Elements => {
             // 64 rows of `bk`: element e is (e / bk, e % bk), consecutive items along K.
@@ -287,6 +247,47 @@ fn copy_a(
                 let off = format!("ws * {stage} + {r} * {rk} + {k} * {es}");
                 element(issue, late, regs, "Ab", &format!("a{u}"), &src, &ok, ("As", "sa", &off), es);
             }
+        }
+    }
+}
+
+/// A tile staged `[row][k]` from rows contiguous along K (A's rows, or B's columns when its K is contiguous):
+/// 64 rows from `first` (of `extent`), each `stride` elements after the last, from element `offset` of `base`,
+/// into the local array at shared address `local`.
+struct RowsOfK {
+    p: char,
+    first: &'static str,
+    extent: usize,
+    stride: usize,
+    offset: &'static str,
+    local: &'static str,
+    base: &'static str,
+}
+
+impl RowsOfK {
+    /// 16-byte copies (rule 3): 64 rows of 4 chunks, 2 per item; each chunk's row, where it starts and whether it
+    /// is inside, once per launch.
+    fn chunks(&self, pre: &mut String, issue: &mut String, es: usize, vec: usize, rk: usize, stage: usize) {
+        let RowsOfK { p, first, extent, stride, offset, local, base } = self;
+        for u in 0..(MMA_TILE * STEP_BYTES / 16).div_ceil(PIPE_ITEMS) {
+            let _ = writeln!(
+                pre,
+                "  const int {p}c{u} = tid + {}, {p}r{u} = {first} + ({p}c{u} >> 2), {p}k{u} = ({p}c{u} & 3) * {vec};",
+                u * PIPE_ITEMS
+            );
+            let _ = writeln!(
+                pre,
+                "  const size_t {p}off{u} = ({offset} + (size_t)min({p}r{u}, {}) * {stride} + {p}k{u}) * {es};",
+                extent - 1
+            );
+            let _ = writeln!(pre, "  const uint {p}d{u} = {local} + ({p}c{u} >> 2) * {rk} + ({p}c{u} & 3) * 16;");
+            let bytes = format!("{p}r{u} < {extent} ? clamp((kend - t - {p}k{u}) * {es}, 0, 16) : 0");
+            issue.push_str(&chunk(
+                &format!("{p}d{u} + ws * {stage}"),
+                base,
+                &format!("{p}off{u} + (size_t)t * {es}"),
+                &bytes,
+            ));
         }
     }
 }
@@ -351,27 +352,9 @@ fn copy_b(
             }
         }
         (Transfer::Chunks, BLayout::ColK) => {
-            for u in 0..(MMA_TILE * STEP_BYTES / 16).div_ceil(PIPE_ITEMS) {
-                let _ = writeln!(
-                    pre,
-                    "  const int bc{u} = tid + {}, bn{u} = col0 + (bc{u} >> 2), bk{u} = (bc{u} & 3) * {vec};",
-                    u * PIPE_ITEMS
-                );
-                let _ = writeln!(
-                    pre,
-                    "  const size_t boff{u} = (bo + (size_t)min(bn{u}, {}) * {} + bk{u}) * {es};",
-                    g.n - 1,
-                    g.b.2
-                );
-                let _ = writeln!(pre, "  const uint bd{u} = sb + (bc{u} >> 2) * {rk} + (bc{u} & 3) * 16;");
-                let bytes = format!("bn{u} < {} ? clamp((kend - t - bk{u}) * {es}, 0, 16) : 0", g.n);
-                issue.push_str(&chunk(
-                    &format!("bd{u} + ws * {stage}"),
-                    "Bb",
-                    &format!("boff{u} + (size_t)t * {es}"),
-                    &bytes,
-                ));
-            }
+            let rows =
+                RowsOfK { p: 'b', first: "col0", extent: g.n, stride: g.b.2, offset: "bo", local: "sb", base: "Bb" };
+            rows.chunks(pre, issue, es, vec, rk, stage);
         }
         (Transfer::Elements, BLayout::ColK) => {
             for u in 0..MMA_TILE * bk / PIPE_ITEMS {
