@@ -19,4 +19,7 @@ echo "== whole models"
 for m in light_resnet50 light_squeezenet; do d=$S/models/$m; for p in tf32 fp16; do for k in main pipe; do
   r=$( ( [ $k = pipe ] && export STOWAGE_OPENCL_MMA_KERNEL=pipe; timeout 40 $S/stowage run $d/model.onnx --input $d/test_data_set_0/input_0.pb --target opencl --precision $p --repeat 50 2>&1 ) | grep -iE "median|error" | head -2 | tr '\n' ' ')
   echo "$m $p $k: $r"; done; done; done
-cd $OUT && (command -v /usr/local/cuda/bin/ptxas >/dev/null && for f in *tf32.ptx *fp16.ptx; do /usr/local/cuda/bin/ptxas -arch=sm_90 -v $f -o /dev/null 2>&1 | grep -E "registers|spill" | head -2 | sed "s/^/$f: /"; done | head -20) ; tar czf ptx.tgz *.ptx *.cl 2>/dev/null; rm -rf *.ptx *.cl stowage-cache
+(cd $OUT && (command -v /usr/local/cuda/bin/ptxas >/dev/null && for f in *tf32.ptx *fp16.ptx; do /usr/local/cuda/bin/ptxas -arch=sm_90 -v $f -o /dev/null 2>&1 | grep -E "registers|spill" | head -2 | sed "s/^/$f: /"; done | head -20) ; tar czf ptx.tgz *.ptx *.cl 2>/dev/null; rm -rf *.ptx *.cl)
+echo "== anchors with the pipelined kernel"
+STOWAGE_OPENCL_MMA_KERNEL=pipe timeout ${ANCHOR_S:-200} python3 scripts/device/precision.py $S --precisions tf32,fp16 --runs 50 --models resnet50,bert 2>&1 | grep -v -i warn | tail -20
+rm -rf $OUT/stowage-cache
