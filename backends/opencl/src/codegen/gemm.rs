@@ -161,8 +161,13 @@ pub fn division(g: &Gemm) -> Division {
     let target = env_usize("STOWAGE_OPENCL_GEMM_GROUPS").unwrap_or(g.min_groups).max(1);
     let groups = |r: usize| g.m.div_ceil(TILE * r) * g.n.div_ceil(TILE * r) * batch;
     let most_splits = (g.k / MIN_CHUNK).max(1);
+    // Ranges of K are whole steps of the kernel that sums them: 16, or the pipelined kernel's 64 bytes a row.
+    let step = match g.tensor_cores && super::mma::pipelined() {
+        true => super::pipe::step_k(if g.elem == "float" { 4 } else { 2 }),
+        false => TILE,
+    };
     let make = |block: usize, splits: usize| {
-        let chunk = g.k.div_ceil(splits.max(1)).next_multiple_of(TILE).max(TILE);
+        let chunk = g.k.div_ceil(splits.max(1)).next_multiple_of(step).max(step);
         Division { block, splits: g.k.div_ceil(chunk).max(1), chunk }
     };
     let forced_splits = env_usize("STOWAGE_OPENCL_GEMM_SPLITS").map(|s| s.clamp(1, g.k.div_ceil(TILE).max(1)));
