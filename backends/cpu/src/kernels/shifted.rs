@@ -339,6 +339,10 @@ unsafe fn tile_avx512<const R: usize>(
         let panel = w.panel(pc, kc, q);
         for (l, &o) in offs[pc..pc + kc].iter().enumerate() {
             let a = &panel[l * MR..][..MR];
+            // The weights ahead (`sgemm512::PREFETCH_STEPS`): a hint, never a read, so past the panel is harmless.
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                panel.as_ptr().wrapping_add((l + super::sgemm512::PREFETCH_STEPS) * MR).cast::<i8>(),
+            );
             // SAFETY: `product` checked `o + 32 ≤ max_off + 32 ≤ b.len()`.
             let (b0, b1) = unsafe { (_mm512_loadu_ps(b.add(o)), _mm512_loadu_ps(b.add(o + 16))) };
             for (i, row) in acc.iter_mut().enumerate() {
