@@ -104,7 +104,7 @@ impl Division {
     /// The local size of the product's launch: `[16, 16, 1]`, or `[256, 1, 1]` on tensor cores.
     pub fn local(&self, g: &Gemm) -> Vec<usize> {
         if g.tensor_cores {
-            vec![super::mma::mma_items(), 1, 1]
+            vec![super::mma::mma_items(g), 1, 1]
         } else {
             vec![TILE, TILE, 1]
         }
@@ -162,7 +162,7 @@ pub fn division(g: &Gemm) -> Division {
     let groups = |r: usize| g.m.div_ceil(TILE * r) * g.n.div_ceil(TILE * r) * batch;
     let most_splits = (g.k / MIN_CHUNK).max(1);
     // Ranges of K are whole steps of the kernel that sums them: 16, or the pipelined kernel's 64 bytes a row.
-    let step = match g.tensor_cores && super::mma::pipelined() {
+    let step = match g.tensor_cores && super::mma::pipelined(g.elem) {
         true => super::pipe::step_k(if g.elem == "float" { 4 } else { 2 }),
         false => TILE,
     };

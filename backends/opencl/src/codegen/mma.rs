@@ -32,14 +32,24 @@ pub fn mma_warps() -> usize {
     }
 }
 
-/// Whether products on tensor cores take the pipelined kernel of `pipe.rs` (`STOWAGE_OPENCL_MMA_KERNEL=pipe`).
-pub fn pipelined() -> bool {
-    std::env::var("STOWAGE_OPENCL_MMA_KERNEL").as_deref() == Ok("pipe")
+/// Whether a product of operands stored as `elem` takes the pipelined kernel of `pipe.rs`: halves and bf16 do,
+/// floats (TF32) keep this module's kernel. Measured on an H100 (`scripts/device/pipe.sh`, µs, this kernel →
+/// the pipelined one): f16 products 2–3.4× faster (128 × 3,072 × 768: 29.2 → 14.1; 4096³: 3,011 → 879), ResNet-50
+/// at fp16 1.60 → 1.25 ms; TF32 products 1.05–1.1× faster alone (22.5 → 20.8; 2,214 → 2,052), but whole models
+/// no faster (ResNet-50 1.29 → 1.35 ms, SqueezeNet 0.50 → 0.52–0.67), where its element-by-element gathers of an
+/// implicit convolution's floats, one 4-byte `cp.async` each, cost more than they overlap.
+/// `STOWAGE_OPENCL_MMA_KERNEL=pipe` takes it for floats too, `=tiles` this module's kernel for every type.
+pub fn pipelined(elem: &str) -> bool {
+    match std::env::var("STOWAGE_OPENCL_MMA_KERNEL").as_deref() {
+        Ok("pipe") => true,
+        Ok("tiles") => false,
+        _ => elem != "float",
+    }
 }
 
-/// Work items of one work-group.
-pub fn mma_items() -> usize {
-    if pipelined() {
+/// Work items of one work-group of `g`'s product.
+pub fn mma_items(g: &Gemm) -> usize {
+    if pipelined(g.elem) {
         super::pipe::PIPE_ITEMS
     } else {
         32 * mma_warps()
@@ -87,10 +97,10 @@ fn stages() -> usize {
 /// Row pitch, in words, of B's tile in local memory (64 columns + 8).
 const B_PITCH: usize = MMA_TILE + 8;
 
-/// The global size of `g`'s launch divided as `d` (local size `[mma_items(), 1, 1]`: 256).
+/// The global size of `g`'s launch divided as `d` (local size `[mma_items(g), 1, 1]`).
 pub fn mma_global(g: &Gemm, d: &Division) -> Vec<usize> {
     let batch: usize = g.batch.iter().product();
-    vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]
+    vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(g), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]
 }
 
 /// What the tensor cores compute in for operands stored as `elem`: `tf32` for `float`, else `f16` or `bf16`.
@@ -105,9 +115,15 @@ pub fn word(elem: &str) -> &'static str {
 /// Kernel `name(A, B, C[, bias])` (or `name(A, B, P, N, C[, bias])` for a split product) for `g` divided as `d`,
 /// on tensor cores: TF32 for `float` operands, f16 or bf16 for `half` or `bf16` ones ([`word`]).
 pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
-    if pipelined() {
-        return super::pipe::gemm_pipe(name, g, d);
+    if pipelined(g.elem) {
+        super::pipe::gemm_pipe(name, g, d)
+    } else {
+        gemm_tiles(name, g, d)
     }
+}
+
+/// [`gemm_mma`]'s kernel where the pipelined one is not taken ([`pipelined`]): the module's kernel.
+fn gemm_tiles(name: &str, g: &Gemm, d: &Division) -> String {
     let ty = word(g.elem);
     let t = super::param_type(g.elem);
     let mut s = String::new();
@@ -119,7 +135,7 @@ pub fn gemm_mma(name: &str, g: &Gemm, d: &Division) -> String {
         "__kernel void {name}(__global const {t}* restrict A, __global const {t}* restrict {b_name}, {out}) {{"
     );
     s.push_str("  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;\n");
-    let (items, warps_n, bk) = (mma_items(), mma_warps() / 2, bk());
+    let (items, warps_n, bk) = (mma_items(g), mma_warps() / 2, bk());
     let a_pitch = bk + 4;
     // Each warp: 32 rows (2 fragments of 16) by 64 / warps_n columns (fragments of 8).
     let frags_n = MMA_TILE / warps_n / 8;
@@ -349,6 +365,18 @@ mod tests {
         assert!(splits(&Gemm { tensor_cores: false, ..shape(128, 3072, 768) }) > 1, "the tiled kernel");
     }
 
+    /// Halves and bf16 take the pipelined kernel, floats this module's ([`pipelined`]), unless
+    /// `STOWAGE_OPENCL_MMA_KERNEL` says otherwise (not set in tests).
+    #[test]
+    fn halves_take_the_pipelined_kernel() {
+        for (elem, pipe) in [("float", false), ("half", true), ("bf16", true)] {
+            let g = product(elem);
+            let src = gemm_mma("k", &g, &super::super::division(&g));
+            assert_eq!(src.contains("cp.async"), pipe, "{elem}");
+            assert_eq!(mma_items(&g), if pipe { 128 } else { 32 * mma_warps() }, "{elem}");
+        }
+    }
+
     /// Each operand type takes its instruction, and halves are packed in pairs along K, the lower K first, as the
     /// fragment layout checked on the H200 (`examples/tensor_core_probe.rs`) has them.
     #[test]
@@ -358,7 +386,7 @@ mod tests {
         assert!(src.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") && src.contains("= tf32(pa[0])"));
         for (elem, ty) in [("half", "f16"), ("bf16", "bf16")] {
             let g = product(elem);
-            let src = gemm_mma("k", &g, &super::super::division(&g));
+            let src = gemm_tiles("k", &g, &super::super::division(&g));
             let t = super::super::param_type(elem);
             assert!(src.contains(&format!("mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32")), "{src}");
             assert!(src.contains(&format!("__global const {t}* restrict A")), "{src}");

@@ -15,9 +15,10 @@
 //! 3. **Copies** ([`Transfer`]). Where an operand's rows are contiguous and every row starts at 16 bytes (strides and
 //!    batch strides multiples of 4 floats or 8 halves; buffers start at the device's base alignment, at least 64
 //!    bytes), a copy moves 16 bytes (`cp.async.cg`), and reads fewer bytes, filling the rest with zeros, where the
-//!    chunk passes K's range or the output's edge. Otherwise each element is copied alone: floats by a 4-byte
-//!    `cp.async.ca`, halves (which no `cp.async` takes alone) through a register, stored to local memory after the
-//!    step's products. Addresses outside the operand are never formed into a copy: their element is zero.
+//!    chunk passes K's range or the output's edge. Otherwise each element is copied alone, through a register
+//!    loaded before the step's products and stored to local memory after them (halves no `cp.async` takes alone;
+//!    floats by a 4-byte `cp.async.ca` were slower, [`element`]). Addresses outside the operand are never formed
+//!    into a copy: their element is zero.
 //! 4. **Pipeline.** `STAGES` buffers ([`stages`], 4 unless asked): steps 0 to `STAGES − 2` are issued before the
 //!    loop; step `i` waits for its own group (`cp.async.wait_group STAGES − 2`), then a barrier makes every item's
 //!    copies visible and tells that every warp is done with step `i − 1`, whose buffer step `i + STAGES − 1` is
@@ -175,7 +176,7 @@ pub fn gemm_pipe(name: &str, g: &Gemm, d: &Division) -> String {
     copy_a(&mut s, &mut issue, &mut late, &mut regs, g, a_copy, bk, vec, rk, a_stage);
     copy_b(&mut s, &mut issue, &mut late, &mut regs, g, (b_copy, layout), bk, vec, (rk, kcol), b_stage);
     if !regs.is_empty() {
-        let _ = writeln!(s, "  ushort {};", regs.join(", "));
+        let _ = writeln!(s, "  {} {};", word_type(es), regs.join(", "));
     }
     let issue = if probe == "noload" { String::new() } else { issue };
     let late = if probe == "noload" { String::new() } else { late };
@@ -292,8 +293,10 @@ impl RowsOfK {
     }
 }
 
-/// One element's copy into byte `off` of local array `arr` (shared address `sbase`): a 4-byte `cp.async` (floats),
-/// or a load into register `r` (halves) stored there after the step's products.
+/// One element's copy into byte `off` of local array `arr` (shared address `sbase`): a load into register `r`
+/// stored there after the step's products, or for floats with `STOWAGE_OPENCL_MMA_GATHER=async` a 4-byte
+/// `cp.async` (measured on an H100: SqueezeNet at TF32 0.52–0.67 ms that way against 0.50 for the default kernel,
+/// where halves through registers were faster than the default kernel).
 #[allow(clippy::too_many_arguments)]
 fn element(
     issue: &mut String,
@@ -306,12 +309,22 @@ fn element(
     (arr, sbase, off): (&str, &str, &str),
     es: usize,
 ) {
-    if es == 4 {
+    if es == 4 && std::env::var("STOWAGE_OPENCL_MMA_GATHER").as_deref() == Ok("async") {
         issue.push_str(&word_copy(&format!("{sbase} + {off}"), base, src, ok));
+        return;
+    }
+    let ty = word_type(es);
+    regs.push(format!("r{r} = 0"));
+    let _ = writeln!(issue, "      r{r} = ({ok}) ? *(__global const {ty}*)({base} + {src}) : ({ty})0;");
+    let _ = writeln!(late, "      *(__local {ty}*)((__local uchar*){arr} + {off}) = r{r};");
+}
+
+/// The unsigned integer type of an element of `es` bytes, as an element copied through a register is held.
+fn word_type(es: usize) -> &'static str {
+    if es == 4 {
+        "uint"
     } else {
-        regs.push(format!("r{r} = 0"));
-        let _ = writeln!(issue, "      r{r} = ({ok}) ? *(__global const ushort*)({base} + {src}) : (ushort)0;");
-        let _ = writeln!(late, "      *(__local ushort*)((__local uchar*){arr} + {off}) = r{r};");
+        "ushort"
     }
 }
 
@@ -634,13 +647,13 @@ mod tests {
     }
 
     /// Rule 6: an implicit convolution decomposes its output position once per launch, and each element's tap
-    /// from its K; floats are copied by 4-byte `cp.async`, halves through registers stored after the products.
+    /// from its K; its elements go through registers stored after the products (rule 3).
     #[test]
     fn an_implicit_convolution_gathers_each_element() {
         let g = conv("float");
         let src = gemm_pipe("k", &g, &super::super::division(&g));
         assert_eq!(src.matches("o = q % 8").count(), 2, "{src}");
-        assert!(src.contains("cp.async.ca.shared.global [%0], [%1], 4, %2;") && !src.contains("ushort rb"), "{src}");
+        assert!(src.contains("uint rb0 = 0") && src.contains("= rb7;") && !src.contains(", 4, %2"), "{src}");
         let g = conv("half");
         let src = gemm_pipe("k", &g, &super::super::division(&g));
         assert!(src.contains("ushort rb0 = 0") && src.contains("= rb15;") && !src.contains(", 4, %2"), "{src}");
