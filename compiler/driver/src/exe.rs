@@ -142,7 +142,7 @@ pub fn main(built: &'static Built) -> ExitCode {
         .options(run.threads as usize, run.repeat as usize, run.output_dir.is_some())
         .and_then(|options| {
             let bytes = prost::bytes::Bytes::from_static(built.staged.map_or(&[][..], |s| s.model));
-            crate::run::run_model(&bytes, Path::new(built.model_name), &run, &options, start)
+            crate::run::run_model_shared(&bytes, Path::new(built.model_name), &run, &options, start)
         })
         .map_err(|e| crate::run::one_line(&e));
     crate::run::finish(result)

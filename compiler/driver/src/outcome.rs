@@ -125,15 +125,19 @@ pub fn map_model(path: &Path) -> std::io::Result<prost::bytes::Bytes> {
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if meta.is_file() && meta.len() > 0 {
-        // SAFETY: the mapping is read-only and stowage never writes the model file. What the map cannot rule out
-        // is another process truncating or rewriting the file while it is mapped (a truncation would fault on
-        // the lost pages); a model being overwritten during its own compile is outside what is defended, as for
-        // onnxruntime's mapped external data.
+        // SAFETY: the mapping is read-only and stowage never writes the model file. Its pages are read while the
+        // model is decoded and imported (`compile`); the parts a staged model compiles later own copies of their
+        // bytes (`stages.rs` decodes with copies), so nothing reads the mapping after the compile. What the map
+        // cannot rule out is another process truncating the file during that compile (the lost pages would
+        // fault): outside what is defended, as for onnxruntime's mapped external data.
         if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
             return Ok(prost::bytes::Bytes::from_owner(map));
         }
     }
-    std::fs::read(path).map(prost::bytes::Bytes::from)
+    // Read through the handle already open: opening a named pipe a second time would wait for another writer.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    std::io::Read::read_to_end(&mut &file, &mut bytes)?;
+    Ok(bytes.into())
 }
 
 /// [`run`] for a model already in memory; `model` names it in errors and locates external data.
@@ -386,7 +390,7 @@ pub fn plan_first_part(model: &Path, options: &RunOptions) -> Result<(Context, P
             Err(DriverError::AtRunTime { index, message }) => (index, message),
             Err(e) => return Err(e),
         };
-        let proto = stowage_compiler::onnx::decode_shared(&bytes, options.config.value_limit())
+        let proto = stowage_compiler::onnx::decode_within(&bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let node = proto
             .graph
@@ -468,5 +472,21 @@ mod tests {
         assert!(super::map_model(&empty).expect("reads").is_empty());
         assert!(super::map_model(dir.path()).is_err(), "a directory is no model");
         assert!(super::map_model(&dir.path().join("missing.onnx")).is_err());
+    }
+
+    /// A named pipe is read through the one handle opened: a second open would wait for a writer that is gone.
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_is_read_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("m.onnx");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+        assert!(made.success());
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::write(&fifo, b"not much of a model").expect("writes"))
+        };
+        assert_eq!(&super::map_model(&fifo).expect("reads")[..], b"not much of a model");
+        writer.join().expect("writer");
     }
 }

@@ -184,7 +184,7 @@ pub fn run(model: &Path, flags: &RunFlags, options: &RunOptions) -> Result<Strin
         session::check_target(options)?;
         let bytes =
             crate::outcome::map_model(model).map_err(|e| format!("{}: cannot read the model: {e}", model.display()))?;
-        run_model(&bytes, model, flags, options, start)
+        run_model_shared(&bytes, model, flags, options, start)
     };
     run().map_err(|e| one_line(&e))
 }
@@ -211,6 +211,18 @@ pub fn one_line(e: &str) -> String {
 
 /// [`run`] of a model already in memory (a built executable's): `model` names it in errors.
 pub fn run_model(
+    bytes: &[u8],
+    model: &Path,
+    flags: &RunFlags,
+    options: &RunOptions,
+    start: Instant,
+) -> Result<String, String> {
+    run_model_shared(&prost::bytes::Bytes::copy_from_slice(bytes), model, flags, options, start)
+}
+
+/// [`run_model`] of bytes in a shared buffer (the model file's mapping, `outcome::map_model`), which the decoded
+/// model's initializers take slices of instead of copies.
+pub fn run_model_shared(
     bytes: &prost::bytes::Bytes,
     model: &Path,
     flags: &RunFlags,

@@ -128,7 +128,9 @@ impl Stage {
                 Err(e) => return Err(e),
             },
         };
-        let proto = onnx::decode_shared(bytes, options.config.value_limit())
+        // Decoded with copies: the parts cut from it live as long as the stage (`Later`, `LoopRun`), and must not
+        // hold the model file's mapping (`outcome::map_model`) or a whole copy of the model.
+        let proto = onnx::decode_within(bytes, options.config.value_limit())
             .map_err(|e| DriverError::Model(format!("{}: {e}", model.display())))?;
         let nodes = proto.graph.as_ref().map_or(0, |g| g.node.len());
         if let Some((_, rest)) = built {

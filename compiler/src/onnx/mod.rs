@@ -394,6 +394,7 @@ pub fn load(path: impl AsRef<Path>, config: &ImportConfig) -> Result<Graph, Impo
     let at = |k: ImportErrorKind| k.at(Some(path.to_path_buf()));
     let bytes = prost::bytes::Bytes::from(std::fs::read(path).map_err(|e| at(e.into()))?);
     let model = decode_shared(&bytes, config.value_limit()).map_err(at)?;
+    // The model's initializers are slices of `bytes`: the buffer goes when `model` does, after the import.
     drop(bytes);
     import::import(&model, path.parent(), config).map_err(at)
 }
