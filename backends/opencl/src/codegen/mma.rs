@@ -318,10 +318,11 @@ uint f16x2(uint lo, uint hi) { uint u; asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"
 uint bf16x2(uint lo, uint hi) { uint u; asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u) : \"f\"(as_float(hi)), \"f\"(as_float(lo))); return u; }\n";
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn product(elem: &'static str) -> Gemm {
+    /// A 128 × 96 × 40 product of row-major operands stored as `elem`, with ReLU, on tensor cores.
+    pub(in super::super) fn product(elem: &'static str) -> Gemm {
         Gemm {
             m: 128,
             n: 96,

@@ -542,26 +542,9 @@ fn fragments(
 mod tests {
     use super::*;
 
-    pub(super) fn product(elem: &'static str, m: usize, n: usize, k: usize) -> Gemm {
-        Gemm {
-            m,
-            n,
-            k,
-            batch: vec![],
-            a: (vec![], k, 1),
-            b: (vec![], n, 1),
-            c: (vec![], n, 1),
-            alpha: 1.0,
-            bias: None,
-            residual: None,
-            relu: true,
-            im2col: None,
-            elem,
-            min_groups: 1,
-            tensor_cores: true,
-            chain: None,
-            ptx: true,
-        }
+    fn product(elem: &'static str, m: usize, n: usize, k: usize) -> Gemm {
+        let (a, b, c) = ((vec![], k, 1), (vec![], n, 1), (vec![], n, 1));
+        Gemm { m, n, k, a, b, c, ..super::super::mma::tests::product(elem) }
     }
 
     fn conv(elem: &'static str) -> Gemm {
