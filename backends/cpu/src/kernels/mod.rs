@@ -15,6 +15,7 @@ pub mod elementwise;
 pub mod few_rows;
 pub mod gemm;
 pub mod grid_sample;
+pub mod lrn;
 pub mod movement;
 pub mod narrow;
 pub mod norm;

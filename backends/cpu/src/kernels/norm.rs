@@ -223,47 +223,6 @@ pub(crate) fn lane_sum<T: Float>(xr: &[T], f: impl Fn(T) -> f64) -> f64 {
     sums.iter().sum()
 }
 
-/// ONNX `LRN` (local response normalisation across channels, axis 1 of `[N, C, …]`):
-/// `y = x / (bias + alpha / size · Σ x²)^beta`, the sum running over channels
-/// `c − ⌊(size − 1) / 2⌋ ..= c + ⌈(size − 1) / 2⌉` that exist.
-///
-/// # Panics
-/// On inconsistent shapes or slice lengths.
-#[allow(clippy::too_many_arguments)]
-pub fn lrn<T: Float>(x: &[T], x_shape: &[usize], size: usize, alpha: f32, beta: f32, bias: f32, y: &mut [T]) {
-    assert!(x_shape.len() >= 2, "lrn: input must have rank ≥ 2, got {x_shape:?}");
-    assert!(size >= 1, "lrn: size must be ≥ 1");
-    let (n, c, inner) = split3(x_shape, 1);
-    assert_eq!(x.len(), n * c * inner, "lrn: X length");
-    assert_eq!(y.len(), x.len(), "lrn: Y length");
-    if x.is_empty() {
-        return;
-    }
-    let before = (size - 1) / 2;
-    let after = size / 2; // ⌈(size − 1) / 2⌉
-    let coef = T::from_f64(alpha as f64 / size as f64);
-    let (bias, beta) = (T::from_f32(bias), T::from_f32(beta));
-    let mut sq = vec![T::ZERO; c * inner];
-    let mut acc = vec![T::ZERO; inner];
-    for (xb, yb) in x.chunks(c * inner).zip(y.chunks_mut(c * inner)) {
-        for (s, &v) in sq.iter_mut().zip(xb) {
-            *s = v * v;
-        }
-        for ch in 0..c {
-            acc.fill(T::ZERO);
-            for k in ch.saturating_sub(before)..(ch + after + 1).min(c) {
-                for (a, &s) in acc.iter_mut().zip(&sq[k * inner..][..inner]) {
-                    *a += s;
-                }
-            }
-            let xr = &xb[ch * inner..][..inner];
-            for ((yv, &xv), &a) in yb[ch * inner..][..inner].iter_mut().zip(xr).zip(&acc) {
-                *yv = xv / (bias + coef * a).powf(beta);
-            }
-        }
-    }
-}
-
 /// ONNX `Softmax` (`log = false`) or `LogSoftmax` (`log = true`). With `flatten = false` (opset ≥ 13) each
 /// 1-D slice along `axis` is normalised; with `flatten = true` (opset < 13) the input is viewed as the 2-D
 /// `[Π dims[..axis], Π dims[axis..]]` and each row is normalised. The maximum is subtracted first, so large
@@ -452,19 +411,6 @@ mod tests {
         let mut y = [0.0; 4];
         layer_norm(&[1.0f64, 3.0, 1.0, 3.0], &[1, 2, 2], 1, &[1.0, 2.0], &[2], None, 0.0, &mut y, None, None);
         assert_eq!(y, [-1.0, 2.0, -1.0, 2.0]);
-    }
-
-    #[test]
-    fn lrn_by_hand() {
-        // [1, 3, 1, 1], size 2: window for channel c is [c, c + 1].
-        let x = [1.0f32, 2.0, 3.0];
-        let mut y = [0.0; 3];
-        lrn(&x, &[1, 3, 1, 1], 2, 2.0, 1.0, 1.0, &mut y);
-        // divisors: 1 + 1·(1 + 4) = 6, 1 + (4 + 9) = 14, 1 + 9 = 10.
-        close(&y, &[1.0 / 6.0, 2.0 / 14.0, 3.0 / 10.0], 1e-6);
-        // size 3: window [c − 1, c + 1]; beta 0.5, alpha 3 (coefficient 1).
-        lrn(&x, &[1, 3, 1, 1], 3, 3.0, 0.5, 2.0, &mut y);
-        close(&y, &[1.0 / 7.0f32.sqrt(), 2.0 / 16.0f32.sqrt(), 3.0 / 15.0f32.sqrt()], 1e-6);
     }
 
     #[test]

@@ -306,11 +306,11 @@ pub(super) fn kernel(
         }
         Op::Lrn { size, alpha, beta, bias } => {
             let (xs, size, alpha, beta, bias) = (in_shape(0), *size, *alpha, *beta, *bias);
-            Box::new(move |a, _| {
+            Box::new(move |a, cx| {
                 float!(wide, T => {
                     let x = floats::<T>(arg(a, 0)?)?;
                     let mut y = vec![T::zero(); x.len()];
-                    norm::lrn(&x, &xs, size, alpha, beta, bias, &mut y);
+                    crate::kernels::lrn::lrn(&x, &xs, size, alpha, beta, bias, &mut y, cx.threads);
                     one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
