@@ -27,6 +27,9 @@
 //!    block each 12-row panel of the weights runs over all the block's tiles. The weights are read once per
 //!    block (ResNet-50's last 3×3 convolutions hold 9.4 MB of them, more than a core's L2), the planes once per
 //!    panel, from the cache.
+//! 7. **One buffer per thread.** The planes' buffer of a thread's last convolution (up to [`SPARE_MAX`]) is kept
+//!    for its next, and the planes write every element of it, zeros included: no allocation, no zeroing pass, no
+//!    fresh pages per call (a zeroing `memset` took 6 % of a 16 → 32 3×3 stride-2 convolution at 160²).
 
 use super::act::Act;
 use super::depthwise::Plane;
@@ -38,6 +41,14 @@ const NR: usize = 32;
 
 /// The most bytes of the planes a block of tiles reads (rule 6): half of a Zen 5 or Skylake-SP core's L2.
 const WINDOW_BYTES: usize = 256 << 10;
+
+/// The largest buffer of planes a thread keeps for its next convolution (rule 7): 4 MiB.
+const SPARE_MAX: usize = 1 << 20;
+
+thread_local! {
+    /// The planes' buffer of this thread's last convolution, reused by its next (rule 7).
+    static SPARE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 /// True when [`conv2d`] runs on this CPU (AVX-512F).
 pub fn available() -> bool {
@@ -75,24 +86,21 @@ impl Planes {
         let (rows, cols) = (phases(g.kh, dh, sh), phases(g.kw, dw, sw));
         let plane = height * width;
         let per_channel = rows.len() * cols.len() * plane;
-        let mut buf = vec![0f32; cg * per_channel + width + NR];
+        // Rule 7: a thread's last buffer again, every element of it written below.
+        let len = cg * per_channel + width + NR;
+        let mut buf = SPARE.take();
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        buf.truncate(len);
+        buf[cg * per_channel..].fill(0.0);
         let fill = |c: usize, dst: &mut [f32]| {
             let src = &x[c * g.ih * g.iw..][..g.ih * g.iw];
-            for (ai, &a) in rows.iter().enumerate() {
-                for (bi, &b) in cols.iter().enumerate() {
-                    let phase = &mut dst[(ai * cols.len() + bi) * plane..][..plane];
-                    // Columns s whose input column b + sw·s − pad_left lies inside the row.
-                    let lo = g.pad.1.saturating_sub(b).div_ceil(sw);
-                    let hi = (g.iw + g.pad.1).saturating_sub(b).div_ceil(sw).min(width);
-                    for r in 0..height {
-                        let Some(iy) = (a + sh * r).checked_sub(g.pad.0).filter(|&iy| iy < g.ih) else { continue };
-                        let row = &src[iy * g.iw..][..g.iw];
-                        let out = &mut phase[r * width..][..width];
-                        for s in lo..hi {
-                            out[s] = row[b + sw * s - g.pad.1];
-                        }
-                    }
-                }
+            if available() {
+                // SAFETY: AVX-512F is there (`available`, just checked).
+                unsafe { fill_channel(src, g, (&rows, &cols), (height, width), dst) }
+            } else {
+                fill_planes(src, g, (&rows, &cols), (height, width), dst);
             }
         };
         let channels = buf[..cg * per_channel].chunks_mut(per_channel.max(1));
@@ -114,6 +122,83 @@ impl Planes {
         }
         let max_off = offs.iter().max().copied().unwrap_or(0);
         Planes { buf, width, height, phases: rows.len() * cols.len(), offs, max_off }
+    }
+}
+
+/// One channel's phase planes (rule 1) into `dst` (zeros where no input falls), compiled for AVX-512F so that
+/// the row copies and the stride-2 gathers run in `zmm` registers: as element-by-element copies they took a
+/// quarter of a 16 → 32 3×3 stride-2 convolution at 160² (`examples/conv_threads`, `perf record`).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fill_channel(
+    src: &[f32],
+    g: &Plane,
+    (rows, cols): (&[usize], &[usize]),
+    (height, width): (usize, usize),
+    dst: &mut [f32],
+) {
+    fill_planes(src, g, (rows, cols), (height, width), dst);
+}
+
+/// [`fill_channel`] where the target is not x86-64 (never called: [`available`] is false there).
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn fill_channel(_: &[f32], _: &Plane, _: (&[usize], &[usize]), _: (usize, usize), _: &mut [f32]) {
+    unreachable!("AVX-512F outside x86-64")
+}
+
+/// One channel's phase planes (rule 1): the input where it falls, zeros elsewhere, every element written (rule 7).
+#[inline(always)]
+fn fill_planes(
+    src: &[f32],
+    g: &Plane,
+    (rows, cols): (&[usize], &[usize]),
+    (height, width): (usize, usize),
+    dst: &mut [f32],
+) {
+    let (sh, sw) = g.stride;
+    let plane = height * width;
+    for (ai, &a) in rows.iter().enumerate() {
+        for (bi, &b) in cols.iter().enumerate() {
+            let phase = &mut dst[(ai * cols.len() + bi) * plane..][..plane];
+            // Columns s whose input column b + sw·s − pad_left lies inside the row.
+            let lo = g.pad.1.saturating_sub(b).div_ceil(sw).min(width);
+            let hi = (g.iw + g.pad.1).saturating_sub(b).div_ceil(sw).min(width);
+            for (r, out) in phase.chunks_exact_mut(width).enumerate() {
+                let iy = (a + sh * r).checked_sub(g.pad.0).filter(|&iy| iy < g.ih);
+                let (Some(iy), true) = (iy, lo < hi) else {
+                    out.fill(0.0);
+                    continue;
+                };
+                out[..lo].fill(0.0);
+                out[hi..].fill(0.0);
+                strided_copy(&mut out[lo..hi], &src[iy * g.iw..][..g.iw], b + sw * lo - g.pad.1, sw);
+            }
+        }
+    }
+}
+
+/// `out[s] = row[start + step·s]` for every `s < out.len()`; strides 1 and 2 as loops that vectorise.
+#[inline(always)]
+fn strided_copy(out: &mut [f32], row: &[f32], start: usize, step: usize) {
+    let n = out.len();
+    match step {
+        1 => out.copy_from_slice(&row[start..start + n]),
+        2 => {
+            // Elements start, start + 2, …, start + 2(n − 1): n − 1 pairs and the last element.
+            let (pairs, last) = row[start..start + 2 * n - 1].as_chunks::<2>();
+            for (o, pair) in out.iter_mut().zip(pairs) {
+                *o = pair[0];
+            }
+            out[n - 1] = last[0];
+        }
+        _ => {
+            for (s, o) in out.iter_mut().enumerate() {
+                *o = row[start + step * s];
+            }
+        }
     }
 }
 
@@ -249,6 +334,9 @@ pub fn conv2d(
         (0..threads).into_par_iter().for_each(|i| run((0, tiles), (i * per, ((i + 1) * per).min(panels))));
     } else {
         run((0, tiles), (0, panels));
+    }
+    if planes.buf.len() <= SPARE_MAX {
+        SPARE.set(planes.buf);
     }
 }
 
