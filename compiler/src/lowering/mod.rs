@@ -3,7 +3,8 @@
 //! - [`fuse`]: runs of f32 elementwise nodes as one fused chain each;
 //! - [`unary_fn`], [`binary_fn`]: the kernel function of an IR elementwise op;
 //! - [`conv_relu_pairs`], [`conv_epilogue_pairs`]: the ReLUs (or other activations) a convolution's epilogue
-//!   takes; [`conv_silu`]: the SiLUs (`Mul(x, Sigmoid(x))`, YOLO's activation) it takes;
+//!   takes; [`conv_silu`]: the SiLUs (`Mul(x, Sigmoid(x))`, YOLO's activation) it takes; [`residual`]: the residual
+//!   additions (and their ReLUs) it takes;
 //! - [`resize_spec`]: a Resize node's attributes resolved for the interpolation tables.
 //!
 //! A backend lowers what the planner gave it with these, so that a chain is the same kernel on every target.
@@ -17,6 +18,7 @@ use crate::consts;
 use crate::ir::{self, Graph, Op, ValueId};
 
 pub mod fuse;
+pub mod residual;
 
 /// Conv nodes whose f32 output is read only by a ReLU (and is no graph output), with that ReLU.
 pub fn conv_relu_pairs(graph: &Graph) -> HashMap<ir::NodeId, ir::NodeId> {

@@ -21,7 +21,6 @@ mod nn;
 mod node;
 mod products;
 mod prologue;
-mod residual;
 mod typed;
 
 use node::{Lowered, NodeCx};
@@ -289,8 +288,8 @@ struct Translation<'g> {
 struct Fusion {
     /// ReLUs run in the epilogue of the convolution they read (convolution → ReLU).
     relu_after: HashMap<ir::NodeId, ir::NodeId>,
-    /// Residual additions (and their ReLUs) run in the epilogue of the convolution they read (`residual.rs`).
-    residual: HashMap<ir::NodeId, residual::Residual>,
+    /// Residual additions (and their ReLUs) run in the epilogue of the convolution they read (`stowage_compiler::lowering::residual`).
+    residual: HashMap<ir::NodeId, stowage_compiler::lowering::residual::Residual>,
     /// Those ReLUs, additions and additions' ReLUs.
     absorbed: HashSet<ir::NodeId>,
     /// Chains, by root node.
@@ -317,7 +316,8 @@ fn translate<'g>(
         matches!(node.op, Op::Unary(ir::Unary::Relu))
     });
     let mut absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
-    let residual = residual::residual_adds(graph, &absorbed);
+    let floats = [DatumType::F32, DatumType::F16, DatumType::BF16];
+    let residual = stowage_compiler::lowering::residual::residual_adds(graph, &absorbed, &floats);
     absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
     let transposed = prologue::transposed_operands(graph, &absorbed);
     absorbed.extend(transposed.values().flatten().flatten().map(|t| t.node));

@@ -24,7 +24,7 @@ pub(super) struct NodeCx<'g> {
     pub out_ty: ValueType,
     /// A ReLU that runs in the product's epilogue (after the residual term, where there is one).
     pub relu: bool,
-    /// A residual term added in a convolution's epilogue: its input 3 (`residual.rs`).
+    /// A residual term added in a convolution's epilogue: its input 3 (`stowage_compiler::lowering::residual`).
     pub residual: bool,
     /// An elementwise chain in a product's epilogue, its other inputs from input 4 on (`epilogue.rs`).
     pub chain: Option<crate::codegen::Epilogue>,

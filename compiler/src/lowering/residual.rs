@@ -3,7 +3,8 @@
 //! elementwise launch that reads the product's output back.
 //!
 //! The rules, each checked by [`residual_adds`]:
-//! 1. the convolution's output (f32, f16 or bf16) has one reader, the `Add`, and is no graph output;
+//! 1. the convolution's output (of one of the types the backend asks for: f32, f16 or bf16 on OpenCL, f32 on the
+//!    CPU) has one reader, the `Add`, and is no graph output;
 //! 2. the `Add` (or a `Sum` of two, as the model zoo's ResNets write it) takes two values of the output's type and shape
 //!    (no broadcasting): the convolution's and `r`;
 //! 3. `r` exists when the convolution runs: a graph input, a constant, or made by a node before it in the graph's
@@ -11,16 +12,17 @@
 //! 4. a `Relu` that is the `Add`'s one reader (its output no graph output) runs in the epilogue too.
 //!
 //! The step is written at the convolution, reads `r` there, and writes the last absorbed node's output: the plan's
-//! memory pass sees the same through `memory_steps`.
+//! memory pass sees the same through each backend's `memory_steps`. Both backends take the additions from here
+//! (OpenCL's `lower/mod.rs`, the CPU's `lower/mod.rs`); each tests its own kernels' epilogues.
 
 use std::collections::{HashMap, HashSet};
 
-use stowage_compiler::ir::{self, Graph, NodeId, Op, ValueDef, ValueId};
+use crate::ir::{self, Graph, NodeId, Op, ValueDef, ValueId};
 use stowage_runtime::DatumType;
 
 /// A residual addition a convolution takes into its epilogue.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Residual {
+pub struct Residual {
     /// The added value.
     pub other: ValueId,
     /// The `Add`.
@@ -36,8 +38,9 @@ impl Residual {
     }
 }
 
-/// The residual additions of `graph`, by convolution; `taken`: nodes already run in another step's epilogue.
-pub(super) fn residual_adds(graph: &Graph, taken: &HashSet<NodeId>) -> HashMap<NodeId, Residual> {
+/// The residual additions of `graph` whose values have one of the types `types`, by convolution; `taken`: nodes
+/// already run in another step's epilogue.
+pub fn residual_adds(graph: &Graph, taken: &HashSet<NodeId>, types: &[DatumType]) -> HashMap<NodeId, Residual> {
     let uses = graph.use_counts();
     let outputs: HashSet<ValueId> = graph.outputs().iter().map(|o| o.value).collect();
     let position: HashMap<NodeId, usize> = graph.order().iter().enumerate().map(|(i, &n)| (n, i)).collect();
@@ -48,8 +51,8 @@ pub(super) fn residual_adds(graph: &Graph, taken: &HashSet<NodeId>) -> HashMap<N
         }
     }
     let first_output = |n: NodeId| graph.node(n).outputs.first().copied().flatten();
-    // The convolution's own type (f32, f16 or bf16): every term of the addition has it (rule 2).
-    let float_value = |v: ValueId| matches!(graph.ty(v).dt, DatumType::F32 | DatumType::F16 | DatumType::BF16);
+    // The convolution's own type, one of `types`: every term of the addition has it (rule 2).
+    let float_value = |v: ValueId| types.contains(&graph.ty(v).dt);
     // Rule 1: a convolution whose output only the node `a` reads.
     let conv_into = |v: ValueId, a: NodeId| -> Option<NodeId> {
         let ValueDef::Node(c, 0) = graph.value(v).def else { return None };
