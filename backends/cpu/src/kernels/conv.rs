@@ -16,6 +16,7 @@ use super::act::Act;
 use super::cols::Cols;
 use super::depthwise::{depthwise, Plane};
 use super::gemm::{gemm_packed, gemm_packed_cols, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
+use super::residual::Residual;
 use super::shifted;
 
 /// A convolution of one input channel per group runs direct ([`depthwise`]) when each input channel has at most
@@ -218,14 +219,23 @@ pub fn conv<T: Float>(
     conv_packed(x, x_shape, w, w_shape, bias, p, y, y_shape, threads, Post::default())
 }
 
+impl<T> Default for Post<'_, T> {
+    fn default() -> Self {
+        Post { packed: None, act: Act::None, residual: None }
+    }
+}
+
 /// What [`conv_packed`] adds to a plain convolution.
-#[derive(Clone, Copy, Default)]
-pub struct Post<'a> {
+#[derive(Clone, Copy)]
+pub struct Post<'a, T> {
     /// The weights packed by [`PackedWeights::new`], used when `T` is f32: then the bias and the activation are
     /// applied in the product's registers.
     pub packed: Option<&'a PackedWeights>,
     /// The activation applied to the result (`act.rs`).
     pub act: Act,
+    /// A term of the output's shape added before the activation (a residual connection's other input): in the
+    /// product's registers where the weights are packed (`residual.rs`), else in a pass after.
+    pub residual: Option<&'a [T]>,
 }
 
 /// ONNX `Conv` (see the module doc for layouts): `y[n, m, o] = bias[m] + Σ_{c, k} w[m, c, k] · x[n, g·C/G + c,
@@ -247,7 +257,7 @@ pub fn conv_packed<T: Float>(
     y: &mut [T],
     y_shape: &[usize],
     threads: usize,
-    post: Post<'_>,
+    post: Post<'_, T>,
 ) {
     let (packed, act) = (post.packed, post.act);
     assert!(x_shape.len() >= 2, "conv: input must have rank ≥ 2, got {x_shape:?}");
@@ -330,6 +340,30 @@ pub fn conv_packed<T: Float>(
             "conv: packed weights of another shape"
         );
     }
+    let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
+    debug_assert!(!pointwise || p_in == p_out);
+    // Several images of few positions each, unfolded side by side into a buffer of their own (below).
+    let merged = nb > 1 && g == 1 && !pointwise && p_out < MERGE_BELOW && kdim * nb * p_out <= COL_TILE_ELEMS;
+    // A residual term goes into the product's epilogue where the product writes `y` itself with packed weights
+    // (`residual.rs`, rule 1); elsewhere the convolution runs bare and the term and activation follow in a pass.
+    let residual = match post.residual {
+        None => None,
+        Some(r) if packed.is_some() && kdim > 0 && !merged => {
+            assert_eq!(r.len(), y.len(), "conv: residual length");
+            // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are the
+            // same slices retyped.
+            let (y32, r32) = unsafe { (&*(&*y as *const [T] as *const [f32]), &*(r as *const [T] as *const [f32])) };
+            Some(Residual::new(y32, r32))
+        }
+        Some(r) => {
+            assert_eq!(r.len(), y.len(), "conv: residual length");
+            let bare = Post { act: Act::None, residual: None, ..post };
+            conv_packed(x, x_shape, w, w_shape, bias, p, y, y_shape, threads, bare);
+            y.iter_mut().zip(r).for_each(|(v, &t)| *v += t);
+            act.over(y);
+            return;
+        }
+    };
     // One group's product `y[.., p0..] (+)= W_g · cols`, `cols` being `width` columns with row stride `cols_rs`.
     // With packed weights the bias and the ReLU are the product's epilogue; otherwise the bias is written into `y`
     // first (`read`) and the ReLU is a pass after.
@@ -345,7 +379,7 @@ pub fn conv_packed<T: Float>(
                         bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
                     )
                 };
-                let epilogue = Epilogue { bias, act };
+                let epilogue = Epilogue { bias, act, residual };
                 gemm_packed(&pw.groups[gi], width, y, y_rs, false, cols, cols_rs, 1, threads, epilogue)
             }
             None => {
@@ -370,8 +404,6 @@ pub fn conv_packed<T: Float>(
         depthwise(x, w, bias, c, mg, plane, act, y, threads);
         return;
     }
-    let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
-    debug_assert!(!pointwise || p_in == p_out);
     // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead.
     let shifted = plane.filter(|_| packed.is_some() && !pointwise && kdim >= MIN_K && shifted::available());
 
@@ -444,7 +476,7 @@ pub fn conv_packed<T: Float>(
                     bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
                 )
             };
-            shifted::conv2d(x_g, cg, g2, &pw.groups[gi], bias, act, y_blk, threads);
+            shifted::conv2d(x_g, cg, g2, &pw.groups[gi], bias, act, residual, y_blk, threads);
             return;
         }
         // A pointwise product with packed weights splits itself (rows or columns, `gemm::column_bands`).
@@ -481,7 +513,7 @@ pub fn conv_packed<T: Float>(
                         }
                         geo.im2col_row(&x_g[ci * p_in..][..p_in], &kidx, c0 + p0, c0 + p0 + w, row);
                     }
-                    let epilogue = Epilogue { bias, act };
+                    let epilogue = Epilogue { bias, act, residual };
                     gemm_packed_cols(&pw.groups[gi], band.narrow(p0, w), false, cols, w, 1, epilogue);
                 }
             });
@@ -506,7 +538,7 @@ pub fn conv_packed<T: Float>(
     // Several images of few output positions each (an STFT over a batch of short signals: 5 positions an image):
     // every image's columns unfolded side by side and multiplied at once, one product wide enough for the vector
     // kernel where one per image would use a few of its lanes, then each image's rows put in place.
-    if nb > 1 && g == 1 && !pointwise && p_out < MERGE_BELOW && kdim * nb * p_out <= COL_TILE_ELEMS {
+    if merged {
         let width = nb * p_out;
         let mut cols = vec![T::ZERO; kdim * width];
         let mut kidx = vec![0usize; s];

@@ -72,7 +72,7 @@ impl FewRows {
         assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "few_rows: A too short");
         // yᵀ (n × m) = Wᵀ · op(A)ᵀ, op(A)ᵀ (k × m) having element (l, j) at a[l·a_cs + j·a_rs].
         let mut yt = vec![0f32; n * m];
-        let epilogue = Epilogue { bias: self.bias.as_deref(), act: super::act::Act::None };
+        let epilogue = Epilogue { bias: self.bias.as_deref(), act: super::act::Act::None, residual: None };
         gemm_packed(&self.wt, m, &mut yt, m, false, a, a_cs, a_rs, threads, epilogue);
         for (j, row) in y.chunks_exact_mut(n).enumerate() {
             for (i, v) in row.iter_mut().enumerate() {

@@ -22,6 +22,7 @@ pub mod norm;
 pub mod pool;
 pub mod recurrent;
 pub mod reduce;
+pub mod residual;
 pub mod resize;
 pub mod roi_align;
 pub mod scatter;

@@ -39,10 +39,12 @@ pub(crate) fn narrow(
         for (i, row) in sums.iter().enumerate().take(MR.min(m - q * MR)) {
             let r = q * MR + i;
             let bias = epilogue.bias.map_or(0.0, |bias| bias[r]);
-            for (j, &v) in row.iter().enumerate().take(n) {
-                let o = &mut dst[r * dst_rs + j];
+            let out = &mut dst[r * dst_rs..][..n];
+            // The row's residual terms (`residual.rs`), added after the bias, before the activation.
+            let term = epilogue.residual.map(|t| t.slice(out.as_ptr(), n));
+            for (j, (o, &v)) in out.iter_mut().zip(row).enumerate() {
                 let v = if read_dst { *o + v } else { v + bias };
-                *o = epilogue.act.scalar(v);
+                *o = epilogue.act.scalar(term.map_or(v, |t| v + t[j]));
             }
         }
     }
@@ -123,7 +125,7 @@ mod tests {
             let leaky = Act::LeakyRelu { alpha: 0.25 };
             for (read, act) in [(false, Act::None), (false, Act::Relu), (true, Act::None), (false, leaky)] {
                 let mut dst = vec![0.5f32; m * 6];
-                let epilogue = Epilogue { bias: (!read).then_some(&bias[..]), act };
+                let epilogue = Epilogue { bias: (!read).then_some(&bias[..]), act, residual: None };
                 super::narrow(packed, 0, m, n, &mut dst, 6, read, &b, (5, 1), epilogue);
                 for i in 0..m {
                     for j in 0..n {

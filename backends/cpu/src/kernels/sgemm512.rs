@@ -13,6 +13,7 @@ use std::arch::x86_64::{
 
 use super::act::Act;
 use super::cols::Cols;
+use super::residual::Residual;
 
 const MR: usize = 12;
 const NR: usize = 32;
@@ -213,14 +214,9 @@ pub fn sgemm_packed(
         return;
     }
     if a.k == 0 {
-        // An empty sum: the destination (when read) or the bias, then the activation, as a tile's epilogue.
-        for i in 0..m {
-            let bias = epilogue.bias.map_or(0.0, |b| b[i]);
-            for v in &mut dst[i * dst_rs..i * dst_rs + n] {
-                *v = epilogue.act.scalar(if read_dst { *v } else { bias });
-            }
-        }
-        return;
+        // An empty sum: the destination (when read) or the bias, then the term and the activation, as a tile's
+        // epilogue.
+        return empty_sum(Cols::whole(dst, m, dst_rs, n), m, n, read_dst, epilogue);
     }
     if n <= super::narrow::MAX_COLUMNS {
         // A few columns: each panel of `a` streamed once, not a 32-column tile per column.
@@ -263,14 +259,31 @@ pub fn sgemm_packed_cols(
 }
 
 /// What the tiles do besides the sum: a per-row bias added once (the first block of K, when the destination is
-/// not read) and an activation after the last block, while the tile is still in registers. A convolution's bias
-/// and the activation after it cost no pass over the output.
+/// not read), then after the last block a residual term and an activation, while the tile is still in registers.
+/// A convolution's bias, the residual addition after it and the activation after that cost no pass over the
+/// output.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Epilogue<'a> {
     /// One value per row of the product, added to every element of the row.
     pub bias: Option<&'a [f32]>,
     /// The activation applied to the result (`act.rs`).
     pub act: Act,
+    /// A term added to each element before the activation (`residual.rs`).
+    pub residual: Option<Residual<'a>>,
+}
+
+/// The rows of an empty sum (K = 0): the destination (when read) or the bias, then the term and the activation,
+/// as a tile's epilogue.
+fn empty_sum(mut dst: Cols<'_, f32>, m: usize, n: usize, read_dst: bool, epilogue: Epilogue<'_>) {
+    for i in 0..m {
+        let bias = epilogue.bias.map_or(0.0, |b| b[i]);
+        let row = &mut dst.row(i)[..n];
+        let term = epilogue.residual.map(|r| r.slice(row.as_ptr(), n));
+        for (j, v) in row.iter_mut().enumerate() {
+            let v0 = if read_dst { *v } else { bias };
+            *v = epilogue.act.scalar(term.map_or(v0, |t| v0 + t[j]));
+        }
+    }
 }
 
 /// The left operand of the blocked product.
@@ -303,14 +316,7 @@ fn blocked(
         }
     }
     if k == 0 {
-        // An empty sum: the destination (when read) or the bias, then the activation, as a tile's epilogue.
-        for i in 0..m {
-            let bias = epilogue.bias.map_or(0.0, |b| b[i]);
-            for v in &mut dst.row(i)[..n] {
-                *v = epilogue.act.scalar(if read_dst { *v } else { bias });
-            }
-        }
-        return;
+        return empty_sum(dst, m, n, read_dst, epilogue);
     }
     // Scratch sized to this product (small products are common: attention heads, dense layers).
     let kc_max = KC.min(k);
@@ -341,10 +347,13 @@ fn blocked(
         for (pc, ic) in order {
             let kc = KC.min(k - pc);
             let accumulate = read_dst || pc > 0;
+            let last = pc + kc == k;
             let tile_epilogue = |row: usize| TileEpilogue {
                 bias: epilogue.bias.filter(|_| !accumulate).map(|b| b[row..].as_ptr()),
-                act: if pc + kc == k { epilogue.act } else { Act::None },
+                act: if last { epilogue.act } else { Act::None },
+                term: None,
             };
+            let residual = epilogue.residual.filter(|_| last);
             let held = if rows_outer { pc / KC } else { 0 };
             if !direct && packed_pc[held] != Some(pc) {
                 packed_pc[held] = Some(pc);
@@ -390,7 +399,7 @@ fn blocked(
                     let rows = MR.min(mc - q * MR);
                     let (r0, c0) = (ic + q * MR, jc + p * NR);
                     let epi = tile_epilogue(r0);
-                    micro(rows, cols, kc, ap, bp, ldb, &mut dst, (r0, c0), accumulate, epi);
+                    micro(rows, cols, kc, ap, bp, ldb, &mut dst, (r0, c0), accumulate, epi, residual);
                 }
             }
         }
@@ -466,13 +475,16 @@ fn micro(
     dst: &mut Cols<'_, f32>,
     at: (usize, usize),
     accumulate: bool,
-    epilogue: TileEpilogue,
+    mut epilogue: TileEpilogue,
+    residual: Option<Residual<'_>>,
 ) {
     assert!((1..=MR).contains(&rows) && (1..=NR).contains(&cols), "sgemm: tile {rows}x{cols}");
     let b_needed = if kc == 0 { 0 } else { (kc - 1) * ldb + cols };
     assert!(a.len() >= kc * MR && b.len() >= b_needed, "sgemm: tile out of bounds");
     // Checked against the band: `rows` rows of `cols` columns from `c` at stride `ldc` are the band's.
     let (c, ldc) = (dst.tile(at, rows, cols), dst.stride());
+    // The tile's terms, checked against the term (`residual.rs`, rule 2).
+    epilogue.term = residual.map(|r| r.tile(c, rows, cols, ldc));
     #[cfg(target_arch = "x86_64")]
     {
         let mask = if cols == NR { u32::MAX } else { (1u32 << cols) - 1 };
@@ -494,11 +506,13 @@ fn micro(
     }
 }
 
-/// A tile's part of the [`Epilogue`]: the bias of its first row (the caller checked that `rows` values follow).
+/// A tile's part of the [`Epilogue`]: the bias of its first row (the caller checked that `rows` values follow),
+/// and the residual term of its first element (checked for the tile by [`Residual::tile`]).
 #[derive(Clone, Copy)]
 struct TileEpilogue {
     bias: Option<*const f32>,
     act: Act,
+    term: Option<*const f32>,
 }
 
 type MicroArgs = (usize, *const f32, *const f32, usize, *mut f32, usize, bool, u32, TileEpilogue);
@@ -533,7 +547,8 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
     }
     for (i, row) in acc.iter().enumerate() {
         // SAFETY: as above: row i of the tile spans the masked lanes of c[i·ldc .. i·ldc + 32], and a bias pointer
-        // has R values after it (`sgemm_packed` checked the bias against the product's rows).
+        // has R values after it (`sgemm_packed` checked the bias against the product's rows); a term pointer has
+        // the tile's R rows of masked lanes at stride ldc after it (`Residual::tile` checked them).
         unsafe {
             let p = c.add(i * ldc);
             let (mut v0, mut v1) = (row[0], row[1]);
@@ -545,6 +560,11 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
                 let bi = _mm512_set1_ps(*bias.add(i));
                 v0 = _mm512_add_ps(v0, bi);
                 v1 = _mm512_add_ps(v1, bi);
+            }
+            // The term's tile has the destination's shape and stride (`micro` checked it), lanes masked alike.
+            if let Some(t) = epi.term {
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, t.add(i * ldc)));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, t.add(i * ldc + 16)));
             }
             v0 = epi.act.avx512(v0);
             v1 = epi.act.avx512(v1);

@@ -33,6 +33,7 @@
 
 use super::act::Act;
 use super::depthwise::Plane;
+use super::residual::Residual;
 use super::sgemm512::{PackedA, KC, PANEL_ROWS as MR};
 use rayon::prelude::*;
 
@@ -249,6 +250,7 @@ pub fn conv2d(
     w: &PackedA,
     bias: Option<&[f32]>,
     act: Act,
+    residual: Option<Residual<'_>>,
     y: &mut [f32],
     threads: usize,
 ) {
@@ -299,7 +301,9 @@ pub fn conv2d(
             }
             for q in q0..q1 {
                 let rows = MR.min(m - q * MR);
-                let epi = Epi { bias: bias.map(|b| &b[q * MR..q * MR + rows]), act };
+                let epi = Epi { bias: bias.map(|b| &b[q * MR..q * MR + rows]), act, residual };
+                // A tile through the scratch takes its term and activation as its runs are copied out.
+                let bare = Epi { act: Act::None, residual: None, ..epi };
                 for (p0, range) in &tiles_here {
                     let runs = &segs[range.clone()];
                     // A tile whose 32 columns are one run of one output row is stored straight from registers.
@@ -311,14 +315,24 @@ pub fn conv2d(
                         unsafe { product(rows, w, q, &planes, *p0, epi, Dest::Out { at, ld: n }) };
                         continue;
                     }
+                    let through = if residual.is_some() { bare } else { epi };
                     // SAFETY: a tile is always a valid destination.
-                    unsafe { product(rows, w, q, &planes, *p0, epi, Dest::Tile(&mut tile)) };
+                    unsafe { product(rows, w, q, &planes, *p0, through, Dest::Tile(&mut tile)) };
                     for (i, vals) in tile.iter().enumerate().take(rows) {
                         for &(s, at, len) in runs {
                             // SAFETY: `q·12 + i < m` and `at + len ≤ n` (segments lie inside the output rows), so
                             // the range is inside `y`; tiles are disjoint (rule 5), so no other thread writes it.
                             let dst = unsafe { std::slice::from_raw_parts_mut(out.at((q * MR + i) * n + at), len) };
-                            dst.copy_from_slice(&vals[s..s + len]);
+                            let vals = &vals[s..s + len];
+                            match residual {
+                                None => dst.copy_from_slice(vals),
+                                Some(r) => {
+                                    let terms = r.slice(dst.as_ptr(), len);
+                                    for ((d, &v), &t) in dst.iter_mut().zip(vals).zip(terms) {
+                                        *d = act.scalar(v + t);
+                                    }
+                                }
+                            }
                         }
                     }
                 }
@@ -340,11 +354,13 @@ pub fn conv2d(
     }
 }
 
-/// What a tile adds before it is stored: the bias of its rows, and the activation.
+/// What a tile adds before it is stored: the bias of its rows, a residual term (`residual.rs`; only for a tile
+/// stored to the output), and the activation.
 #[derive(Clone, Copy)]
 struct Epi<'a> {
     bias: Option<&'a [f32]>,
     act: Act,
+    residual: Option<Residual<'a>>,
 }
 
 /// Where a tile goes: the scratch tile, or the output itself (row `i` at `at + i·ld`, 32 columns each).
@@ -396,7 +412,17 @@ unsafe fn product(rows: usize, w: &PackedA, q: usize, planes: &Planes, p0: usize
     }
     for (i, row) in sums.iter().enumerate().take(rows) {
         let bias = epi.bias.map_or(0.0, |b| b[i]);
-        let vals = row.map(|v| epi.act.scalar(v + bias));
+        let terms = match (&dest, epi.residual) {
+            (Dest::Out { at, ld }, Some(r)) => r.slice(at.wrapping_add(i * ld), NR),
+            (Dest::Tile(_), Some(_)) => panic!("conv: a residual term for a tile through the scratch"),
+            _ => &[0.0; NR],
+        };
+        let mut j = 0;
+        let vals = row.map(|v| {
+            let t = terms[j];
+            j += 1;
+            epi.act.scalar(if epi.residual.is_some() { v + bias + t } else { v + bias })
+        });
         match &dest {
             Dest::Tile(_) => {}
             // SAFETY: the caller's promise: 32 writable floats at `at + i·ld`.
@@ -440,6 +466,12 @@ unsafe fn tile_avx512<const R: usize>(
             }
         }
     }
+    // The term of the tile's first element, checked for its R rows of 32 (`Residual::tile`).
+    let term = match (&dest, epi.residual) {
+        (Dest::Out { at, ld }, Some(r)) => Some((r.tile(*at, R, NR, *ld), *ld)),
+        (Dest::Tile(_), Some(_)) => panic!("conv: a residual term for a tile through the scratch"),
+        _ => None,
+    };
     let mut tile = dest;
     for (i, row) in acc.iter().enumerate() {
         let (mut v0, mut v1) = (row[0], row[1]);
@@ -447,6 +479,13 @@ unsafe fn tile_avx512<const R: usize>(
             let bi = _mm512_set1_ps(bias[i]);
             v0 = _mm512_add_ps(v0, bi);
             v1 = _mm512_add_ps(v1, bi);
+        }
+        if let Some((t, ld)) = term {
+            // SAFETY: `Residual::tile` checked R rows of 32 floats at stride `ld` from `t`.
+            unsafe {
+                v0 = _mm512_add_ps(v0, _mm512_loadu_ps(t.add(i * ld)));
+                v1 = _mm512_add_ps(v1, _mm512_loadu_ps(t.add(i * ld + 16)));
+            }
         }
         // SAFETY: AVX-512F is enabled for this function.
         (v0, v1) = unsafe { (epi.act.avx512(v0), epi.act.avx512(v1)) };
@@ -536,7 +575,7 @@ mod tests {
             for threads in [1, 2] {
                 for act in [Act::None, Act::Relu, Act::HardSwish, Act::Clip { lo: -0.5, hi: 0.5 }] {
                     let mut y = vec![f32::NAN; m * g.oh * g.ow];
-                    pool.install(|| conv2d(&x, cg, &g, &packed, Some(&bias), act, &mut y, threads));
+                    pool.install(|| conv2d(&x, cg, &g, &packed, Some(&bias), act, None, &mut y, threads));
                     for (i, (&got, &v)) in y.iter().zip(&want).enumerate() {
                         let v = act.scalar(v);
                         assert!(
@@ -554,7 +593,7 @@ mod tests {
         let w = values(12 * 36, 3);
         let packed = PackedA::by_panels(12, 36, &w, (36, 1));
         let mut y = vec![0f32; 12 * 16];
-        conv2d(&x, 4, &g, &packed, None, Act::Relu, &mut y, 1);
+        conv2d(&x, 4, &g, &packed, None, Act::Relu, None, &mut y, 1);
         assert!(y[0].is_nan() && y[15].is_finite(), "the taps reading x[5] give NaN, the others not");
     }
 }

@@ -231,7 +231,7 @@ pub(super) fn conv_kernel(
             let mut yt = crate::storage::output_for_overwrite(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
             let y = yt.as_slice_mut::<T>()?;
             let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
-            let post = conv::Post { packed: packed.as_ref(), act };
+            let post = conv::Post { packed: packed.as_ref(), act, residual: None };
             conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, post);
             one(yt)
         })

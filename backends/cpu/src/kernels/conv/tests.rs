@@ -330,18 +330,29 @@ fn conv_matches_direct() {
                 assert_eq!(packed.bytes(), PackedWeights::bytes_for(&case.ws, case.group));
                 let mut y = vec![f32::NAN; want.len()];
                 let (xs, ws) = (&case.xs, &case.ws);
-                let post = Post { packed: Some(&packed), act: Act::None };
+                let post = Post { packed: Some(&packed), act: Act::None, residual: None };
                 pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
                 close(&y, &want);
                 // And with an activation in the product's epilogue (each case another).
-                let post = Post { packed: Some(&packed), act };
+                let post = Post { packed: Some(&packed), act, residual: None };
                 pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
                 close(&y, &want.iter().map(|&v| act.scalar(v)).collect::<Vec<_>>());
             }
         }
         // The activation after the plain product (or in the depthwise kernel's registers).
         let mut y = vec![f32::NAN; want.len()];
-        conv_packed(&x, &case.xs, &w, &case.ws, Some(&b), &p, &mut y, &ys, 1, Post { packed: None, act });
+        conv_packed(
+            &x,
+            &case.xs,
+            &w,
+            &case.ws,
+            Some(&b),
+            &p,
+            &mut y,
+            &ys,
+            1,
+            Post { packed: None, act, residual: None },
+        );
         close(&y, &want.iter().map(|&v| act.scalar(v)).collect::<Vec<_>>());
         // f64 and no bias.
         let want = naive(&x, &case.xs, &w, &case.ws, None, &case.strides, &case.dil, &case.pads, case.group, &ys);
@@ -386,7 +397,7 @@ fn conv_tiles_columns() {
     let packed = PackedWeights::new(&w, &ws, 1);
     for packed in [None, packed.as_ref()] {
         let mut y = vec![f32::NAN; want.len()];
-        let post = Post { packed, act: Act::Relu };
+        let post = Post { packed, act: Act::Relu, residual: None };
         pool.install(|| conv_packed(&x, &xs, &w, &ws, Some(&b), &p, &mut y, &ys, 2, post));
         close(&y, &want);
     }
@@ -420,7 +431,7 @@ fn packed_products_split_by_columns_write_in_place() {
             naive(&x, xs, &w, ws, Some(&b), strides, &dil, pads, 1, &ys).into_iter().map(|v| v.max(0.0)).collect();
         let Some(packed) = PackedWeights::new(&w, ws, 1) else { continue };
         let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group: 1 };
-        let post = Post { packed: Some(&packed), act: Act::Relu };
+        let post = Post { packed: Some(&packed), act: Act::Relu, residual: None };
         let mut runs = Vec::new();
         for threads in [1, 2] {
             let mut y = vec![f32::NAN; want.len()];
@@ -430,5 +441,57 @@ fn packed_products_split_by_columns_write_in_place() {
         }
         let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&runs[0]), bits(&runs[1]), "case {ci}: two threads, other bytes");
+    }
+}
+
+/// A residual term in the epilogue (`residual.rs`, rule 3): every path of `conv_packed` gives the bits of the bare
+/// convolution followed by the addition and the activation, on one thread and two. Paths: a pointwise product
+/// (rows split, then columns), one over more than a block of K, one of a single position (`narrow.rs`), 3×3 read in
+/// place at strides 1 and 2 (tiles straight to the output and through the scratch), an unfolded product of few
+/// weights per channel, several small images unfolded together, weights not packed, and a depthwise convolution
+/// (the last three by a pass after).
+#[test]
+fn residual_in_the_epilogue_gives_the_unfused_bits() {
+    // (input shape, weight shape, strides, pads, group)
+    type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], usize);
+    let cases: [Case<'_>; 10] = [
+        (&[1, 20, 15, 17], &[24, 20, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        (&[1, 16, 9, 11], &[64, 16, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        (&[1, 300, 6, 7], &[12, 300, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        (&[1, 40, 1, 1], &[30, 40, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        (&[1, 8, 19, 37], &[16, 8, 3, 3], &[1, 1], &[1, 1, 1, 1], 1),
+        (&[1, 12, 23, 29], &[24, 12, 3, 3], &[2, 2], &[1, 1, 1, 1], 1),
+        (&[1, 2, 30, 33], &[13, 2, 1, 2], &[1, 1], &[0, 0, 0, 1], 1),
+        (&[3, 4, 5, 6], &[12, 4, 3, 3], &[1, 1], &[0, 0, 0, 0], 1),
+        (&[1, 6, 10, 12], &[5, 6, 3, 3], &[1, 1], &[1, 1, 1, 1], 1),
+        (&[1, 16, 12, 14], &[16, 1, 3, 3], &[1, 1], &[1, 1, 1, 1], 16),
+    ];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (ci, (xs, ws, strides, pads, group)) in cases.into_iter().enumerate() {
+        let s = xs.len() - 2;
+        let dil = vec![1; s];
+        let mut ys = vec![xs[0], ws[0]];
+        for d in 0..s {
+            ys.push((xs[2 + d] + pads[d] + pads[s + d] - ws[2 + d]) / strides[d] + 1);
+        }
+        let x = values(xs.iter().product(), 70 + ci as u64);
+        let w = values(ws.iter().product(), 80 + ci as u64);
+        let b = values(ws[0], 90 + ci as u64);
+        let r = values(ys.iter().product(), 100 + ci as u64);
+        let act = ACTS[ci % ACTS.len()];
+        let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group };
+        let packed = PackedWeights::new(&w, ws, group);
+        for threads in [1, 2] {
+            let run = |post: Post<'_, f32>| {
+                let mut y = vec![f32::NAN; r.len()];
+                pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
+                y
+            };
+            let bare = run(Post { packed: packed.as_ref(), act: Act::None, residual: None });
+            let want: Vec<f32> = bare.iter().zip(&r).map(|(&v, &t)| act.scalar(v + t)).collect();
+            let fused = run(Post { packed: packed.as_ref(), act, residual: Some(&r) });
+            assert_eq!(bits(&fused), bits(&want), "case {ci}, {threads} thread(s), {act:?}");
+        }
     }
 }
