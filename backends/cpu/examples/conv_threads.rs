@@ -63,7 +63,7 @@ fn main() {
         let mut y = vec![0f32; m * o * o];
         let packed = PackedWeights::new(&w, &[m, c, k, k], 1);
         let p = ConvParams { kernel: &[k, k], strides: &[s, s], dilations: &[1, 1], pads: &[pad; 4], group: 1 };
-        let post = Post { packed: packed.as_ref(), act };
+        let post = Post { packed: packed.as_ref(), act, residual: None };
         let mut time = |threads: usize, touch: usize| {
             pool.install(|| {
                 let mut best = f64::MAX;
