@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use stowage_compiler::consts;
 use stowage_compiler::infer::slice_bounds;
 use stowage_compiler::ir::{self, Graph, Op, ValueDef, ValueId};
+use stowage_compiler::lowering::residual::{residual_adds, Residual};
 use stowage_runtime::{DatumType, Tensor};
 
 use crate::error::{CpuError, Result};
@@ -133,10 +134,20 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
             _ => {
                 let step_err = |e| CpuError::Step { node: node.name.clone(), op: node.op.name(), source: Box::new(e) };
                 match (&node.op, gen.relu_after.get(&n)) {
+                    (Op::Conv(c), None) if gen.residual.contains_key(&n) => {
+                        // The residual term is the step's input 3 (`shapes`), its ReLU the epilogue's activation.
+                        let relu = gen.residual[&n].relu.is_some();
+                        let act = if relu { Act::Relu } else { Act::None };
+                        let out = out_shape(graph, &node.outputs, 0);
+                        let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act, true)
+                            .map_err(step_err)?;
+                        (if relu { "Conv+Add+Relu" } else { "Conv+Add" }, k)
+                    }
                     (Op::Conv(c), Some(&r)) => {
                         let out = out_shape(graph, &node.outputs, 0);
                         let act = activation(graph, graph.node(r)).unwrap_or_default();
-                        let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act).map_err(step_err)?;
+                        let k = nn::conv_kernel(graph, c, &node.inputs, out, DatumType::F32, act, false)
+                            .map_err(step_err)?;
                         (conv_step_name(act), k)
                     }
                     (Op::If(b), _) => {
@@ -255,10 +266,17 @@ fn shapes(graph: &Graph, gen: &Generated) -> Vec<Shape> {
         if packed_weights {
             reads[1] = None;
         }
-        let writes = match gen.relu_after.get(&n) {
+        let mut writes = match gen.relu_after.get(&n) {
             Some(&r) => graph.node(r).outputs.clone(),
             None => node.outputs.clone(),
         };
+        // A residual addition in the convolution's epilogue: its term is input 3 (after the bias, or its empty
+        // place), and the step writes the addition's value or its ReLU's.
+        if let Some(r) = gen.residual.get(&n) {
+            reads.resize(3, None);
+            reads.push(Some(r.other));
+            writes = graph.node(r.last()).outputs.clone();
+        }
         shapes.push(Shape { node: n, reads, writes, packed_weights });
     }
     shapes
@@ -302,8 +320,11 @@ pub fn memory_steps(graph: &Graph, options: &LowerOptions) -> Vec<stowage_compil
 struct Generated {
     /// Conv nodes with the activation that runs inside their step ([`activation`]).
     relu_after: HashMap<ir::NodeId, ir::NodeId>,
-    /// Those activations.
+    /// Those activations, and the additions (with their ReLUs) of [`Generated::residual`].
     absorbed: std::collections::HashSet<ir::NodeId>,
+    /// f32 Conv nodes with the residual addition that runs in their step's epilogue
+    /// (`stowage_compiler::lowering::residual`, `kernels/residual.rs`).
+    residual: HashMap<ir::NodeId, Residual>,
     /// Byte strides of the graph inputs held in a caller's layout.
     strided: HashMap<ValueId, Vec<usize>>,
     /// Fused chains by root node.
@@ -329,6 +350,10 @@ fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
             absorbed.extend([sigmoid, mul]);
         }
     }
+    // A residual addition (and its ReLU) that reads an f32 Conv's output alone runs in the Conv's epilogue.
+    let residual =
+        if options.fuse { residual_adds(graph, &absorbed, &[stowage_runtime::DatumType::F32]) } else { HashMap::new() };
+    absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
     let strided: HashMap<ValueId, Vec<usize>> = graph
         .inputs()
         .iter()
@@ -343,7 +368,7 @@ fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
         kernels.extend(graph.order().iter().filter_map(|&n| Some((n, transpose_loops(graph, n, &strided)?))));
     }
     kernels.sort_by_key(|(n, _)| *n);
-    Generated { relu_after, absorbed, strided, planned, kernels }
+    Generated { relu_after, absorbed, residual, strided, planned, kernels }
 }
 
 /// The generated kernels [`lower_with`] would compile for `graph`, in its order, with the node each belongs to:

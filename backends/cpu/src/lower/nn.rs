@@ -208,6 +208,7 @@ pub(super) fn conv_kernel(
     out: Vec<usize>,
     dt: DatumType,
     act: crate::kernels::act::Act,
+    residual: bool,
 ) -> Result<Kernel> {
     let in_shape = |i: usize| inputs.get(i).copied().flatten().map(|v| graph.ty(v).shape.clone()).unwrap_or_default();
     let wide = if matches!(dt, DatumType::F16 | DatumType::BF16) { DatumType::F32 } else { dt };
@@ -227,11 +228,13 @@ pub(super) fn conv_kernel(
             // Packed weights are all the step keeps (the program drops the constant, see `packs_weights`).
             let wt = if packed.is_some() { Cow::Borrowed(&[][..]) } else { floats::<T>(arg(a, 1)?)? };
             let b = a.get(2).copied().flatten().map(floats::<T>).transpose()?;
+            // A residual term of the output's shape, input 3 (`lower/mod.rs`, `shapes`).
+            let r = if residual { Some(floats::<T>(arg(a, 3)?)?) } else { None };
             // Every path of `conv_packed` writes every output element.
             let mut yt = crate::storage::output_for_overwrite(<T as stowage_runtime::Datum>::DATUM_TYPE, &out)?;
             let y = yt.as_slice_mut::<T>()?;
             let p = conv::ConvParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads, group: g };
-            let post = conv::Post { packed: packed.as_ref(), act, residual: None };
+            let post = conv::Post { packed: packed.as_ref(), act, residual: r.as_deref() };
             conv::conv_packed(&x, &xs, &wt, &ws, b.as_deref(), &p, y, &out, cx.threads, post);
             one(yt)
         })
@@ -256,7 +259,7 @@ pub(super) fn kernel(
         }
     }
     let k: Kernel = match op {
-        Op::Conv(c) => return conv_kernel(graph, c, inputs, out, dt, Default::default()),
+        Op::Conv(c) => return conv_kernel(graph, c, inputs, out, dt, Default::default(), false),
         Op::Pool(p) => {
             let xs = in_shape(0);
             let (w, kind, col) = (p.window.clone(), p.kind, p.column_major_indices);
