@@ -1,6 +1,6 @@
 //! Times the direct depthwise kernel on MobileNet-style shapes, one thread:
 //! `cargo run --release -p stowage-cpu --example depthwise_speed`. Each line gives the fastest and the median of
-//! 300 calls.
+//! 300 calls. `SHAPES="c,h,k,s;…"` times other shapes (channels, input height = width, kernel, stride).
 use std::time::Instant;
 
 use stowage_cpu::kernels::act::Act;
@@ -8,7 +8,15 @@ use stowage_cpu::kernels::depthwise::{depthwise, Plane};
 
 fn main() {
     // (channels, input height = width, kernel, stride)
-    let shapes: &[(usize, usize, usize, usize)] = &[
+    let given: Option<Vec<(usize, usize, usize, usize)>> = std::env::var("SHAPES").ok().map(|v| {
+        v.split(';')
+            .map(|s| {
+                let f: Vec<usize> = s.split(',').map(|t| t.trim().parse().expect("SHAPES: c,h,k,s;…")).collect();
+                (f[0], f[1], f[2], f[3])
+            })
+            .collect()
+    });
+    let shapes: &[(usize, usize, usize, usize)] = given.as_deref().unwrap_or(&[
         (32, 112, 3, 2),
         (16, 112, 3, 1),
         (64, 56, 3, 2),
@@ -16,7 +24,7 @@ fn main() {
         (256, 14, 5, 1),
         (256, 14, 5, 2),
         (512, 7, 5, 1),
-    ];
+    ]);
     for &(c, h, k, s) in shapes {
         let pad = k / 2;
         let o = (h + 2 * pad - k) / s + 1;

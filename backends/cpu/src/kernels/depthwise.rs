@@ -144,10 +144,23 @@ fn phases<T: Float>(x: &[T], p: &Plane, span: usize, out: &mut Vec<T>, padded: &
     padded.resize(sw * len, T::ZERO);
     let start = p.pad.1.min(sw * len);
     let n = p.iw.min(sw * len - start);
+    #[cfg(target_arch = "x86_64")]
+    let wide = std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::sgemm512::available();
     for (iy, row) in x.chunks(p.iw).enumerate() {
         let dst = &mut out[iy * sw * len..][..sw * len];
         if sw == 1 {
             dst[start..start + n].copy_from_slice(&row[..n]);
+            continue;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if sw == 2 && wide {
+            // SAFETY: `T` is f32 (its TypeId, compared for `wide`), so these are the same slices retyped; AVX-512F
+            // is available (checked with it).
+            unsafe {
+                let row = &*(&row[..n] as *const [T] as *const [f32]);
+                let dst = &mut *(dst as *mut [T] as *mut [f32]);
+                split2_avx512(row, start, dst, len);
+            }
             continue;
         }
         padded[start..start + n].copy_from_slice(&row[..n]);
@@ -185,6 +198,40 @@ fn split<T: Float, const S: usize>(padded: &[T], dst: &mut [T], len: usize) {
         for (d, c) in phase.iter_mut().zip(cols) {
             *d = c[r];
         }
+    }
+}
+
+/// The two phases of an f32 row at stride 2 (`dst[r·len + j]` = padded column `2j + r`, the row starting at padded
+/// column `start`, zeros outside it), read from the row itself by two-source permutes, 32 columns at a time. Copied
+/// into a padded row first and split element by element, a 32-channel 3×3 stride-2 layer at 112² spent half its
+/// time here, its loads waiting on the copy's stores (`examples/depthwise_speed`, `perf annotate`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn split2_avx512(row: &[f32], start: usize, dst: &mut [f32], len: usize) {
+    use std::arch::x86_64::*;
+    let (even, odd) = dst[..2 * len].split_at_mut(len);
+    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    // Padded column c is row[c − start] for start ≤ c < start + row.len(), else 0.
+    let at = |c: usize| c.checked_sub(start).and_then(|i| row.get(i)).copied().unwrap_or(0.0);
+    // Whole vectors where all 32 columns 2j .. 2j + 32 lie inside the row.
+    let mut j = start.div_ceil(2);
+    for k in 0..j.min(len) {
+        (even[k], odd[k]) = (at(2 * k), at(2 * k + 1));
+    }
+    while j + 16 <= len && 2 * j + 32 <= start + row.len() {
+        let src = &row[2 * j - start..2 * j - start + 32];
+        let (e, o) = (&mut even[j..j + 16], &mut odd[j..j + 16]);
+        // SAFETY: `src` holds 32 floats, `e` and `o` 16 each (bounds-checked slices).
+        unsafe {
+            let (a, b) = (_mm512_loadu_ps(src.as_ptr()), _mm512_loadu_ps(src.as_ptr().add(16)));
+            _mm512_storeu_ps(e.as_mut_ptr(), _mm512_permutex2var_ps(a, evens, b));
+            _mm512_storeu_ps(o.as_mut_ptr(), _mm512_permutex2var_ps(a, odds, b));
+        }
+        j += 16;
+    }
+    for k in j..len {
+        (even[k], odd[k]) = (at(2 * k), at(2 * k + 1));
     }
 }
 

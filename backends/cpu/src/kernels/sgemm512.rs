@@ -554,7 +554,7 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
             let (mut v0, mut v1) = (row[0], row[1]);
             if accumulate {
                 v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, p), v0);
-                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.add(16)), v1);
+                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, p.wrapping_add(16)), v1);
             }
             if let Some(bias) = epi.bias {
                 let bi = _mm512_set1_ps(*bias.add(i));
@@ -563,8 +563,10 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
             }
             // The term's tile has the destination's shape and stride (`micro` checked it), lanes masked alike.
             if let Some(t) = epi.term {
-                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, t.add(i * ldc)));
-                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, t.add(i * ldc + 16)));
+                // `wrapping_add`: in an edge tile's last row the second half may begin past the term, its lanes
+                // all masked off.
+                v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, t.wrapping_add(i * ldc)));
+                v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, t.wrapping_add(i * ldc + 16)));
             }
             v0 = epi.act.avx512(v0);
             v1 = epi.act.avx512(v1);
@@ -573,7 +575,7 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
                 _mm512_storeu_ps(p.add(16), v1);
             } else {
                 _mm512_mask_storeu_ps(p, m0, v0);
-                _mm512_mask_storeu_ps(p.add(16), m1, v1);
+                _mm512_mask_storeu_ps(p.wrapping_add(16), m1, v1);
             }
         }
     }

@@ -76,8 +76,9 @@ fn a_silu_after_a_conv_runs_in_its_step_and_gives_the_chains_bits() {
 }
 
 /// A ResNet block's end: `Relu(Add(Conv₂(Relu(Conv₁(x))), x))`, 16 channels of 9 × 9 (weights packed), the
-/// addition's operands in the order `swap` says; with `extra`, the addition's value is a graph output too.
-fn residual_block(swap: bool, extra: bool) -> Graph {
+/// addition's operands in the order `swap` says; with `extra`, the addition's value is a graph output too; with
+/// `bias`, Conv₂ has one (without, the term takes the place after an empty one).
+fn residual_block(swap: bool, extra: bool, bias: bool) -> Graph {
     let f32ty = |s: Vec<usize>| ValueType::new(DatumType::F32, s);
     let shape = vec![1, 16, 9, 9];
     let mut g = Graph::new("residual");
@@ -90,20 +91,20 @@ fn residual_block(swap: bool, extra: bool) -> Graph {
         auto_pad: AutoPad::NotSet,
         ceil_mode: false,
     };
-    let conv = |g: &mut Graph, name: &str, input, k: usize| {
+    let conv = |g: &mut Graph, name: &str, input, k: usize, bias: bool| {
         let wv: Vec<f32> = (0..16 * 16 * k * k).map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.02).collect();
         let w = g.add_const(format!("{name}.w"), Tensor::from_slice(&[16, 16, k, k], &wv).unwrap());
         let bv: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.8).collect();
         let b = g.add_const(format!("{name}.b"), Tensor::from_slice(&[16], &bv).unwrap());
         let op = Op::Conv(Conv { window: window(k), group: 1 });
-        let n =
-            g.add_node(name, op, vec![Some(input), Some(w), Some(b)], vec![Some((name.into(), f32ty(shape.clone())))]);
+        let inputs = if bias { vec![Some(input), Some(w), Some(b)] } else { vec![Some(input), Some(w)] };
+        let n = g.add_node(name, op, inputs, vec![Some((name.into(), f32ty(shape.clone())))]);
         g.node(n).outputs[0].unwrap()
     };
-    let c1 = conv(&mut g, "c1", x, 3);
+    let c1 = conv(&mut g, "c1", x, 3, true);
     let r1 = g.add_node("r1", Op::Unary(Unary::Relu), vec![Some(c1)], vec![Some(("r1".into(), f32ty(shape.clone())))]);
     let r1 = g.node(r1).outputs[0].unwrap();
-    let c2 = conv(&mut g, "c2", r1, 1);
+    let c2 = conv(&mut g, "c2", r1, 1, bias);
     let operands = if swap { vec![Some(x), Some(c2)] } else { vec![Some(c2), Some(x)] };
     let add = g.add_node("add", Op::Binary(Binary::Add), operands, vec![Some(("a".into(), f32ty(shape.clone())))]);
     let a = g.node(add).outputs[0].unwrap();
@@ -121,12 +122,13 @@ fn a_residual_add_runs_in_the_convolutions_step_and_gives_the_unfused_bits() {
     let xv: Vec<f32> = (0..16 * 81).map(|i| ((i * 13 % 29) as f32 - 14.0) * 0.1).collect();
     let x = || vec![Tensor::from_slice(&[1, 16, 9, 9], &xv).unwrap()];
     let bits = |t: &Tensor<'_>| t.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-    for (swap, extra, want_ops) in [
-        (false, false, &["Conv+Relu", "Conv+Add+Relu"][..]),
-        (true, false, &["Conv+Relu", "Conv+Add+Relu"][..]),
-        (false, true, &["Conv+Relu", "Conv+Add", "Fused"][..]),
+    for (swap, extra, bias, want_ops) in [
+        (false, false, true, &["Conv+Relu", "Conv+Add+Relu"][..]),
+        (true, false, true, &["Conv+Relu", "Conv+Add+Relu"][..]),
+        (false, true, true, &["Conv+Relu", "Conv+Add", "Fused"][..]),
+        (true, false, false, &["Conv+Relu", "Conv+Add+Relu"][..]),
     ] {
-        let g = residual_block(swap, extra);
+        let g = residual_block(swap, extra, bias);
         let apart = super::lower_with(&g, &super::LowerOptions { fuse: false, ..Default::default() }).expect("lowers");
         let want = apart.run(x()).expect("runs").outputs;
         for threads in [1, 2] {

@@ -316,7 +316,6 @@ fn translate<'g>(
         matches!(node.op, Op::Unary(ir::Unary::Relu))
     });
     let mut absorbed: HashSet<ir::NodeId> = relu_after.values().copied().collect();
-    let floats = [DatumType::F32, DatumType::F16, DatumType::BF16];
     let residual = stowage_compiler::lowering::residual::residual_adds(graph, &absorbed, &floats);
     absorbed.extend(residual.values().flat_map(|r| std::iter::once(r.add).chain(r.relu)));
     let transposed = prologue::transposed_operands(graph, &absorbed);

@@ -192,6 +192,25 @@ fn conv_matches_direct() {
             pads: vec![0, 1, 0, 2],
             group: 2,
         },
+        // Column stride 2 over rows wide enough for the phases' 32-column permutes (`split2_avx512`), with begin
+        // padding 0, 1 and 3 (a channel multiplier of 2 keeps them on `depthwise.rs`, not the lanes kernel).
+        Case {
+            xs: vec![1, 2, 9, 77],
+            ws: vec![4, 1, 3, 3],
+            strides: vec![2, 2],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 2],
+            group: 2,
+        },
+        Case {
+            xs: vec![1, 2, 5, 100],
+            ws: vec![4, 1, 3, 5],
+            strides: vec![1, 2],
+            dil: vec![1, 1],
+            pads: vec![0, 3, 1, 0],
+            group: 2,
+        },
+        Case { xs: vec![1, 2, 70], ws: vec![4, 1, 3], strides: vec![2], dil: vec![1], pads: vec![0, 1], group: 2 },
         // One input channel read by many outputs through a long window (an STFT's filters): a product, not the
         // direct kernel.
         Case { xs: vec![1, 1, 600], ws: vec![20, 1, 64], strides: vec![32], dil: vec![1], pads: vec![0, 0], group: 1 },
@@ -446,7 +465,8 @@ fn packed_products_split_by_columns_write_in_place() {
 
 /// A residual term in the epilogue (`residual.rs`, rule 3): every path of `conv_packed` gives the bits of the bare
 /// convolution followed by the addition and the activation, on one thread and two. Paths: a pointwise product
-/// (rows split, then columns), one over more than a block of K, one of a single position (`narrow.rs`), 3×3 read in
+/// (rows split, then columns; bands of rows over several blocks of K; two images; two groups), one over more than
+/// a block of K, one of a single position (`narrow.rs`), 3×3 read in
 /// place at strides 1 and 2 (tiles straight to the output and through the scratch), an unfolded product of few
 /// weights per channel, several small images unfolded together, weights not packed, and a depthwise convolution
 /// (the last three by a pass after).
@@ -454,8 +474,13 @@ fn packed_products_split_by_columns_write_in_place() {
 fn residual_in_the_epilogue_gives_the_unfused_bits() {
     // (input shape, weight shape, strides, pads, group)
     type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], usize);
-    let cases: [Case<'_>; 10] = [
+    let cases: [Case<'_>; 13] = [
         (&[1, 20, 15, 17], &[24, 20, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        // ResNet-50's last block ends: 120 rows in two bands on two threads, three blocks of K run rows outermost.
+        (&[1, 600, 7, 7], &[120, 600, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        // Two images, and two groups of packed weights: blocks that do not start at the output's first element.
+        (&[2, 16, 9, 11], &[24, 16, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
+        (&[1, 32, 8, 10], &[24, 16, 3, 3], &[1, 1], &[1, 1, 1, 1], 2),
         (&[1, 16, 9, 11], &[64, 16, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
         (&[1, 300, 6, 7], &[12, 300, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
         (&[1, 40, 1, 1], &[30, 40, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
