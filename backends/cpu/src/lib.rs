@@ -1,6 +1,7 @@
 //! stowage's CPU backend: kernels for every op of the IR on packed row-major host tensors, and (feature
 //! `compile`) the lowering of a compiled graph to a [`Program`] that runs them.
 
+mod affinity;
 pub mod arena;
 #[cfg(feature = "compile")]
 pub mod driver;

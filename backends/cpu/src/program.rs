@@ -182,8 +182,13 @@ impl Program {
         let pool = match self.pool.get() {
             Some(pool) => pool,
             None => {
+                // Each worker on a CPU of its own (`affinity.rs`).
+                let (threads, first) = (self.threads, crate::affinity::reserve(self.threads));
                 let built = rayon::ThreadPoolBuilder::new()
-                    .num_threads(self.threads)
+                    .num_threads(threads)
+                    .start_handler(move |index| {
+                        crate::affinity::pin(first + index, threads);
+                    })
                     .build()
                     .map_err(|e| CpuError::NotImplemented(format!("cannot start {} threads: {e}", self.threads)))?;
                 self.pool.get_or_init(|| built)
