@@ -474,6 +474,20 @@ pub fn max_pool_f32(
     let (kh, kw) = (p.kernel[0], p.kernel[1]);
     let (sh, sw) = if p.strides.is_empty() { (1, 1) } else { (p.strides[0], p.strides[1]) };
     let (pt, pl) = if p.pads.is_empty() { (0, 0) } else { (p.pads[0], p.pads[1]) };
+    // Stride 1 with the input's size: whole-plane passes (`pool_same.rs`).
+    if (sh, sw) == (1, 1) && super::pool_same::takes((h, w), (oh, ow), (kh, kw), (pt, pl)) {
+        let plane = |scratch: &mut Vec<f32>, (xc, yc): (&[f32], &mut [f32])| {
+            super::pool_same::same_plane(xc, (h, w), (kh, kw), (pt, pl), yc, scratch)
+        };
+        if threads > 1 && planes >= 2 * threads {
+            use rayon::prelude::*;
+            x.par_chunks(h * w).zip(y.par_chunks_mut(h * w)).for_each_init(Vec::new, plane);
+        } else {
+            let mut scratch = Vec::new();
+            x.chunks(h * w).zip(y.chunks_mut(h * w)).for_each(|c| plane(&mut scratch, c));
+        }
+        return;
+    }
     let cols: Vec<(usize, usize)> = (0..ow)
         .map(|j| {
             let left = (j * sw) as isize - pl as isize;
