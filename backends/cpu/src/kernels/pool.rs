@@ -476,9 +476,9 @@ pub fn max_pool_f32(
     let (pt, pl) = if p.pads.is_empty() { (0, 0) } else { (p.pads[0], p.pads[1]) };
     // Stride 1 with the input's size: whole-plane passes (`pool_same.rs`).
     if (sh, sw) == (1, 1) && super::pool_same::takes((h, w), (oh, ow), (kh, kw), (pt, pl)) {
-        let plane = |scratch: &mut Vec<f32>, (xc, yc): (&[f32], &mut [f32])| {
-            super::pool_same::same_plane(xc, (h, w), (kh, kw), (pt, pl), yc, scratch)
-        };
+        let g = super::pool_same::Same { hw: (h, w), k: (kh, kw), pad: (pt, pl) };
+        let plane =
+            |scratch: &mut Vec<f32>, (xc, yc): (&[f32], &mut [f32])| super::pool_same::same_plane(xc, g, yc, scratch);
         if threads > 1 && planes >= 2 * threads {
             use rayon::prelude::*;
             x.par_chunks(h * w).zip(y.par_chunks_mut(h * w)).for_each_init(Vec::new, plane);

@@ -29,34 +29,31 @@ pub fn takes(
     kh > 0 && kw > 0 && pt < kh && pl < kw && oh == h && ow == w && h > 0 && w > 0
 }
 
+/// A plane's geometry: its size, the kernel, the begin padding (each as rows, columns).
+#[derive(Clone, Copy, Debug)]
+pub struct Same {
+    /// Height and width of the plane (input and output).
+    pub hw: (usize, usize),
+    /// Kernel height and width.
+    pub k: (usize, usize),
+    /// Begin padding (rows, columns); the end padding is the rest of the window.
+    pub pad: (usize, usize),
+}
+
 /// One plane (`x` and `y` of `h·w`), `scratch` reused across planes (rules 1–3).
-pub fn same_plane(
-    x: &[f32],
-    (h, w): (usize, usize),
-    (kh, kw): (usize, usize),
-    (pt, pl): (usize, usize),
-    y: &mut [f32],
-    scratch: &mut Vec<f32>,
-) {
+pub fn same_plane(x: &[f32], g: Same, y: &mut [f32], scratch: &mut Vec<f32>) {
     #[cfg(target_arch = "x86_64")]
     if super::sgemm512::available() {
         // SAFETY: AVX-512F is available (checked just above).
-        return unsafe { same_plane_avx512(x, (h, w), (kh, kw), (pt, pl), y, scratch) };
+        return unsafe { same_plane_avx512(x, g, y, scratch) };
     }
-    same_plane_body(x, (h, w), (kh, kw), (pt, pl), y, scratch);
+    same_plane_body(x, g, y, scratch);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn same_plane_avx512(
-    x: &[f32],
-    hw: (usize, usize),
-    k: (usize, usize),
-    pad: (usize, usize),
-    y: &mut [f32],
-    scratch: &mut Vec<f32>,
-) {
-    same_plane_body(x, hw, k, pad, y, scratch);
+fn same_plane_avx512(x: &[f32], g: Same, y: &mut [f32], scratch: &mut Vec<f32>) {
+    same_plane_body(x, g, y, scratch);
 }
 
 #[inline(always)]
@@ -67,14 +64,8 @@ fn max_into(dst: &mut [f32], src: &[f32]) {
 }
 
 #[inline(always)]
-fn same_plane_body(
-    x: &[f32],
-    (h, w): (usize, usize),
-    (kh, kw): (usize, usize),
-    (pt, pl): (usize, usize),
-    y: &mut [f32],
-    scratch: &mut Vec<f32>,
-) {
+fn same_plane_body(x: &[f32], g: Same, y: &mut [f32], scratch: &mut Vec<f32>) {
+    let Same { hw: (h, w), k: (kh, kw), pad: (pt, pl) } = g;
     let n = h * w;
     let (x, y) = (&x[..n], &mut y[..n]);
     // Rule 1, the window's rows: rows i − pt ..= i + (kh − 1 − pt).
@@ -133,7 +124,7 @@ mod tests {
             let mut got = vec![0f32; x.len()];
             let mut scratch = Vec::new();
             for (xc, yc) in x.chunks(h * w).zip(got.chunks_mut(h * w)) {
-                super::same_plane(xc, (h, w), (kh, kw), (pt, pl), yc, &mut scratch);
+                super::same_plane(xc, super::Same { hw: (h, w), k: (kh, kw), pad: (pt, pl) }, yc, &mut scratch);
             }
             for (i, (g, w_)) in got.iter().zip(&want).enumerate() {
                 assert!(
