@@ -17,7 +17,7 @@
 //!    is inside the buffer ([`Planes::new`] sizes it, [`conv2d`] asserts it).
 //! 4. **Whole K in registers.** A tile of 12 output channels × 32 virtual columns accumulates the whole inner
 //!    dimension (every block of the packed weights) in 24 `zmm` registers, then is written once: bias added,
-//!    ReLU applied, each run of valid columns to its output row ([`segments`]). No partial sums go through
+//!    ReLU applied, each run of valid columns to its place in the output ([`segments`]). No partial sums go through
 //!    memory.
 //! 5. **Threads split the tiles.** Tiles write disjoint outputs (rule 2 maps virtual columns one to one onto
 //!    output positions), so contiguous ranges of tiles run on separate threads with no copy after; with fewer
@@ -204,7 +204,9 @@ fn strided_copy(out: &mut [f32], row: &[f32], start: usize, step: usize) {
 }
 
 /// The runs of valid columns of the tile starting at virtual column `p0` (rule 3), as (first column in the
-/// tile, output position, length), into `out`.
+/// tile, output position, length), into `out`. Runs adjacent both in the tile and in the output are one run: with
+/// no dropped columns (`W' = Ow`: a 1×1 kernel of stride 2, a 1-D convolution) a whole tile is one run across
+/// output rows, stored straight from registers.
 fn segments(p0: usize, end: usize, width: usize, ow: usize, out: &mut Vec<(usize, usize, usize)>) {
     out.clear();
     let mut t = 0;
@@ -216,7 +218,10 @@ fn segments(p0: usize, end: usize, width: usize, ow: usize, out: &mut Vec<(usize
             continue;
         }
         let len = (ow - x).min(NR - t).min(end - p);
-        out.push((t, y * ow + x, len));
+        match out.last_mut() {
+            Some((s, at, n)) if *s + *n == t && *at + *n == y * ow + x => *n += len,
+            _ => out.push((t, y * ow + x, len)),
+        }
         t += len;
     }
 }
@@ -320,7 +325,7 @@ pub fn conv2d(
                     unsafe { product(rows, w, q, &planes, *p0, through, Dest::Tile(&mut tile)) };
                     for (i, vals) in tile.iter().enumerate().take(rows) {
                         for &(s, at, len) in runs {
-                            // SAFETY: `q·12 + i < m` and `at + len ≤ n` (segments lie inside the output rows), so
+                            // SAFETY: `q·12 + i < m` and `at + len ≤ n` (runs lie inside the output plane), so
                             // the range is inside `y`; tiles are disjoint (rule 5), so no other thread writes it.
                             let dst = unsafe { std::slice::from_raw_parts_mut(out.at((q * MR + i) * n + at), len) };
                             let vals = &vals[s..s + len];
@@ -503,7 +508,7 @@ unsafe fn tile_avx512<const R: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::{conv2d, Act, Plane};
+    use super::{conv2d, segments, Act, Plane};
     use crate::kernels::sgemm512::PackedA;
 
     fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -564,6 +569,8 @@ mod tests {
             (600, 12, geo((20, 30), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))),
             (8, 13, geo((9, 9), (2, 2), (2, 2), (1, 1), (0, 0, 1, 1))),
             (4, 12, geo((6, 3), (5, 3), (1, 1), (1, 1), (2, 1, 2, 1))),
+            // 1×1 of stride 2: no dropped columns, tiles span output rows as one run.
+            (40, 24, geo((14, 18), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0))),
         ];
         for (case, &(cg, m, g)) in cases.iter().enumerate() {
             let x = values(cg * g.ih * g.iw, case);
@@ -595,5 +602,18 @@ mod tests {
         let mut y = vec![0f32; 12 * 16];
         conv2d(&x, 4, &g, &packed, None, Act::Relu, None, &mut y, 1);
         assert!(y[0].is_nan() && y[15].is_finite(), "the taps reading x[5] give NaN, the others not");
+    }
+
+    #[test]
+    fn runs_join_where_the_output_is_contiguous() {
+        let mut runs = Vec::new();
+        // W' = Ow = 7: the tile at 28 covers rows 4 (from its column 0) and 5 (to its column 13), one run.
+        segments(28, 49, 7, 7, &mut runs);
+        assert_eq!(runs, [(0, 28, 21)]);
+        segments(0, 49, 7, 7, &mut runs);
+        assert_eq!(runs, [(0, 0, 32)]);
+        // W' = 9 over Ow = 7: each row's two dropped columns split the runs.
+        segments(0, 63, 9, 7, &mut runs);
+        assert_eq!(runs, [(0, 0, 7), (9, 7, 7), (18, 14, 7), (27, 21, 5)]);
     }
 }

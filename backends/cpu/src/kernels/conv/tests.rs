@@ -474,7 +474,7 @@ fn packed_products_split_by_columns_write_in_place() {
 fn residual_in_the_epilogue_gives_the_unfused_bits() {
     // (input shape, weight shape, strides, pads, group)
     type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], usize);
-    let cases: [Case<'_>; 13] = [
+    let cases: [Case<'_>; 14] = [
         (&[1, 20, 15, 17], &[24, 20, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
         // ResNet-50's last block ends: 120 rows in two bands on two threads, three blocks of K run rows outermost.
         (&[1, 600, 7, 7], &[120, 600, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
@@ -490,6 +490,8 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         (&[3, 4, 5, 6], &[12, 4, 3, 3], &[1, 1], &[0, 0, 0, 0], 1),
         (&[1, 6, 10, 12], &[5, 6, 3, 3], &[1, 1], &[1, 1, 1, 1], 1),
         (&[1, 16, 12, 14], &[16, 1, 3, 3], &[1, 1], &[1, 1, 1, 1], 16),
+        // A 1×1 stride-2 projection (ResNet's shortcuts): no dropped columns, tiles stored across output rows.
+        (&[1, 24, 22, 18], &[36, 24, 1, 1], &[2, 2], &[0, 0, 0, 0], 1),
     ];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
