@@ -21,6 +21,7 @@ pub mod narrow;
 pub mod norm;
 pub mod pool;
 pub mod pool_same;
+pub mod pool_strided;
 pub mod recurrent;
 pub mod reduce;
 pub mod residual;

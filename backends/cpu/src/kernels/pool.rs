@@ -488,19 +488,25 @@ pub fn max_pool_f32(
         }
         return;
     }
+    // Column stride 1 or 2, every window over the input: a band of rows of a plane per call (`pool_strided.rs`).
+    let g = super::pool_strided::Strided { hw: (h, w), out: (oh, ow), k: (kh, kw), stride: (sh, sw), pad: (pt, pl) };
+    if g.takes() {
+        let rows = |c: usize, i0: usize, yc: &mut [f32], v: &mut Vec<f32>| {
+            super::pool_strided::rows(&x[c * h * w..(c + 1) * h * w], g, i0, yc, v)
+        };
+        return in_bands(y, (planes, oh, ow), threads, &rows);
+    }
     let cols: Vec<(usize, usize)> = (0..ow)
         .map(|j| {
             let left = (j * sw) as isize - pl as isize;
             (left.max(0) as usize, ((left + kw as isize).max(0) as usize).min(w))
         })
         .collect();
-    // Separable: the max over the window's rows into one row (a vectorisable pass), then over each window's
-    // columns of that row.
-    // Output rows i0.. of channel c into `yc` (whole rows).
-    let plane = |c: usize, i0: usize, yc: &mut [f32]| {
+    // Separable: the max over the window's rows into one row, then over each window's columns of that row.
+    // Output rows i0.. of channel c into `yc` (whole rows), through `col_max`, a row.
+    let plane = |c: usize, i0: usize, yc: &mut [f32], col_max: &mut Vec<f32>| {
         let xc = &x[c * h * w..(c + 1) * h * w];
-        // Room past the row for the vector pass's whole-register loads (their extra lanes are not stored).
-        let mut col_max = vec![f32::NAN; w + 2 * ROW_PASS_LANES];
+        col_max.resize(w, 0.0);
         for (i, out) in (i0..).zip(yc.chunks_exact_mut(ow)) {
             let top = (i * sh) as isize - pt as isize;
             let (h0, h1) = (top.max(0) as usize, ((top + kh as isize).max(0) as usize).min(h));
@@ -508,62 +514,40 @@ pub fn max_pool_f32(
                 out.fill(0.0);
                 continue;
             }
-            col_max[..w].copy_from_slice(&xc[h0 * w..(h0 + 1) * w]);
+            col_max.copy_from_slice(&xc[h0 * w..(h0 + 1) * w]);
             for r in h0 + 1..h1 {
-                max_into(&mut col_max[..w], &xc[r * w..(r + 1) * w]);
+                max_into(col_max, &xc[r * w..(r + 1) * w]);
             }
-            // Windows wholly inside the row at stride 1 or 2, 16 at a time where the CPU has AVX-512F; the rest
-            // (windows over the padding, other strides) through the window table.
-            // Windows j with j·sw − pl ≥ 0 and j·sw − pl + kw ≤ w (none when the kernel is wider than the row).
-            let inside_lo = pl.div_ceil(sw).min(ow);
-            let inside_hi = (w + pl).checked_sub(kw).map_or(0, |v| v / sw + 1).min(ow);
-            if inside_lo < inside_hi
-                && row_pass(&col_max, (inside_lo * sw - pl, kw, sw), &mut out[inside_lo..inside_hi])
-            {
-                for j in (0..inside_lo).chain(inside_hi..ow) {
-                    let (w0, w1) = cols[j];
-                    out[j] = match &col_max[w0..w1.max(w0)] {
-                        [] => 0.0,
-                        window => window.iter().fold(f32::NAN, |m, &v| m.max(v)),
-                    };
-                }
-                continue;
-            }
-            // Windows of 3 at stride 2 wholly inside the row (SqueezeNet's pools), as pairs of even and odd
-            // elements so that the loop vectorises; the rest through the window table.
-            let mut j0 = 0;
-            let j1 = ow.min(w.saturating_sub(1) / 2);
-            if kw == 3 && sw == 2 && pl == 0 && j1 > 0 {
-                let (pairs, rest) = col_max[..2 * j1].as_chunks::<2>();
-                debug_assert!(rest.is_empty());
-                let next = &col_max[2..2 * j1 + 1];
-                for ((o, pair), third) in out[..j1].iter_mut().zip(pairs).zip(next.iter().step_by(2)) {
-                    *o = pair[0].max(pair[1]).max(*third);
-                }
-                j0 = j1;
-            }
-            for (o, &(w0, w1)) in out.iter_mut().zip(&cols).skip(j0).take(ow - j0.min(ow)) {
+            for (o, &(w0, w1)) in out.iter_mut().zip(&cols) {
                 *o = match &col_max[w0..w1.max(w0)] {
                     [] => 0.0,
-                    [a, b] => a.max(*b),
-                    [a, b, c] => a.max(*b).max(*c),
                     window => window.iter().fold(f32::NAN, |m, &v| m.max(v)),
                 };
             }
         }
     };
+    in_bands(y, (planes, oh, ow), threads, &plane)
+}
+
+/// Output rows `i0 ..` of plane `c` into whole rows, with a scratch vector reused across calls.
+type PlaneRows<'a> = dyn Fn(usize, usize, &mut [f32], &mut Vec<f32>) + Sync + 'a;
+
+/// Runs `plane(c, i0, rows, scratch)` over every plane `c` of `y` (`planes` of `oh × ow`), in bands of output rows
+/// on threads when `threads > 1`: each thread takes the same band of output rows of every plane, as the
+/// convolutions around split their output positions (`cols.rs`), so that what a thread reads is mostly what it
+/// wrote, in its own core's cache.
+fn in_bands(y: &mut [f32], (planes, oh, ow): (usize, usize, usize), threads: usize, plane: &PlaneRows<'_>) {
     if threads > 1 && oh >= threads {
-        // Each thread takes the same band of output rows of every channel, as the convolutions around split their
-        // output positions (`cols.rs`): what a thread reads is mostly what it wrote, in its own core's cache.
         use rayon::prelude::*;
         let per = oh.div_ceil(threads) * ow;
         let bands = super::cols::Cols::whole(y, planes, oh * ow, oh * ow).split(per);
         bands.into_par_iter().for_each(|mut band| {
-            let i0 = band.first_column() / ow;
-            (0..planes).for_each(|c| plane(c, i0, band.row(c)));
+            let (i0, mut scratch) = (band.first_column() / ow, Vec::new());
+            (0..planes).for_each(|c| plane(c, i0, band.row(c), &mut scratch));
         });
     } else {
-        y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, 0, yc));
+        let mut scratch = Vec::new();
+        y.chunks_mut(oh * ow).enumerate().for_each(|(c, yc)| plane(c, 0, yc, &mut scratch));
     }
 }
 
@@ -586,59 +570,6 @@ fn max_into(dst: &mut [f32], src: &[f32]) {
 fn max_into_avx512(dst: &mut [f32], src: &[f32]) {
     for (m, &v) in dst.iter_mut().zip(src) {
         *m = m.max(v);
-    }
-}
-
-/// Lanes of one AVX-512 register of f32.
-const ROW_PASS_LANES: usize = 16;
-
-/// `out[j] = max(row[start + j·stride + t] for t < k)` (NaN losing to numbers, as `f32::max`) for windows that lie
-/// inside the row, with stride 1 or 2, where the CPU has AVX-512F; `row` must hold 32 elements past the last
-/// window (asserted). Returns false, doing nothing, elsewhere.
-fn row_pass(row: &[f32], (start, k, stride): (usize, usize, usize), out: &mut [f32]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if (stride == 1 || stride == 2) && k > 0 && std::arch::is_x86_feature_detected!("avx512f") {
-        // The last group of 16 windows starts at `j0`; its loads end `16·stride` floats after its last tap.
-        let j0 = out.len().saturating_sub(1) / ROW_PASS_LANES * ROW_PASS_LANES;
-        let reach = start + j0 * stride + k - 1 + ROW_PASS_LANES * stride;
-        assert!(reach <= row.len(), "max pool: a row of {} for loads to {reach}", row.len());
-        // SAFETY: AVX-512F was detected; every load reads 16 floats below `reach ≤ row.len()` (asserted) and
-        // stores are masked to `out`'s length.
-        unsafe { row_pass_avx512(row, start, k, stride, out) };
-        return true;
-    }
-    let _ = (row, start, k, stride, out);
-    false
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn row_pass_avx512(row: &[f32], start: usize, k: usize, stride: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let p = row.as_ptr();
-    for j in (0..out.len()).step_by(ROW_PASS_LANES) {
-        let base = start + j * stride;
-        let mut m = _mm512_set1_ps(f32::NAN);
-        for t in 0..k {
-            // SAFETY: `row_pass` asserted that the loads of the last group, 16·stride floats from its last tap, end
-            // inside `row`; earlier groups end before.
-            let v = unsafe {
-                if stride == 1 {
-                    _mm512_loadu_ps(p.add(base + t))
-                } else {
-                    let (lo, hi) = (_mm512_loadu_ps(p.add(base + t)), _mm512_loadu_ps(p.add(base + t + 16)));
-                    _mm512_permutex2var_ps(lo, evens, hi)
-                }
-            };
-            // f32::max: the larger, or the one that is not NaN. `max_ps` gives its second operand when either is
-            // NaN: `v` when `m` is (the first tap), and lanes where `v` is NaN keep `m`.
-            let larger = _mm512_max_ps(m, v);
-            m = _mm512_mask_mov_ps(larger, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v), m);
-        }
-        let lanes = (out.len() - j).min(ROW_PASS_LANES);
-        // SAFETY: the mask keeps the store inside `out`.
-        unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(j), ((1u32 << lanes) - 1) as u16, m) };
     }
 }
 
@@ -684,174 +615,4 @@ fn average_pool_2d_inside<T: Float>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_f32_fast_path_matches_the_general_max_pool() {
-        // (H, W, kernel, stride, pads [top, left, bottom, right]): SqueezeNet's 3/2, ceil-mode-like windows past the
-        // edge, padding, windows of 2 and 5.
-        let cases: [(usize, usize, usize, usize, [usize; 4]); 8] = [
-            (111, 111, 3, 2, [0, 0, 0, 0]),
-            (14, 13, 3, 2, [0, 0, 1, 1]),
-            (9, 10, 3, 2, [1, 1, 1, 1]),
-            (8, 8, 2, 2, [0, 0, 0, 0]),
-            (12, 11, 5, 3, [2, 1, 2, 2]),
-            (7, 7, 3, 1, [1, 1, 1, 1]),
-            // Kernels wider than the row: no window lies inside it.
-            (1, 1, 3, 2, [0, 0, 2, 2]),
-            (2, 2, 4, 2, [0, 0, 2, 2]),
-        ];
-        for (h, w, k, st, pads) in cases {
-            let oh = (h + pads[0] + pads[2] - k) / st + 1;
-            let ow = (w + pads[1] + pads[3] - k) / st + 1;
-            let mut x: Vec<f32> = (0..2 * h * w).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25).collect();
-            // NaN in a few places, a whole first row of the second plane among them: NaN loses to numbers.
-            for i in (0..x.len()).step_by(29).chain(h * w..h * w + w) {
-                x[i] = f32::NAN;
-            }
-            let p = PoolParams { kernel: &[k, k], strides: &[st, st], dilations: &[1, 1], pads: &pads };
-            let (xs, ys) = ([1, 2, h, w], [1, 2, oh, ow]);
-            let mut want = vec![0.0; 2 * oh * ow];
-            max_pool(&x, &xs, &p, &mut want, &ys, None, false, 1);
-            for threads in [1, 2] {
-                let mut got = vec![f32::NAN; want.len()];
-                max_pool_f32(&x, &xs, &p, &mut got, &ys, threads);
-                let same = got.iter().zip(&want).all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
-                assert!(same, "{h}x{w} kernel {k} stride {st} pads {pads:?}, {threads} threads");
-            }
-        }
-    }
-
-    #[test]
-    fn max_pool_ceil_mode_with_indices() {
-        // 1×1×4×4, kernel 3, stride 2, ceil_mode: 2×2 output, last windows run past the input.
-        let x: Vec<f32> = (1..=16).map(|v| v as f32).collect();
-        let p = PoolParams { kernel: &[3, 3], strides: &[2, 2], dilations: &[1, 1], pads: &[0, 0, 0, 0] };
-        let mut y = vec![0.0; 4];
-        let mut ind = vec![0i64; 4];
-        max_pool(&x, &[1, 1, 4, 4], &p, &mut y, &[1, 1, 2, 2], Some(&mut ind), false, 1);
-        assert_eq!(y, [11.0, 12.0, 15.0, 16.0]);
-        assert_eq!(ind, [10, 11, 14, 15]);
-        // Column-major indices: (h, w) -> h + w·4.
-        let mut ind = vec![0i64; 4];
-        max_pool(&x, &[1, 1, 4, 4], &p, &mut y, &[1, 1, 2, 2], Some(&mut ind), true, 1);
-        assert_eq!(ind, [2 + 2 * 4, 2 + 3 * 4, 3 + 2 * 4, 3 + 3 * 4]);
-    }
-
-    #[test]
-    fn max_pool_padding_dilation_and_batches() {
-        // Negative inputs with padding: padded positions never win.
-        let x: Vec<f32> = (0..18).map(|v| -(v as f32) - 1.0).collect(); // [2 channels, 3×3]
-        let p = PoolParams { kernel: &[2, 2], strides: &[1, 1], dilations: &[1, 1], pads: &[1, 1, 0, 0] };
-        let mut y = vec![0.0; 18];
-        let mut ind = vec![0i64; 18];
-        max_pool(&x, &[1, 2, 3, 3], &p, &mut y, &[1, 2, 3, 3], Some(&mut ind), false, 2);
-        // Window at (0,0) covers only x[0,0]; window (1,1) covers (0,0),(0,1),(1,0),(1,1) -> -1.
-        assert_eq!(&y[..9], &[-1.0, -1.0, -2.0, -1.0, -1.0, -2.0, -4.0, -4.0, -5.0]);
-        assert_eq!(&ind[..9], &[0, 0, 1, 0, 0, 1, 3, 3, 4]);
-        assert_eq!(y[9], -10.0);
-        assert_eq!(ind[9], 9);
-        // Dilation 2 on a 1-D row: windows {0, 2}, {1, 3}, {2, 4}.
-        let x = [3.0f64, 1.0, 2.0, 5.0, 4.0];
-        let p = PoolParams { kernel: &[2], strides: &[1], dilations: &[2], pads: &[0, 0] };
-        let mut y = [0.0; 3];
-        max_pool(&x, &[1, 1, 5], &p, &mut y, &[1, 1, 3], None, false, 1);
-        assert_eq!(y, [3.0, 5.0, 4.0]);
-        // Integers, 3-D, ties keep the first.
-        let x = [1i8, 7, 7, 2, 0, 7, 1, 1];
-        let p = PoolParams { kernel: &[2, 2, 2], strides: &[], dilations: &[], pads: &[] };
-        let mut y = [0i8; 1];
-        let mut ind = [0i64; 1];
-        max_pool(&x, &[1, 1, 2, 2, 2], &p, &mut y, &[1, 1, 1, 1, 1], Some(&mut ind), false, 1);
-        assert_eq!((y[0], ind[0]), (7, 1));
-    }
-
-    #[test]
-    fn max_pool_nan_loses() {
-        let x = [f32::NAN, 1.0, f32::NAN, f32::NAN];
-        let p = PoolParams { kernel: &[2], strides: &[2], dilations: &[], pads: &[] };
-        let mut y = [0.0; 2];
-        max_pool(&x, &[1, 1, 4], &p, &mut y, &[1, 1, 2], None, false, 1);
-        assert_eq!(y[0], 1.0);
-        assert!(y[1].is_nan());
-    }
-
-    #[test]
-    fn average_pool_divisors() {
-        let x: Vec<f32> = (1..=16).map(|v| v as f32).collect();
-        // ONNX test_averagepool_2d_ceil.
-        let p = PoolParams { kernel: &[3, 3], strides: &[2, 2], dilations: &[], pads: &[0, 0, 0, 0] };
-        let mut y = vec![0.0; 4];
-        average_pool(&x, &[1, 1, 4, 4], &p, false, &mut y, &[1, 1, 2, 2], 1);
-        assert_eq!(y, [6.0, 7.5, 12.0, 13.5]);
-        // Same with count_include_pad: no padding, so the ceil-mode overhang is still not counted.
-        average_pool(&x, &[1, 1, 4, 4], &p, true, &mut y, &[1, 1, 2, 2], 1);
-        assert_eq!(y, [6.0, 7.5, 12.0, 13.5]);
-        // ONNX test_averagepool_2d_ceil_last_window_starts_on_pad: pads 1, kernel 3, stride 3, count pads.
-        let x = [0.8580f32, 0.0786, 0.2692, 0.1537];
-        let p = PoolParams { kernel: &[3, 3], strides: &[3, 3], dilations: &[], pads: &[1, 1, 1, 1] };
-        let mut y = [0.0; 1];
-        average_pool(&x, &[1, 1, 2, 2], &p, true, &mut y, &[1, 1, 1, 1], 1);
-        assert!((y[0] - 0.1511).abs() < 1e-4, "{}", y[0]);
-        // 1-D, pads 1 each side, kernel 3, stride 1 on [1, 2, 3].
-        let x = [1.0f32, 2.0, 3.0];
-        let p = PoolParams { kernel: &[3], strides: &[1], dilations: &[], pads: &[1, 1] };
-        let mut y = [0.0; 3];
-        average_pool(&x, &[1, 1, 3], &p, false, &mut y, &[1, 1, 3], 1);
-        assert_eq!(y, [1.5, 2.0, 2.5]);
-        average_pool(&x, &[1, 1, 3], &p, true, &mut y, &[1, 1, 3], 2);
-        assert_eq!(y[..2], [1.0, 2.0]);
-        assert!((y[2] - 5.0 / 3.0).abs() < 1e-6);
-        // ceil_mode with begin padding: x len 5, kernel 3, stride 2, pads [1, 0] -> 3 outputs; the last window
-        // covers x[3], x[4] and one tap past the padded extent, which is not counted.
-        let x = [1.0f32, 2.0, 3.0, 4.0, 5.0];
-        let p = PoolParams { kernel: &[3], strides: &[2], dilations: &[], pads: &[1, 0] };
-        let mut y = [0.0; 3];
-        average_pool(&x, &[1, 1, 5], &p, true, &mut y, &[1, 1, 3], 1);
-        assert_eq!(y, [1.0, 3.0, 4.5]);
-        average_pool(&x, &[1, 1, 5], &p, false, &mut y, &[1, 1, 3], 1);
-        assert_eq!(y, [1.5, 3.0, 4.5]);
-    }
-
-    #[test]
-    fn global_pools() {
-        let x = [1.0f32, 5.0, 3.0, -1.0, -2.0, -3.0];
-        let mut y = [0.0; 2];
-        global_pool(&x, &[1, 2, 3], true, &mut y, 1);
-        assert_eq!(y, [5.0, -1.0]);
-        global_pool(&x, &[1, 2, 3], false, &mut y, 1);
-        assert_eq!(y, [3.0, -2.0]);
-        let x = [1.0f32, f32::NAN, 3.0];
-        let mut y = [0.0; 1];
-        global_pool(&x, &[1, 1, 3], true, &mut y, 1);
-        assert!(y[0].is_nan());
-        // Planes longer than the lanes, on one and two threads, against a serial scan; a NaN late in a plane.
-        let (channels, size) = (6, 40_003);
-        let mut x: Vec<f32> = (0..channels * size).map(|i| ((i * 7919) % 10_007) as f32 * 0.01 - 50.0).collect();
-        x[4 * size + 39_000] = f32::NAN;
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        for threads in [1, 2] {
-            for max in [true, false] {
-                let mut y = vec![0f32; channels];
-                pool.install(|| global_pool(&x, &[1, channels, size], max, &mut y, threads));
-                for c in 0..channels {
-                    let xc = &x[c * size..][..size];
-                    let want = if max {
-                        xc.iter()
-                            .copied()
-                            .find(|v| v.is_nan())
-                            .unwrap_or_else(|| xc.iter().copied().fold(f32::MIN, f32::max))
-                    } else {
-                        (xc.iter().map(|&v| v as f64).sum::<f64>() / size as f64) as f32
-                    };
-                    assert!(
-                        y[c] == want || (y[c].is_nan() && want.is_nan()),
-                        "channel {c} (max {max}): {} against {want}",
-                        y[c]
-                    );
-                }
-            }
-        }
-    }
-}
+mod tests;

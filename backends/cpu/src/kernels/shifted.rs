@@ -334,8 +334,9 @@ pub fn conv2d(
                                 Some(r) => {
                                     let terms = r.slice(dst.as_ptr(), len);
                                     for ((d, &v), &t) in dst.iter_mut().zip(vals).zip(terms) {
-                                        *d = act.scalar(v + t);
+                                        *d = v + t;
                                     }
+                                    act.over(dst);
                                 }
                             }
                         }
