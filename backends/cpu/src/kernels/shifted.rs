@@ -17,8 +17,9 @@
 //!    is inside the buffer ([`Planes::new`] sizes it, [`conv2d`] asserts it).
 //! 4. **Whole K in registers.** A tile of 12 output channels × 32 virtual columns accumulates the whole inner
 //!    dimension (every block of the packed weights) in 24 `zmm` registers, then is written once: bias added,
-//!    ReLU applied, each run of valid columns to its place in the output ([`segments`]). No partial sums go through
-//!    memory.
+//!    ReLU applied, each run of valid columns stored from the registers to its place in the output under a mask
+//!    ([`segments`]; a tile with a residual term and several runs goes through a scratch tile instead). No partial
+//!    sums go through memory.
 //! 5. **Threads split the tiles.** Tiles write disjoint outputs (rule 2 maps virtual columns one to one onto
 //!    output positions), so contiguous ranges of tiles run on separate threads with no copy after; with fewer
 //!    than two tiles per thread, the threads split the weights' 12-row panels instead; with fewer panels than
@@ -28,8 +29,10 @@
 //!    block (ResNet-50's last 3×3 convolutions hold 9.4 MB of them, more than a core's L2), the planes once per
 //!    panel, from the cache.
 //! 7. **One buffer per thread.** The planes' buffer of a thread's last convolution (up to [`SPARE_MAX`]) is kept
-//!    for its next, and the planes write every element of it, zeros included: no allocation, no zeroing pass, no
-//!    fresh pages per call (a zeroing `memset` took 6 % of a 16 → 32 3×3 stride-2 convolution at 160²).
+//!    for its next, grown and never shrunk, and the planes write every element of the part they use, zeros
+//!    included: no allocation, no zeroing pass, no fresh pages per call (a zeroing `memset` took 6 % of a 16 → 32
+//!    3×3 stride-2 convolution at 160²; shrinking the buffer to each convolution zeroed it again when a larger
+//!    followed, 1 % of SqueezeNet's run at two threads).
 
 use super::act::Act;
 use super::depthwise::Plane;
@@ -58,7 +61,9 @@ pub fn available() -> bool {
 
 /// The phase planes of rule 1 and the row offsets of rule 2.
 struct Planes {
+    /// The planes in `buf[..len]`; the thread's buffer may be longer (rule 7).
     buf: Vec<f32>,
+    len: usize,
     /// `W'`.
     width: usize,
     /// `H'`.
@@ -90,11 +95,11 @@ impl Planes {
         // Rule 7: a thread's last buffer again, every element of it written below.
         let len = cg * per_channel + width + NR;
         let mut buf = SPARE.take();
+        // Grown, never shrunk: a larger convolution after a smaller one would zero the difference again.
         if buf.len() < len {
             buf.resize(len, 0.0);
         }
-        buf.truncate(len);
-        buf[cg * per_channel..].fill(0.0);
+        buf[cg * per_channel..len].fill(0.0);
         let fill = |c: usize, dst: &mut [f32]| {
             let src = &x[c * g.ih * g.iw..][..g.ih * g.iw];
             if available() {
@@ -122,7 +127,7 @@ impl Planes {
             }
         }
         let max_off = offs.iter().max().copied().unwrap_or(0);
-        Planes { buf, width, height, phases: rows.len() * cols.len(), offs, max_off }
+        Planes { buf, len, width, height, phases: rows.len() * cols.len(), offs, max_off }
     }
 }
 
@@ -273,7 +278,7 @@ pub fn conv2d(
     let end = g.oh * planes.width;
     // Rule 3: the last tile's reads end inside the buffer.
     let last = planes.max_off + end.next_multiple_of(NR);
-    assert!(last <= planes.buf.len(), "conv: planes of {} floats, reads to {last}", planes.buf.len());
+    assert!(last <= planes.len, "conv: planes of {} floats, reads to {last}", planes.len);
     let tiles = end.div_ceil(NR);
     let out = Out(y.as_mut_ptr());
     // Rule 6: tiles per block, so that the block's window of the planes stays in the cache.
@@ -320,25 +325,27 @@ pub fn conv2d(
                         unsafe { product(rows, w, q, &planes, *p0, epi, Dest::Out { at, ld: n }) };
                         continue;
                     }
-                    let through = if residual.is_some() { bare } else { epi };
+                    // Other tiles store their runs under masks; only a residual term goes through the scratch,
+                    // added as the runs are copied out.
+                    let Some(r) = residual else {
+                        let dest = Dest::Runs { out: out.at(q * MR * n), ld: n, runs };
+                        // SAFETY: rows q·12 + i < m, and each run's positions `at .. at + len ≤ n` (segments lie
+                        // inside the output plane), so every store is inside `y`; tiles are disjoint (rule 5).
+                        unsafe { product(rows, w, q, &planes, *p0, epi, dest) };
+                        continue;
+                    };
                     // SAFETY: a tile is always a valid destination.
-                    unsafe { product(rows, w, q, &planes, *p0, through, Dest::Tile(&mut tile)) };
+                    unsafe { product(rows, w, q, &planes, *p0, bare, Dest::Tile(&mut tile)) };
                     for (i, vals) in tile.iter().enumerate().take(rows) {
                         for &(s, at, len) in runs {
                             // SAFETY: `q·12 + i < m` and `at + len ≤ n` (runs lie inside the output plane), so
                             // the range is inside `y`; tiles are disjoint (rule 5), so no other thread writes it.
                             let dst = unsafe { std::slice::from_raw_parts_mut(out.at((q * MR + i) * n + at), len) };
-                            let vals = &vals[s..s + len];
-                            match residual {
-                                None => dst.copy_from_slice(vals),
-                                Some(r) => {
-                                    let terms = r.slice(dst.as_ptr(), len);
-                                    for ((d, &v), &t) in dst.iter_mut().zip(vals).zip(terms) {
-                                        *d = v + t;
-                                    }
-                                    act.over(dst);
-                                }
+                            let terms = r.slice(dst.as_ptr(), len);
+                            for ((d, &v), &t) in dst.iter_mut().zip(&vals[s..s + len]).zip(terms) {
+                                *d = v + t;
                             }
+                            act.over(dst);
                         }
                     }
                 }
@@ -372,16 +379,27 @@ struct Epi<'a> {
 /// Where a tile goes: the scratch tile, or the output itself (row `i` at `at + i·ld`, 32 columns each).
 enum Dest<'a> {
     Tile(&'a mut [[f32; NR]; MR]),
-    Out { at: *mut f32, ld: usize },
+    Out {
+        at: *mut f32,
+        ld: usize,
+    },
+    /// Runs of the tile's columns (`segments`: first column in the tile, output position, length), row `i` of
+    /// the tile at `out + i·ld`: each run stored from registers under a mask, no scratch. No residual term.
+    Runs {
+        out: *mut f32,
+        ld: usize,
+        runs: &'a [(usize, usize, usize)],
+    },
 }
 
 /// One tile: `act(bias[i] + Σₗ W[q·12 + i, l] · buf[offs[l] + p0 + t])` for `i < rows`, `t < 32`, over the
 /// whole inner dimension, stored to `dest`.
 ///
 /// # Safety
-/// With [`Dest::Out`], the 32 floats at `at + i·ld` must be writable for every `i < rows`, by this thread alone.
+/// With [`Dest::Out`], the 32 floats at `at + i·ld` must be writable for every `i < rows`, by this thread alone;
+/// with [`Dest::Runs`], the `len` floats at `out + i·ld + at` of every run.
 unsafe fn product(rows: usize, w: &PackedA, q: usize, planes: &Planes, p0: usize, epi: Epi<'_>, mut dest: Dest<'_>) {
-    let (b, offs) = (&planes.buf[p0..], planes.offs.as_slice());
+    let (b, offs) = (&planes.buf[p0..planes.len], planes.offs.as_slice());
     assert!(offs.len() == w.cols() && planes.max_off + NR <= b.len(), "conv: tile reads past the planes");
     assert!(epi.bias.is_none_or(|b| b.len() == rows), "conv: a bias per row of the tile");
     #[cfg(target_arch = "x86_64")]
@@ -420,7 +438,7 @@ unsafe fn product(rows: usize, w: &PackedA, q: usize, planes: &Planes, p0: usize
         let bias = epi.bias.map_or(0.0, |b| b[i]);
         let terms = match (&dest, epi.residual) {
             (Dest::Out { at, ld }, Some(r)) => r.slice(at.wrapping_add(i * ld), NR),
-            (Dest::Tile(_), Some(_)) => panic!("conv: a residual term for a tile through the scratch"),
+            (_, Some(_)) => panic!("conv: a residual term for a tile not stored whole"),
             _ => &[0.0; NR],
         };
         let mut j = 0;
@@ -431,6 +449,12 @@ unsafe fn product(rows: usize, w: &PackedA, q: usize, planes: &Planes, p0: usize
         });
         match &dest {
             Dest::Tile(_) => {}
+            // SAFETY: the caller's promise: each run's `len` floats at `out + i·ld + at` are writable.
+            Dest::Runs { out, ld, runs } => unsafe {
+                for &(s, at, len) in runs.iter() {
+                    std::ptr::copy_nonoverlapping(vals[s..s + len].as_ptr(), out.add(i * ld + at), len);
+                }
+            },
             // SAFETY: the caller's promise: 32 writable floats at `at + i·ld`.
             Dest::Out { at, ld } => unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), at.add(i * ld), NR) },
         }
@@ -451,7 +475,7 @@ unsafe fn tile_avx512<const R: usize>(
     dest: Dest<'_>,
 ) {
     use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps};
-    use std::arch::x86_64::{_mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps};
+    use std::arch::x86_64::{_mm512_mask_storeu_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps};
     let k = w.cols();
     let mut acc: [[__m512; 2]; R] = [[_mm512_setzero_ps(); 2]; R];
     for pc in (0..k).step_by(KC) {
@@ -475,7 +499,7 @@ unsafe fn tile_avx512<const R: usize>(
     // The term of the tile's first element, checked for its R rows of 32 (`Residual::tile`).
     let term = match (&dest, epi.residual) {
         (Dest::Out { at, ld }, Some(r)) => Some((r.tile(*at, R, NR, *ld), *ld)),
-        (Dest::Tile(_), Some(_)) => panic!("conv: a residual term for a tile through the scratch"),
+        (_, Some(_)) => panic!("conv: a residual term for a tile not stored whole"),
         _ => None,
     };
     let mut tile = dest;
@@ -498,6 +522,21 @@ unsafe fn tile_avx512<const R: usize>(
         let p = match &mut tile {
             Dest::Tile(t) => t[i].as_mut_ptr(),
             Dest::Out { at, ld } => at.wrapping_add(i * *ld),
+            Dest::Runs { out, ld, runs } => {
+                for &(s, at, len) in runs.iter() {
+                    // Columns s .. s + len of the tile to `at ..`: the registers stored as if column 0 were at
+                    // `at − s`, every other lane masked off.
+                    let keep = (((1u64 << len) - 1) << s) as u32;
+                    let base = out.wrapping_add(i * *ld + at).wrapping_sub(s);
+                    // SAFETY: only the lanes of columns s .. s + len are stored, to `out + i·ld + at ..` for `len`
+                    // floats: the caller's promise (`product`); masked-off lanes touch no memory.
+                    unsafe {
+                        _mm512_mask_storeu_ps(base, keep as u16, v0);
+                        _mm512_mask_storeu_ps(base.wrapping_add(16), (keep >> 16) as u16, v1);
+                    }
+                }
+                continue;
+            }
         };
         // SAFETY: a tile row holds 32 floats; an output row's 32 are the caller's promise (`product`).
         unsafe {
