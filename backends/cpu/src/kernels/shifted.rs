@@ -82,14 +82,16 @@ impl Planes {
         let (dh, dw) = g.dilation;
         let height = g.oh + (g.kh - 1) * dh / sh;
         let width = g.ow + (g.kw - 1) * dw / sw;
-        // Only the phases some tap reads (a 1×1 kernel of stride 2 reads one of four).
+        // Only the phases some tap reads (a 1×1 kernel of stride 2 reads one of four), in order, and each phase's
+        // place among them: tables, not searches (an STFT's 512 taps of stride 160 have 160 phases).
         let phases = |k: usize, d: usize, s: usize| {
-            let mut v: Vec<usize> = (0..k).map(|i| i * d % s).collect();
-            v.sort_unstable();
-            v.dedup();
-            v
+            let mut at = vec![usize::MAX; s];
+            (0..k).for_each(|i| at[i * d % s] = 0);
+            let used: Vec<usize> = (0..s).filter(|&a| at[a] == 0).collect();
+            used.iter().enumerate().for_each(|(n, &a)| at[a] = n);
+            (used, at)
         };
-        let (rows, cols) = (phases(g.kh, dh, sh), phases(g.kw, dw, sw));
+        let ((rows, row_at), (cols, col_at)) = (phases(g.kh, dh, sh), phases(g.kw, dw, sw));
         let plane = height * width;
         let per_channel = rows.len() * cols.len() * plane;
         // Rule 7: a thread's last buffer again, every element of it written below.
@@ -118,9 +120,9 @@ impl Planes {
         let mut offs = Vec::with_capacity(cg * g.kh * g.kw);
         for c in 0..cg {
             for i in 0..g.kh {
-                let ai = rows.iter().position(|&a| a == i * dh % sh).expect("a phase of every tap row");
+                let ai = row_at[i * dh % sh];
                 for j in 0..g.kw {
-                    let bi = cols.iter().position(|&b| b == j * dw % sw).expect("a phase of every tap column");
+                    let bi = col_at[j * dw % sw];
                     let base = c * per_channel + (ai * cols.len() + bi) * plane;
                     offs.push(base + (i * dh / sh) * width + j * dw / sw);
                 }
