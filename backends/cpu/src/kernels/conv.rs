@@ -404,8 +404,13 @@ pub fn conv_packed<T: Float>(
         depthwise(x, w, bias, c, mg, plane, act, y, threads);
         return;
     }
-    // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead.
-    let shifted = plane.filter(|_| packed.is_some() && !pointwise && kdim >= MIN_K && shifted::available());
+    // With packed weights a 1-D or 2-D convolution that would unfold its input reads it in place instead, unless
+    // its few output positions fill a fraction of the shifted tile's 32 columns: those are unfolded (a few columns)
+    // and multiplied by the narrow product (`narrow.rs`; silero's STFT, 258 filters of 256 taps at 4 positions:
+    // 0.042 → 0.010 ms).
+    let shifted = plane.filter(|_| {
+        packed.is_some() && !pointwise && kdim >= MIN_K && p_out > super::narrow::MAX_COLUMNS && shifted::available()
+    });
 
     // Output columns c0..c1 of group gi (input x_g) into `out`, row r at `r·out_rs`: the bias, the product over
     // im2col tiles of those columns (or the input itself, pointwise), and the ReLU when the product did not.

@@ -289,6 +289,17 @@ fn conv_matches_direct() {
         },
         // 1-D.
         Case { xs: vec![2, 2, 9], ws: vec![3, 2, 4], strides: vec![2], dil: vec![2], pads: vec![3, 1], group: 1 },
+        // Packed, with at most four output positions: unfolded and multiplied by the narrow product (an STFT's
+        // frames of a short signal, a 3×3 stride-2 convolution down to 2×2).
+        Case { xs: vec![1, 1, 300], ws: vec![24, 1, 64], strides: vec![80], dil: vec![1], pads: vec![0, 0], group: 1 },
+        Case {
+            xs: vec![1, 16, 4, 4],
+            ws: vec![12, 16, 3, 3],
+            strides: vec![2, 2],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            group: 1,
+        },
         // Packed 1-D and 2-D with 32 or more weights per output channel: read in place (`shifted.rs`).
         Case { xs: vec![1, 8, 30], ws: vec![12, 8, 5], strides: vec![2], dil: vec![1], pads: vec![2, 1], group: 1 },
         Case {
@@ -382,7 +393,7 @@ fn conv_matches_direct() {
         close(&y.iter().map(|&v| v as f32).collect::<Vec<_>>(), &want);
     }
     if crate::kernels::sgemm512::available() {
-        assert_eq!(packed_runs, 8 * 2, "the eight cases with 12 or more channels per group run packed");
+        assert_eq!(packed_runs, 10 * 2, "the ten cases with 12 or more channels per group run packed");
     }
 }
 
@@ -474,7 +485,7 @@ fn packed_products_split_by_columns_write_in_place() {
 fn residual_in_the_epilogue_gives_the_unfused_bits() {
     // (input shape, weight shape, strides, pads, group)
     type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], usize);
-    let cases: [Case<'_>; 14] = [
+    let cases: [Case<'_>; 15] = [
         (&[1, 20, 15, 17], &[24, 20, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
         // ResNet-50's last block ends: 120 rows in two bands on two threads, three blocks of K run rows outermost.
         (&[1, 600, 7, 7], &[120, 600, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
@@ -492,6 +503,8 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         (&[1, 16, 12, 14], &[16, 1, 3, 3], &[1, 1], &[1, 1, 1, 1], 16),
         // A 1×1 stride-2 projection (ResNet's shortcuts): no dropped columns, tiles stored across output rows.
         (&[1, 24, 22, 18], &[36, 24, 1, 1], &[2, 2], &[0, 0, 0, 0], 1),
+        // Four output positions: unfolded, then the narrow product.
+        (&[1, 16, 4, 4], &[12, 16, 3, 3], &[2, 2], &[1, 1, 1, 1], 1),
     ];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
