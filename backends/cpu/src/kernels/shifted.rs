@@ -111,11 +111,17 @@ impl Planes {
                 fill_planes(src, g, (&rows, &cols), (height, width), dst);
             }
         };
-        let channels = buf[..cg * per_channel].chunks_mut(per_channel.max(1));
+        let channels = &mut buf[..cg * per_channel];
         if threads > 1 && cg >= 2 * threads {
-            channels.enumerate().par_bridge().for_each(|(c, dst)| fill(c, dst));
+            // One contiguous range of channels per thread (an indexed split; `par_bridge` took its items one at a
+            // time through a lock).
+            let per = cg.div_ceil(threads) * per_channel.max(1);
+            channels.par_chunks_mut(per).enumerate().for_each(|(t, part)| {
+                let first = t * per / per_channel.max(1);
+                part.chunks_mut(per_channel.max(1)).enumerate().for_each(|(c, dst)| fill(first + c, dst));
+            });
         } else {
-            channels.enumerate().for_each(|(c, dst)| fill(c, dst));
+            channels.chunks_mut(per_channel.max(1)).enumerate().for_each(|(c, dst)| fill(c, dst));
         }
         let mut offs = Vec::with_capacity(cg * g.kh * g.kw);
         for c in 0..cg {
