@@ -3,19 +3,15 @@
 //! 300 calls. `SHAPES="c,h,k,s;…"` times other shapes (channels, input height = width, kernel, stride).
 use std::time::Instant;
 
+mod shapes;
+
 use stowage_cpu::kernels::act::Act;
 use stowage_cpu::kernels::depthwise::{depthwise, Plane};
 
 fn main() {
     // (channels, input height = width, kernel, stride)
-    let given: Option<Vec<(usize, usize, usize, usize)>> = std::env::var("SHAPES").ok().map(|v| {
-        v.split(';')
-            .map(|s| {
-                let f: Vec<usize> = s.split(',').map(|t| t.trim().parse().expect("SHAPES: c,h,k,s;…")).collect();
-                (f[0], f[1], f[2], f[3])
-            })
-            .collect()
-    });
+    let given: Option<Vec<(usize, usize, usize, usize)>> =
+        shapes::asked::<4>("c,h,k,s;…").map(|v| v.into_iter().map(|[c, h, k, s]| (c, h, k, s)).collect());
     let shapes: &[(usize, usize, usize, usize)] = given.as_deref().unwrap_or(&[
         (32, 112, 3, 2),
         (16, 112, 3, 1),

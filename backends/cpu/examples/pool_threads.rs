@@ -5,6 +5,8 @@
 //! `ceil_mode`).
 use std::time::Instant;
 
+mod shapes;
+
 use rayon::prelude::*;
 use stowage_cpu::kernels::pool::{max_pool_f32, PoolParams};
 
@@ -23,15 +25,9 @@ fn main() {
         (512, 28, 2, 2, 0, 0),
         (256, 28, 3, 1, 1, 0),
     ];
-    let asked: Vec<(usize, usize, usize, usize, usize, usize)> = std::env::var("SHAPES")
-        .unwrap_or_default()
-        .split(';')
-        .filter_map(|t| {
-            let v: Vec<usize> = t.split(',').filter_map(|d| d.trim().parse().ok()).collect();
-            (v.len() == 6).then(|| (v[0], v[1], v[2], v[3], v[4], v[5]))
-        })
-        .collect();
-    let shapes = if asked.is_empty() { shapes } else { &asked[..] };
+    let asked: Option<Vec<_>> = shapes::asked::<6>("c,h,k,s,pad,ceil;…")
+        .map(|v| v.into_iter().map(|[c, h, k, s, p, ceil]| (c, h, k, s, p, ceil)).collect());
+    let shapes = asked.as_deref().unwrap_or(shapes);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     println!("{:>30} {:>9} {:>9} {:>6}", "shape", "1 thread", "2 threads", "gain");
     for &(c, h, k, s, pad, ceil) in shapes {
