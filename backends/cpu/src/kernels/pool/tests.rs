@@ -1,6 +1,7 @@
 //! Tests of `pool.rs`: the fast paths against the general pools, ceil mode, indices, padding, NaN, divisors.
 
 use super::*;
+
 #[test]
 fn the_f32_fast_path_matches_the_general_max_pool() {
     // (H, W, kernel, stride, pads [top, left, bottom, right]): SqueezeNet's 3/2, ceil-mode-like windows past the
@@ -16,23 +17,24 @@ fn the_f32_fast_path_matches_the_general_max_pool() {
         (1, 1, 3, 2, [0, 0, 2, 2]),
         (2, 2, 4, 2, [0, 0, 2, 2]),
     ];
-    for (h, w, k, st, pads) in cases {
+    // Two planes (two threads split the rows) and five (two threads take ranges of planes).
+    for ((h, w, k, st, pads), planes) in cases.into_iter().flat_map(|c| [(c, 2), (c, 5)]) {
         let oh = (h + pads[0] + pads[2] - k) / st + 1;
         let ow = (w + pads[1] + pads[3] - k) / st + 1;
-        let mut x: Vec<f32> = (0..2 * h * w).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25).collect();
+        let mut x: Vec<f32> = (0..planes * h * w).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.25).collect();
         // NaN in a few places, a whole first row of the second plane among them: NaN loses to numbers.
         for i in (0..x.len()).step_by(29).chain(h * w..h * w + w) {
             x[i] = f32::NAN;
         }
         let p = PoolParams { kernel: &[k, k], strides: &[st, st], dilations: &[1, 1], pads: &pads };
-        let (xs, ys) = ([1, 2, h, w], [1, 2, oh, ow]);
-        let mut want = vec![0.0; 2 * oh * ow];
+        let (xs, ys) = ([1, planes, h, w], [1, planes, oh, ow]);
+        let mut want = vec![0.0; planes * oh * ow];
         max_pool(&x, &xs, &p, &mut want, &ys, None, false, 1);
         for threads in [1, 2] {
             let mut got = vec![f32::NAN; want.len()];
             max_pool_f32(&x, &xs, &p, &mut got, &ys, threads);
             let same = got.iter().zip(&want).all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
-            assert!(same, "{h}x{w} kernel {k} stride {st} pads {pads:?}, {threads} threads");
+            assert!(same, "{planes} planes of {h}x{w}, kernel {k} stride {st} pads {pads:?}, {threads} threads");
         }
     }
 }
