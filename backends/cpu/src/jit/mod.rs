@@ -13,6 +13,7 @@
 //! (`wide.rs`, the same arithmetic bit for bit) and are not compiled; copies always are.
 
 mod emit;
+mod linear;
 pub mod wide;
 
 use std::sync::Arc;

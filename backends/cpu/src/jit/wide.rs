@@ -13,7 +13,9 @@
 //! [`super::JitCode::call`] checks the operands' lengths against the same extents before either runs.
 
 use smallvec::{smallvec, SmallVec};
-use stowage_kir::{binary_scalar, unary_scalar, BinaryFn, Body, Chain, Elem, Inst, Loops, UnaryFn};
+use stowage_kir::{binary_scalar, unary_scalar, BinaryFn, Body, Chain, Elem, Inst, Loops, Operand, UnaryFn};
+
+use super::linear::{Leaf, Linear};
 
 /// Elements of the innermost axis evaluated together: each instruction's tile stays in L1.
 pub const TILE: usize = 256;
@@ -49,6 +51,8 @@ pub struct Wide {
     strides: Vec<Vec<usize>>,
     elems: Vec<Elem>,
     chain: Chain,
+    /// The chain in registers, where it is linear and the CPU has AVX-512 (`linear.rs`).
+    linear: Option<Linear>,
 }
 
 /// An instruction's value over one tile.
@@ -68,8 +72,20 @@ impl Wide {
         if spec.output.elem != Elem::F32 || spec.dims.is_empty() {
             return None;
         }
+        let isa = Isa::detect()?;
+        let inner = |o: &Operand| o.strides[spec.dims.len() - 1];
+        let leaf = |k: usize| {
+            let o = &spec.inputs[k];
+            match inner(o) {
+                0 => Some(Leaf::Row(k)),
+                4 if o.elem == Elem::F32 => Some(Leaf::Tile(k)),
+                _ => None,
+            }
+        };
+        let linear = (isa == Isa::Avx512 && inner(&spec.output) == 4).then(|| Linear::new(chain, leaf)).flatten();
         Some(Wide {
-            isa: Isa::detect()?,
+            isa,
+            linear,
             dims: spec.dims.clone(),
             strides: spec.inputs.iter().chain([&spec.output]).map(|o| o.strides.clone()).collect(),
             elems: spec.inputs.iter().map(|o| o.elem).collect(),
@@ -111,12 +127,20 @@ impl Wide {
         let rank = self.dims.len();
         let n_in = self.elems.len();
         let inner = self.dims[rank - 1];
-        let mut scratch: SmallVec<[f32; 256]> = smallvec![0f32; self.chain.insts.len() * TILE.min(inner.max(1))];
+        // The tiles' scratch (none for a chain in registers).
+        let tiles = if self.linear.is_some() { 0 } else { self.chain.insts.len() };
+        let mut scratch: SmallVec<[f32; 256]> = smallvec![0f32; tiles * TILE.min(inner.max(1))];
         let mut vals: SmallVec<[Val; 16]> = smallvec![Val::Splat(0.0); self.chain.insts.len()];
         // SAFETY: the caller gives one address per input.
         let bases: SmallVec<[*const u8; 8]> = (0..n_in).map(|k| unsafe { *inputs.add(k) }).collect();
+        if let (Some(linear), 2) = (&self.linear, rank) {
+            // SAFETY: the caller's contract is `linear_rows`'.
+            return unsafe { self.linear_rows(linear, &bases, out, begin, end) };
+        }
         let mut idx: SmallVec<[usize; 8]> = smallvec![0usize; rank.saturating_sub(1)];
         let mut in_rows: SmallVec<[*const u8; 8]> = smallvec![std::ptr::null(); n_in];
+        let mut tile_rows: SmallVec<[*const f32; 8]> = smallvec![std::ptr::null(); n_in];
+        let mut row_values: SmallVec<[f32; 8]> = smallvec![0.0; n_in];
         for row in begin..end {
             idx.iter_mut().for_each(|i| *i = 0);
             if let Some(first) = idx.first_mut() {
@@ -129,7 +153,21 @@ impl Wide {
                     *r = bases[k].wrapping_add(offset(k));
                 }
                 let out_row = out.wrapping_add(offset(n_in));
-                let mut t0 = 0;
+                if let Some(linear) = &self.linear {
+                    // Rule 4 of `linear.rs`: each input's first element of the row, its value where it is one per row.
+                    for k in 0..n_in {
+                        if self.strides[k][rank - 1] == 0 {
+                            // SAFETY: element 0 of the row is within the input's extent (the caller's contract).
+                            row_values[k] = unsafe { load(self.elems[k], in_rows[k]) };
+                        }
+                        tile_rows[k] = in_rows[k].cast();
+                    }
+                    // SAFETY: this CPU has AVX-512F (`linear` is only made then); the leaves' inputs and the output
+                    // are contiguous f32 along the row, each within its extent for `inner` elements (the caller's
+                    // contract), and the output is a buffer of its own.
+                    unsafe { linear.row(&tile_rows, &row_values, out_row.cast(), inner) };
+                }
+                let mut t0 = if self.linear.is_some() { inner } else { 0 };
                 while t0 < inner {
                     let len = TILE.min(inner - t0);
                     // SAFETY: elements t0 .. t0+len of this row lie within what the strides reach (the caller's
@@ -153,6 +191,32 @@ impl Wide {
                     break;
                 }
             }
+        }
+    }
+
+    /// Rows `begin..end` of a two-axis chain in registers (`linear.rs`), each operand's row found by one multiply.
+    ///
+    /// # Safety
+    /// As [`Wide::run`]'s; `linear` is `self.linear` and the dims have two axes.
+    #[inline(always)]
+    unsafe fn linear_rows(&self, linear: &Linear, bases: &[*const u8], out: *mut u8, begin: usize, end: usize) {
+        let (n_in, inner) = (bases.len(), self.dims[1]);
+        let mut tile_rows: SmallVec<[*const f32; 8]> = smallvec![std::ptr::null(); n_in];
+        let mut row_values: SmallVec<[f32; 8]> = smallvec![0.0; n_in];
+        for row in begin..end {
+            for k in 0..n_in {
+                let p = bases[k].wrapping_add(row * self.strides[k][0]);
+                if self.strides[k][1] == 0 {
+                    // SAFETY: element 0 of the row is within the input's extent (the caller's contract).
+                    row_values[k] = unsafe { load(self.elems[k], p) };
+                }
+                tile_rows[k] = p.cast();
+            }
+            let out_row = out.wrapping_add(row * self.strides[n_in][0]).cast();
+            // SAFETY: this CPU has AVX-512F (`linear` is only made then); the leaves' inputs and the output are
+            // contiguous f32 along the row, each within its extent for `inner` elements (the caller's contract),
+            // and the output is a buffer of its own.
+            unsafe { linear.row(&tile_rows, &row_values, out_row, inner) };
         }
     }
 
