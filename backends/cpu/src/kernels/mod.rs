@@ -20,6 +20,7 @@ pub mod movement;
 pub mod narrow;
 pub mod norm;
 pub mod pool;
+pub mod pool_f32;
 pub mod pool_same;
 pub mod pool_strided;
 pub mod recurrent;

@@ -286,6 +286,13 @@ pub(super) fn kernel(
                         }
                         Ok(r)
                     }, else Err(CpuError::Unsupported { op: "MaxPool", dt: wide })),
+                    PoolKind::Average { count_include_pad } if wide == DatumType::F32 => {
+                        let x = floats::<f32>(arg(a, 0)?)?;
+                        let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out)?;
+                        let ys = y.as_slice_mut::<f32>()?;
+                        pool::average_pool_f32(&x, &xs, &pp, count_include_pad, ys, &out, cx.threads);
+                        one(y)
+                    }
                     PoolKind::Average { count_include_pad } => float!(wide, T => {
                         let x = floats::<T>(arg(a, 0)?)?;
                         let mut y = vec![T::zero(); out.iter().product()];
