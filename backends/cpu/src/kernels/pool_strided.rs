@@ -27,8 +27,10 @@
 //!    (taps in row-major order) in its last bits. DenseNet-121's three transitions took 0.21–0.42 ms a pool in
 //!    scalar loops on one thread, against onnxruntime's 0.04–0.06.
 //!
-//! Tests: `strided_pools_match_the_general_max_pool` and `strided_means_match_the_general_average_pool` here (rules 1–4 against `max_pool`, NaN and padding included,
-//! on AVX-512F and on the plain loops); `the_f32_fast_path_matches_the_general_max_pool` in `pool/tests.rs` (threads).
+//! Tests: `strided_pools_match_the_general_max_pool` here (rules 1–4 against `max_pool`, NaN and padding included,
+//! on AVX-512F and on the plain loops), `strided_means_match_the_general_average_pool` (rule 5 against
+//! `average_pool`, on one and two threads); `the_f32_fast_path_matches_the_general_max_pool` in `pool/tests.rs`
+//! (threads).
 
 /// Lanes of one AVX-512 register of f32.
 const LANES: usize = 16;
