@@ -10,8 +10,11 @@
 //! for the model-specific glue; products and convolutions run in `kernels::gemm`. exp, sigmoid, erf and tanh (and
 //! both GELUs) are compiled from native instructions (a range reduction and polynomial, rational approximations), so
 //! chains holding them vectorise. On a CPU with AVX2 or AVX-512, chains run a tile at a time at that width instead
-//! (`wide.rs`, the same arithmetic bit for bit) and are not compiled; copies always are.
+//! (`wide.rs`, the same arithmetic bit for bit; `linear.rs`, in registers, where the chain is linear and the CPU
+//! has AVX-512) and are not compiled; copies run as Rust loops (`copy.rs`), Cranelift's copy code serving built
+//! executables and the tests.
 
+mod copy;
 mod emit;
 mod linear;
 pub mod wide;
@@ -197,6 +200,34 @@ fn cpu_operands(spec: &Loops) -> std::result::Result<(), stowage_kir::KirError> 
     }
 }
 
+/// Output axes at most this long, read through a stride, give the innermost loop of a copy to an axis that reads
+/// its input contiguously ([`generation_order`]).
+const SHORT_INNER: usize = 4;
+
+/// The loop nest a kernel is generated as: `spec`'s, except that a copy whose output's innermost axis is short
+/// ([`SHORT_INNER`]) and read through a stride, while a longer axis reads the input contiguously, runs that axis
+/// innermost instead. A strided ConvTranspose's interleaving of its phases, a DepthToSpace or a pixel shuffle
+/// then reads its input in runs and writes each output row in a few interleaved passes while the row is in L1,
+/// instead of reading one element per cache line (ppocr_det's `[24, 2, 2, 80, 80]` → `[24, 80, 2, 80, 2]`: 1.03
+/// → 0.17 ms at one thread). Any order is the same copy: every output element is written once. Then banded.
+fn generation_order(spec: &Loops) -> Loops {
+    let mut spec = spec.clone();
+    let rank = spec.dims.len();
+    if let (Body::Copy, [input]) = (&spec.body, spec.inputs.as_slice()) {
+        let size = spec.output.elem.size();
+        let inner = rank - 1;
+        let unit = (0..inner).find(|&a| input.strides[a] == size && spec.dims[a] > spec.dims[inner]);
+        if let (true, Some(a)) = (spec.dims[inner] <= SHORT_INNER && input.strides[inner] != size, unit) {
+            let order: Vec<usize> = (0..rank).filter(|&i| i != a).chain([a]).collect();
+            spec.dims = order.iter().map(|&i| spec.dims[i]).collect();
+            for o in spec.inputs.iter_mut().chain([&mut spec.output]) {
+                o.strides = order.iter().map(|&i| o.strides[i]).collect();
+            }
+        }
+    }
+    spec.banded()
+}
+
 /// Compiles `specs` into one object file, kernel `k` exported as `{prefix}{k}`. It imports no symbol (math
 /// functions come by address at the call), so it links into any executable or library.
 pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
@@ -209,7 +240,7 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
     for (k, spec) in specs.iter().enumerate() {
         spec.check()?;
         cpu_operands(spec)?;
-        let banded = spec.clone().banded();
+        let banded = generation_order(spec);
         let name = format!("{prefix}{k}");
         define(&mut module, &mut fctx, &name, Linkage::Export, &banded)?;
         symbols.push((name, spec.key()));
@@ -221,12 +252,8 @@ pub fn compile_object(specs: &[Loops], prefix: &str) -> Result<Object> {
 /// Where a [`Jit`]'s kernels come from. One lives per program being lowered, so its size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Source {
-    /// Compiled now (`None`: a chain that runs as [`wide::Wide`]).
-    Compile {
-        module: JITModule,
-        fctx: FunctionBuilderContext,
-        funcs: Vec<(Option<FuncId>, Option<wide::Wide>, Extents)>,
-    },
+    /// Compiled now (`None`: a kernel that runs as Rust code, [`wide::Wide`] or [`copy::Copy`]).
+    Compile { module: JITModule, fctx: FunctionBuilderContext, funcs: Vec<(Option<FuncId>, Option<Entry>, Extents)> },
     /// Linked in ahead of time (a built executable's or module's table, [`Jit::new`]).
     Linked { table: &'static [Precompiled], fns: Vec<(Entry, Extents)> },
 }
@@ -237,6 +264,8 @@ enum Entry {
     Code(KernelFn),
     /// A chain a tile at a time ([`wide::Wide`]).
     Wide(wide::Wide),
+    /// A copy in Rust loops ([`copy::Copy`]).
+    Copy(copy::Copy),
 }
 
 impl Entry {
@@ -246,11 +275,12 @@ impl Entry {
     /// `ptrs` holds each input's address, then the math functions' ([`math_symbols`]); every input and `out` span
     /// what the kernel's strides reach over those rows; other bands running at the same time are other rows.
     unsafe fn invoke(&self, ptrs: *const *const u8, out: *mut u8, begin: usize, end: usize) {
-        // SAFETY: the caller's contract is both entries' (a `Wide` reads only the inputs' addresses).
+        // SAFETY: the caller's contract is every entry's (a `Wide` or a `Copy` reads only the inputs' addresses).
         unsafe {
             match self {
                 Entry::Code(f) => f(ptrs, out, begin, end),
                 Entry::Wide(w) => w.run(ptrs, out, begin, end),
+                Entry::Copy(c) => c.run(ptrs, out, begin, end),
             }
         }
     }
@@ -259,7 +289,7 @@ impl Entry {
 /// Compiles chains into one JIT module, or, in a built executable, finds them among the kernels linked in.
 pub struct Jit {
     source: Source,
-    /// Whether chains may run as [`wide::Wide`] (where the CPU allows).
+    /// Whether chains may run as [`wide::Wide`] (where the CPU allows) and copies as [`copy::Copy`].
     wide: bool,
 }
 
@@ -271,7 +301,8 @@ impl Jit {
         Jit::with_wide(linked, true)
     }
 
-    /// [`Jit::new`]; with `wide` false, chains are compiled by Cranelift on every CPU (the tests cover both).
+    /// [`Jit::new`]; with `wide` false, chains and copies are compiled by Cranelift on every CPU (the tests cover
+    /// both).
     pub fn with_wide(linked: Option<&'static [Precompiled]>, wide: bool) -> Result<Jit> {
         if let Some(table) = linked {
             return Ok(Jit { source: Source::Linked { table, fns: Vec::new() }, wide });
@@ -286,20 +317,23 @@ impl Jit {
         spec.check()?;
         cpu_operands(spec)?;
         let key = spec.key();
-        let spec = spec.clone().banded();
+        let spec = generation_order(spec);
         let extents = extents_of(&spec);
-        let wide = if self.wide { wide::Wide::new(&spec) } else { None };
+        let host = match self.wide {
+            true => wide::Wide::new(&spec).map(Entry::Wide).or_else(|| copy::Copy::new(&spec).map(Entry::Copy)),
+            false => None,
+        };
         match &mut self.source {
             Source::Compile { module, fctx, funcs } => {
-                let id = match wide {
+                let id = match host {
                     Some(_) => None,
                     None => Some(define(module, fctx, &format!("kernel{}", funcs.len()), Linkage::Local, &spec)?),
                 };
-                funcs.push((id, wide, extents));
+                funcs.push((id, host, extents));
                 Ok(funcs.len() - 1)
             }
-            Source::Linked { fns, .. } if wide.is_some() => {
-                fns.push((Entry::Wide(wide.expect("checked")), extents));
+            Source::Linked { fns, .. } if host.is_some() => {
+                fns.push((host.expect("checked"), extents));
                 Ok(fns.len() - 1)
             }
             Source::Linked { table, fns } => {
@@ -324,15 +358,15 @@ impl Jit {
                 module.finalize_definitions().map_err(jit_err)?;
                 let fns = funcs
                     .into_iter()
-                    .map(|(id, wide, extents)| match (id, wide) {
+                    .map(|(id, host, extents)| match (id, host) {
                         (Some(id), _) => {
                             let p = module.get_finalized_function(id);
                             // SAFETY: `p` is the entry of a function defined above with the signature (ptr, ptr,
                             // ptr, ptr) and the host's default calling convention, which is what `KernelFn` is.
                             (Entry::Code(unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }), extents)
                         }
-                        (None, Some(w)) => (Entry::Wide(w), extents),
-                        (None, None) => unreachable!("a kernel is either compiled or wide"),
+                        (None, Some(entry)) => (entry, extents),
+                        (None, None) => unreachable!("a kernel is either compiled or Rust code"),
                     })
                     .collect();
                 Ok(Arc::new(JitCode { module: Some(module), fns }))
@@ -696,29 +730,46 @@ mod tests {
 
     #[test]
     fn relayouts_of_every_element_size() {
-        // A transpose [3, 4, 5] → [5, 3, 4] for 1, 2, 4 and 8-byte elements, and a padded → packed copy.
-        for size in [1usize, 2, 4, 8] {
-            let shape = [3usize, 4, 5];
-            let n: usize = shape.iter().product();
-            let src: Vec<u8> = (0..n * size).map(|i| (i * 7 % 251) as u8).collect();
-            let (code, idx) = compile(&Loops::transpose(&shape, &[2, 0, 1], size));
-            let mut got = vec![0u8; n * size];
+        // Each copy as Cranelift code and as Rust loops (`copy.rs`).
+        for rust in [false, true] {
+            // A transpose [3, 4, 5] → [5, 3, 4] for 1, 2, 4 and 8-byte elements, and a padded → packed copy.
+            for size in [1usize, 2, 4, 8] {
+                let shape = [3usize, 4, 5];
+                let n: usize = shape.iter().product();
+                let src: Vec<u8> = (0..n * size).map(|i| (i * 7 % 251) as u8).collect();
+                let (code, idx) = compile_as(&Loops::transpose(&shape, &[2, 0, 1], size), rust);
+                let mut got = vec![0u8; n * size];
+                code.call(idx, &[&src], &mut got, 1).expect("runs");
+                for (o, chunk) in got.chunks(size).enumerate() {
+                    let (i2, i0, i1) = (o / 12, o / 4 % 3, o % 4);
+                    let s = (i0 * 20 + i1 * 5 + i2) * size;
+                    assert_eq!(chunk, &src[s..s + size], "size {size}, element {o} (Rust: {rust})");
+                }
+            }
+            // Rows of 37 bytes padded to 64, into a packed [9, 37] (the 16-byte loop and its tail).
+            let src: Vec<u8> = (0..9 * 64).map(|i| (i % 253) as u8).collect();
+            let (code, idx) = compile_as(&Loops::relayout(&[9, 37], 1, vec![64, 1], vec![37, 1]), rust);
+            let mut got = vec![0u8; 9 * 37 + 3];
             code.call(idx, &[&src], &mut got, 1).expect("runs");
-            for (o, chunk) in got.chunks(size).enumerate() {
-                let (i2, i0, i1) = (o / 12, o / 4 % 3, o % 4);
-                let s = (i0 * 20 + i1 * 5 + i2) * size;
-                assert_eq!(chunk, &src[s..s + size], "size {size}, element {o}");
+            for r in 0..9 {
+                assert_eq!(got[r * 37..r * 37 + 37], src[r * 64..r * 64 + 37], "row {r} (Rust: {rust})");
+            }
+            assert_eq!(got[9 * 37..], [0, 0, 0], "nothing written past the end");
+            // A strided ConvTranspose's interleave of its phases, [c, i, j, y, x] → [c, y, i, x, j], on two
+            // threads: its innermost loop runs along x (`generation_order`).
+            let shape = [4usize, 2, 2, 9, 40];
+            let n: usize = shape.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let (code, idx) = compile_as(&Loops::transpose(&shape, &[0, 3, 1, 4, 2], 4), rust);
+            let mut got = vec![0f32; n];
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+            pool.install(|| code.call(idx, &[bytemuck::cast_slice(&src)], bytemuck::cast_slice_mut(&mut got), 2))
+                .expect("runs");
+            for (o, &g) in got.iter().enumerate() {
+                let (c, y, i, x, j) = (o / 1440, o / 160 % 9, o / 80 % 2, o / 2 % 40, o % 2);
+                assert_eq!(g, src[(((c * 2 + i) * 2 + j) * 9 + y) * 40 + x], "element {o} (Rust: {rust})");
             }
         }
-        // Rows of 37 bytes padded to 64, into a packed [9, 37] (the 16-byte loop and its tail).
-        let src: Vec<u8> = (0..9 * 64).map(|i| (i % 253) as u8).collect();
-        let (code, idx) = compile(&Loops::relayout(&[9, 37], 1, vec![64, 1], vec![37, 1]));
-        let mut got = vec![0u8; 9 * 37 + 3];
-        code.call(idx, &[&src], &mut got, 1).expect("runs");
-        for r in 0..9 {
-            assert_eq!(got[r * 37..r * 37 + 37], src[r * 64..r * 64 + 37], "row {r}");
-        }
-        assert_eq!(got[9 * 37..], [0, 0, 0], "nothing written past the end");
     }
 
     #[test]
@@ -730,8 +781,10 @@ mod tests {
         assert_eq!(matches!(code.fns[0].0, Entry::Wide(_)), wide);
         let (code, _) = compile_as(&spec, false);
         assert!(matches!(code.fns[0].0, Entry::Code(_)));
-        // Copies are always compiled.
+        // Copies run as Rust loops on every CPU, or as Cranelift code when asked.
         let (code, _) = compile_as(&Loops::transpose(&[3, 4], &[1, 0], 4), true);
+        assert!(matches!(code.fns[0].0, Entry::Copy(_)));
+        let (code, _) = compile_as(&Loops::transpose(&[3, 4], &[1, 0], 4), false);
         assert!(matches!(code.fns[0].0, Entry::Code(_)));
     }
 
