@@ -142,35 +142,47 @@ impl Linear {
         let mut j = 0;
         while j + BLOCK <= n {
             // SAFETY: elements j .. j + BLOCK ≤ n of the row (the caller's contract).
-            unsafe { self.block::<VECTORS>(ins, row, out, j, u16::MAX) };
+            unsafe { self.block::<VECTORS, false>(ins, row, out, j, &[u16::MAX; VECTORS]) };
             j += BLOCK;
         }
-        // The rest a vector at a time, the last one's lanes past the row masked off (rule 3).
-        while j < n {
-            let lanes = (n - j).min(16);
-            // SAFETY: elements j .. j + lanes ≤ n, the rest masked off.
-            unsafe { self.block::<1>(ins, row, out, j, ((1u32 << lanes) - 1) as u16) };
-            j += lanes;
+        // The rest in one block of as few vectors as hold it, the lanes past the row masked off (rule 3): a row of
+        // 49 is one pass of four vectors, not four passes of one.
+        let rest = n - j;
+        // SAFETY: each call covers elements j .. n, the lanes past them masked off.
+        unsafe {
+            match rest {
+                0 => {}
+                1..=16 => self.block::<1, true>(ins, row, out, j, &masks(rest)),
+                17..=64 => self.block::<4, true>(ins, row, out, j, &masks(rest)),
+                _ => self.block::<VECTORS, true>(ins, row, out, j, &masks(rest)),
+            }
         }
     }
 
-    /// Elements `j ..` of the row in `N` vectors; with `mask` not all ones, `N` is 1 and only its lanes are read
-    /// and written.
+    /// Elements `j ..` of the row in `N` vectors; with `MASKED`, only the lanes of vector `r` in `masks[r]` are
+    /// read and written.
     ///
     /// # Safety
     /// As [`Linear::row`]'s, for the elements read and written.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn block<const N: usize>(&self, ins: &[*const f32], row: &[f32], out: *mut f32, j: usize, mask: u16) {
+    unsafe fn block<const N: usize, const MASKED: bool>(
+        &self,
+        ins: &[*const f32],
+        row: &[f32],
+        out: *mut f32,
+        j: usize,
+        masks: &[u16; N],
+    ) {
         // SAFETY: the caller's contract is `leaf`'s.
-        let mut v = unsafe { leaf::<N>(self.first, ins, row, j, mask) };
+        let mut v = unsafe { leaf::<N, MASKED>(self.first, ins, row, j, masks) };
         for step in &self.steps {
             match *step {
                 Step::Unary(f) => unary(f, &mut v),
                 Step::Left(f, l) | Step::Right(f, l) => {
                     // SAFETY: as above.
-                    let o = unsafe { leaf::<N>(l, ins, row, j, mask) };
+                    let o = unsafe { leaf::<N, MASKED>(l, ins, row, j, masks) };
                     v = if matches!(step, Step::Right(..)) { binary(f, &o, &v) } else { binary(f, &v, &o) };
                 }
             }
@@ -179,25 +191,35 @@ impl Linear {
             let p = out.wrapping_add(j + 16 * r);
             // SAFETY: as the loads: within the row's `n` elements of the output, masked-off lanes not written.
             unsafe {
-                if mask == u16::MAX {
-                    _mm512_storeu_ps(p, x)
+                if MASKED {
+                    _mm512_mask_storeu_ps(p, masks[r], x)
                 } else {
-                    _mm512_mask_storeu_ps(p, mask, x)
+                    _mm512_storeu_ps(p, x)
                 }
             }
         }
     }
 }
 
-/// A leaf's `N` vectors for elements `j ..` of the row (with `mask` not all ones, `N` is 1 and the lanes off in it
-/// read as 0).
+/// The lane masks of `N` vectors holding the first `lanes` elements.
+fn masks<const N: usize>(lanes: usize) -> [u16; N] {
+    std::array::from_fn(|r| ((1u32 << lanes.saturating_sub(16 * r).min(16)) - 1) as u16)
+}
+
+/// A leaf's `N` vectors for elements `j ..` of the row (with `MASKED`, the lanes off in `masks` read as 0).
 ///
 /// # Safety
 /// A [`Leaf::Tile`]'s lanes that are read lie within the row of its input (`Linear::row`'s contract).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn leaf<const N: usize>(l: Leaf, ins: &[*const f32], row: &[f32], j: usize, mask: u16) -> [__m512; N] {
+unsafe fn leaf<const N: usize, const MASKED: bool>(
+    l: Leaf,
+    ins: &[*const f32],
+    row: &[f32],
+    j: usize,
+    masks: &[u16; N],
+) -> [__m512; N] {
     match l {
         Leaf::Const(c) => [_mm512_set1_ps(c); N],
         Leaf::Row(k) => [_mm512_set1_ps(row[k]); N],
@@ -207,10 +229,10 @@ unsafe fn leaf<const N: usize>(l: Leaf, ins: &[*const f32], row: &[f32], j: usiz
                 let p = ins[k].wrapping_add(j + 16 * r);
                 // SAFETY: the caller's contract; masked-off lanes are not read.
                 *x = unsafe {
-                    if mask == u16::MAX {
-                        _mm512_loadu_ps(p)
+                    if MASKED {
+                        _mm512_maskz_loadu_ps(masks[r], p)
                     } else {
-                        _mm512_maskz_loadu_ps(mask, p)
+                        _mm512_loadu_ps(p)
                     }
                 };
             }
