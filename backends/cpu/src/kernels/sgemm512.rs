@@ -489,6 +489,8 @@ fn micro(
     {
         let mask = if cols == NR { u32::MAX } else { (1u32 << cols) - 1 };
         let args = (kc, a.as_ptr(), b.as_ptr(), ldb, c, ldc, accumulate, mask, epilogue);
+        // A tile of at most 16 columns (a product's last panel: 40 = 32 + 8 columns, 196 = 6·32 + 4) takes one
+        // vector of columns: half the multiply-adds of two vectors of which one is masked off.
         macro_rules! dispatch {
             ($($r:literal)*) => {
                 match rows {
@@ -496,7 +498,9 @@ fn micro(
                         // SAFETY: `sgemm` runs only after `available()` found AVX-512F on this CPU; the asserts above
                         // check every offset the kernel reads, and `Cols::tile` the rows and columns it writes
                         // (masked lanes are not accessed), which only this band reaches (`cols.rs`, rule 2).
-                        $r => unsafe { micro_avx512::<$r>(args) },
+                        $r if cols > 16 => unsafe { micro_avx512::<$r>(args) },
+                        // SAFETY: as above, the tile's columns in one vector.
+                        $r => unsafe { narrow_avx512::<$r>(args) },
                     )*
                     _ => unreachable!("rows checked above"),
                 }
@@ -577,6 +581,47 @@ unsafe fn micro_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask,
                 _mm512_mask_storeu_ps(p, m0, v0);
                 _mm512_mask_storeu_ps(p.wrapping_add(16), m1, v1);
             }
+        }
+    }
+}
+
+/// [`micro_avx512`] for a tile of at most 16 columns (the low half of `mask`): one vector a row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn narrow_avx512<const R: usize>((kc, a, b, ldb, c, ldc, accumulate, mask, epi): MicroArgs) {
+    use std::arch::x86_64::{__mmask16, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps};
+    let m = mask as __mmask16;
+    let mut acc: [__m512; R] = [_mm512_setzero_ps(); R];
+    for l in 0..kc {
+        // SAFETY: as in `micro_avx512`: `a` holds kc·MR floats, `b` (kc-1)·ldb + the masked columns; masked-out
+        // lanes are not read.
+        unsafe {
+            let b0 = _mm512_maskz_loadu_ps(m, b.add(l * ldb));
+            let ap = a.add(l * MR);
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                ap.wrapping_add(PREFETCH_STEPS * MR).cast::<i8>(),
+            );
+            for (i, v) in acc.iter_mut().enumerate() {
+                *v = _mm512_fmadd_ps(_mm512_set1_ps(*ap.add(i)), b0, *v);
+            }
+        }
+    }
+    for (i, &sum) in acc.iter().enumerate() {
+        // SAFETY: as in `micro_avx512`, for the first vector of each row: the masked lanes of c[i·ldc ..], a bias's
+        // R values, the term's masked lanes at stride ldc.
+        unsafe {
+            let p = c.add(i * ldc);
+            let mut v = sum;
+            if accumulate {
+                v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), v);
+            }
+            if let Some(bias) = epi.bias {
+                v = _mm512_add_ps(v, _mm512_set1_ps(*bias.add(i)));
+            }
+            if let Some(t) = epi.term {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, t.wrapping_add(i * ldc)));
+            }
+            _mm512_mask_storeu_ps(p, m, epi.act.avx512(v));
         }
     }
 }
