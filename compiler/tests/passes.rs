@@ -518,3 +518,73 @@ fn a_square_is_a_product() {
     let x = cx.graph.inputs()[0];
     assert_eq!(cx.graph.node(n).inputs, [Some(x), Some(x)]);
 }
+
+/// GELU's tanh form as jax2tf writes it (Magika), with `k` in place of 0.044715; `leak` makes the Tanh's output
+/// a graph output too.
+fn tanh_gelu(k: f32, leak: bool) -> ModelProto {
+    let mut outputs = vec![value("y", &[2, 5]), value("r", &[2, 5])];
+    if leak {
+        outputs.push(value("t", &[2, 5]));
+    }
+    build::model(
+        13,
+        vec![
+            node("Relu", &["x"], &["r"], vec![]),
+            node("Mul", &["k", "x"], &["a"], vec![]),
+            node("Mul", &["x", "a"], &["b"], vec![]),
+            node("Mul", &["x", "b"], &["c"], vec![]),
+            node("Add", &["x", "c"], &["d"], vec![]),
+            node("Mul", &["s", "d"], &["e"], vec![]),
+            node("Tanh", &["e"], &["t"], vec![]),
+            node("Add", &["one", "t"], &["u"], vec![]),
+            node("Mul", &["half", "u"], &["w"], vec![]),
+            node("Mul", &["x", "w"], &["y"], vec![]),
+        ],
+        vec![value("x", &[2, 5])],
+        outputs,
+        vec![
+            build::floats("k", &[], &[k]),
+            build::floats("s", &[], &[0.797_884_6]),
+            build::floats("one", &[], &[1.0]),
+            build::floats("half", &[1], &[0.5]),
+        ],
+    )
+}
+
+#[test]
+fn gelu_spelled_out_becomes_one_node() {
+    let (cx, _) = before_after(&tanh_gelu(0.044715, false), |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx), ["Relu", "Gelu"]);
+    assert!(cx.print().contains("approximate=tanh"), "{}", cx.print());
+    assert_eq!(cx.graph.outputs()[0].name, "y");
+    // PyTorch's exact GELU: x · (1 + erf(x / √2)) · 0.5.
+    let m = build::model(
+        13,
+        vec![
+            node("Div", &["x", "root2"], &["a"], vec![]),
+            node("Erf", &["a"], &["b"], vec![]),
+            node("Add", &["b", "one"], &["c"], vec![]),
+            node("Mul", &["x", "c"], &["d"], vec![]),
+            node("Mul", &["d", "half"], &["y"], vec![]),
+        ],
+        vec![value("x", &[3])],
+        vec![value("y", &[3])],
+        vec![
+            build::floats("root2", &[], &[std::f32::consts::SQRT_2]),
+            build::floats("one", &[], &[1.0]),
+            build::floats("half", &[], &[0.5]),
+        ],
+    );
+    let (cx, _) = before_after(&m, |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx), ["Gelu"]);
+    assert!(!cx.print().contains("approximate=tanh"), "{}", cx.print());
+}
+
+#[test]
+fn gelu_needs_its_constants_and_private_parts() {
+    // 0.05 for 0.044715 computes something else; a Tanh another reader sees must stay.
+    let (cx, _) = before_after(&tanh_gelu(0.05, false), |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx).len(), 10);
+    let (cx, _) = before_after(&tanh_gelu(0.044715, true), |cx| cx.recognize_activations());
+    assert_eq!(ops(&cx).len(), 10);
+}

@@ -12,7 +12,8 @@
 //!    takes the last node's name and its output's name, so outputs and later nodes read it unchanged.
 //!
 //! The rewrite changes the rounding by at most a few ulps (`x/6 + 1/2` against `(x + 3)/6`), as onnxruntime's own
-//! fusion of the same pattern does. Tests: `compiler/tests/passes.rs` (`hard_swish_*`).
+//! fusion of the same pattern does. Tests: `compiler/tests/passes.rs` (`hard_swish_*`). The pass then recognises
+//! GELU (`gelu.rs`, its own rules).
 
 use crate::ir::{Binary, Edit, Graph, Op, Unary, ValueId};
 
@@ -36,7 +37,7 @@ pub fn run(g: &mut Graph) -> usize {
         count += 1;
     }
     edit.finish(g);
-    count
+    count + super::gelu::run(g)
 }
 
 /// The input of the HardSwish that `last` ends (rule 1), with the nodes before `last` that make it up.

@@ -5,6 +5,7 @@ pub mod activations;
 pub mod batchnorm;
 pub mod dce;
 pub mod fold;
+pub mod gelu;
 pub mod gemm;
 pub mod identity;
 pub mod powers;

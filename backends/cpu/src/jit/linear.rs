@@ -11,12 +11,14 @@
 //!    row (stride 0 along the innermost axis, any element type), and contiguous f32 inputs (stride 4). The start
 //!    is a leaf, or a two-leaf instruction. Instructions off the path are dead and not evaluated. Every function
 //!    on the path is one of [`native_unary`] and [`native_binary`], and the output is contiguous f32. Anything
-//!    else ([`Linear::new`] returns `None`: a SiLU's exponential, a value read twice, a strided or integer input
+//!    else ([`Linear::new`] returns `None`: a logarithm, two computed values meeting, a strided or integer input
 //!    read per element) runs as tiles. Tested by `only_linear_native_chains_qualify`.
 //! 2. **Bit for bit.** Each native function is the IEEE operation its scalar definition (`stowage_kir::func`)
 //!    performs, in the same order and with the same operands (no FMA contraction, a division where the definition
 //!    divides), and comparisons treat NaN and signed zeros as the definition's branches do (`Relu` keeps `-0` and
-//!    NaN, `Max` and `Min` give NaN when either side is NaN). Tested on NaN, infinities and signed zeros against
+//!    NaN, `Max` and `Min` give NaN when either side is NaN). Tanh, erf and both GELUs are the definitions'
+//!    rational approximations, coefficient by coefficient; the sigmoid is `act.rs`'s, whose exponential is
+//!    `exp_f32`'s operations in order (rule 3 there). Tested on NaN, infinities and signed zeros against
 //!    `Chain::eval` by `every_native_function_matches_the_scalar_definition_bit_for_bit`.
 //! 3. **Within the row.** A row is read and written in blocks of [`BLOCK`] elements; the last block's lanes past
 //!    the row are masked off in every load and store, so no byte outside the operands' extents is touched
@@ -70,7 +72,18 @@ pub fn native_unary(f: UnaryFn) -> bool {
     use UnaryFn as U;
     matches!(
         f,
-        U::Relu | U::LeakyRelu(_) | U::Neg | U::Abs | U::Sqrt | U::Reciprocal | U::HardSigmoid(..) | U::HardSwish
+        U::Relu
+            | U::LeakyRelu(_)
+            | U::Neg
+            | U::Abs
+            | U::Sqrt
+            | U::Reciprocal
+            | U::HardSigmoid(..)
+            | U::HardSwish
+            | U::Tanh
+            | U::Erf
+            | U::Sigmoid
+            | U::Gelu(_)
     )
 }
 
@@ -281,9 +294,79 @@ fn unary<const N: usize>(f: UnaryFn, v: &mut [__m512; N]) {
                 let (six, half) = (_mm512_set1_ps(6.0), _mm512_set1_ps(0.5));
                 each!(|x| _mm512_mul_ps(x, clamp_unit(_mm512_add_ps(_mm512_div_ps(x, six), half))));
             }
+            U::Tanh => each!(|x| tanh(x)),
+            U::Erf => each!(|x| erf(x)),
+            U::Sigmoid => each!(|x| crate::kernels::act::Act::Sigmoid.avx512(x)),
+            U::Gelu(true) => {
+                // `0.5 * x * (1.0 + tanh_f32(c * (x + 0.044715 * x * x * x)))`, in that order.
+                let (c, k) = (_mm512_set1_ps((2.0f32 / std::f32::consts::PI).sqrt()), _mm512_set1_ps(0.044715));
+                let half = _mm512_set1_ps(0.5);
+                each!(|x| {
+                    let cube = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(k, x), x), x);
+                    let t = tanh(_mm512_mul_ps(c, _mm512_add_ps(x, cube)));
+                    _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, t))
+                });
+            }
+            U::Gelu(false) => {
+                // `0.5 * x * (1.0 + erf_f32(x * FRAC_1_SQRT_2))`
+                let (r, half) = (_mm512_set1_ps(std::f32::consts::FRAC_1_SQRT_2), _mm512_set1_ps(0.5));
+                each!(|x| _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, erf(_mm512_mul_ps(x, r)))));
+            }
             other => unreachable!("{other:?} is not a native unary function"),
         }
     }
+}
+
+/// `v.clamp(lo, hi)` as Rust's: below `lo` gives `lo`, above `hi` gives `hi`, NaN stays.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn clamp(v: __m512, lo: f32, hi: f32) -> __m512 {
+    // SAFETY: inlined into `Linear::block`, compiled for and run with AVX-512F, as the other helpers here.
+    unsafe {
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        let v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, lo), lo);
+        _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, hi), hi)
+    }
+}
+
+/// `p(x²)·x / q(x²)` with Horner's rule in `p` and `q` (a multiply, then an add, per coefficient), as
+/// `stowage_kir::func`'s `tanh_f32` and `erf_f32` evaluate their rational approximations.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn rational(x: __m512, p: &[f32], q: &[f32]) -> __m512 {
+    // SAFETY: as `clamp`.
+    unsafe {
+        let x2 = _mm512_mul_ps(x, x);
+        let mut num = _mm512_set1_ps(p[0]);
+        for &k in &p[1..] {
+            num = _mm512_add_ps(_mm512_mul_ps(num, x2), _mm512_set1_ps(k));
+        }
+        let mut den = _mm512_set1_ps(q[0]);
+        for &k in &q[1..] {
+            den = _mm512_add_ps(_mm512_mul_ps(den, x2), _mm512_set1_ps(k));
+        }
+        _mm512_div_ps(_mm512_mul_ps(num, x), den)
+    }
+}
+
+/// `tanh_f32` on 16 lanes: NaN as it came, else clamped and the rational approximation.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tanh(x: __m512) -> __m512 {
+    use stowage_kir::func::{TANH_CLAMP, TANH_P, TANH_Q};
+    // SAFETY: as `clamp`.
+    unsafe {
+        let r = rational(clamp(x, -TANH_CLAMP, TANH_CLAMP), &TANH_P, &TANH_Q);
+        _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x), x)
+    }
+}
+
+/// `erf_f32` on 16 lanes: clamped to ±4 and the rational approximation.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn erf(x: __m512) -> __m512 {
+    use stowage_kir::func::{ERF_P, ERF_Q};
+    rational(clamp(x, -4.0, 4.0), &ERF_P, &ERF_Q)
 }
 
 /// `v.clamp(0.0, 1.0)`: below 0 gives 0, above 1 gives 1, NaN stays.
