@@ -153,7 +153,7 @@ impl Wide {
                     *r = bases[k].wrapping_add(offset(k));
                 }
                 let out_row = out.wrapping_add(offset(n_in));
-                if let Some(linear) = &self.linear {
+                if let (Some(linear), true) = (&self.linear, inner > 0) {
                     // Rule 4 of `linear.rs`: each input's first element of the row, its value where it is one per row.
                     for k in 0..n_in {
                         if self.strides[k][rank - 1] == 0 {
@@ -201,6 +201,10 @@ impl Wide {
     #[inline(always)]
     unsafe fn linear_rows(&self, linear: &Linear, bases: &[*const u8], out: *mut u8, begin: usize, end: usize) {
         let (n_in, inner) = (bases.len(), self.dims[1]);
+        if inner == 0 {
+            // No element: nothing to read, not even a row's value.
+            return;
+        }
         let mut tile_rows: SmallVec<[*const f32; 8]> = smallvec![std::ptr::null(); n_in];
         let mut row_values: SmallVec<[f32; 8]> = smallvec![0.0; n_in];
         for row in begin..end {
