@@ -57,8 +57,12 @@ fn main() {
         let w: Vec<f32> = (0..m * c * k * k).map(|i| (i % 5) as f32 * 0.01).collect();
         let bias = vec![0.5f32; m];
         let mut y = vec![0f32; m * o * o];
-        let packed = PackedWeights::new(&w, &[m, c, k, k], 1);
         let p = ConvParams { kernel: &[k, k], strides: &[s, s], dilations: &[1, 1], pads: &[pad; 4], group: 1 };
+        // Packed as a program packs them (`LANES=0`: never with the channels in lanes, for comparing).
+        let packed = match std::env::var("LANES").as_deref() {
+            Ok("0") => PackedWeights::new(&w, &[m, c, k, k], 1),
+            _ => PackedWeights::for_output(&w, &[m, c, k, k], &p, &[1, m, o, o], false),
+        };
         let post = Post { packed: packed.as_ref(), act, residual: None };
         let mut time = |threads: usize, touch: usize| {
             pool.install(|| {

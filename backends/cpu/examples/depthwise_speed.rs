@@ -1,6 +1,7 @@
 //! Times the direct depthwise kernel on MobileNet-style shapes, one thread:
 //! `cargo run --release -p stowage-cpu --example depthwise_speed`. Each line gives the fastest and the median of
-//! 300 calls. `SHAPES="c,h,k,s;…"` times other shapes (channels, input height = width, kernel, stride).
+//! 300 calls. `SHAPES="c,h,k,s;…"` times other shapes (channels, input height = width, kernel, stride); `THREADS=2`
+//! runs each call on two threads of a rayon pool.
 use std::time::Instant;
 
 mod shapes;
@@ -21,6 +22,8 @@ fn main() {
         (256, 14, 5, 2),
         (512, 7, 5, 1),
     ]);
+    let threads: usize = std::env::var("THREADS").ok().and_then(|t| t.parse().ok()).unwrap_or(1);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a thread pool");
     for &(c, h, k, s) in shapes {
         let pad = k / 2;
         let o = (h + 2 * pad - k) / s + 1;
@@ -31,7 +34,7 @@ fn main() {
         let mut times: Vec<f64> = (0..300)
             .map(|_| {
                 let t = Instant::now();
-                depthwise(&x, &w, None, c, 1, &p, Act::HardSwish, &mut y, 1);
+                pool.install(|| depthwise(&x, &w, None, c, 1, &p, Act::HardSwish, &mut y, threads));
                 t.elapsed().as_secs_f64() * 1e3
             })
             .collect();

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::act::Act;
 use super::cols::Cols;
+use super::conv_lanes::{self, LanePack};
 use super::depthwise::{depthwise, Plane};
 use super::gemm::{gemm_packed, gemm_packed_cols, gemm_strided, pack_lhs, Epilogue, Float, PackedA};
 use super::residual::Residual;
@@ -160,6 +161,9 @@ impl Geometry {
 /// product when there are few output positions.
 pub struct PackedWeights {
     groups: Vec<PackedA>,
+    /// Instead of `groups`, for a small output plane: the weights with the output channels in lanes
+    /// (`conv_lanes.rs`), one per group.
+    lanes: Option<Vec<LanePack>>,
 }
 
 impl PackedWeights {
@@ -178,7 +182,58 @@ impl PackedWeights {
         let mg = m / g;
         // By panels: the convolutions that read their input in place (`shifted.rs`) run all of K on one panel.
         let groups = (0..g).map(|gi| pack_lhs(mg, kdim, &w[gi * mg * kdim..][..mg * kdim], (kdim, 1), true));
-        Some(PackedWeights { groups: groups.collect::<Option<_>>()? })
+        Some(PackedWeights { groups: groups.collect::<Option<_>>()?, lanes: None })
+    }
+
+    /// [`PackedWeights::new`] for one convolution whose output is `y_shape` (`[N, M, …]`) under `p`: a 1-D or 2-D
+    /// one that `conv_lanes.rs` computes better (`conv_lanes::wanted`), with no residual term in its epilogue, is
+    /// packed for that kernel instead (the one packed copy a program keeps either way).
+    pub fn for_output(
+        w: &[f32],
+        w_shape: &[usize],
+        p: &ConvParams<'_>,
+        y_shape: &[usize],
+        residual: bool,
+    ) -> Option<PackedWeights> {
+        if !PackedWeights::in_lanes(w_shape, p, y_shape, residual) {
+            return PackedWeights::new(w, w_shape, p.group);
+        }
+        let g = p.group.max(1);
+        let (mg, kdim) = (w_shape[0] / g, w_shape[1..].iter().product::<usize>());
+        if w.len() != g * mg * kdim {
+            return None;
+        }
+        let lanes = (0..g).map(|gi| LanePack::new(mg, kdim, &w[gi * mg * kdim..][..mg * kdim])).collect();
+        Some(PackedWeights { groups: Vec::new(), lanes: Some(lanes) })
+    }
+
+    /// Bytes [`PackedWeights::for_output`] holds.
+    pub fn bytes_for_output(w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize], residual: bool) -> usize {
+        if !PackedWeights::in_lanes(w_shape, p, y_shape, residual) {
+            return PackedWeights::bytes_for(w_shape, p.group);
+        }
+        let g = p.group.max(1);
+        let (mg, kdim) = (w_shape[0] / g, w_shape[1..].iter().product::<usize>());
+        g * mg.next_multiple_of(conv_lanes::BLOCK) * kdim * std::mem::size_of::<f32>()
+    }
+
+    /// Whether [`PackedWeights::for_output`] packs for `conv_lanes.rs`: packed weights, a 1-D or 2-D convolution
+    /// that is not pointwise (those are plain products), no residual term, and `conv_lanes::wanted`.
+    fn in_lanes(w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize], residual: bool) -> bool {
+        let s = w_shape.len().saturating_sub(2);
+        if residual || !(s == 1 || s == 2) || y_shape.len() != s + 2 || !PackedWeights::applies(w_shape, p.group) {
+            return false;
+        }
+        let attr = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(1).max(1);
+        let two = |v: (usize, usize)| if s == 2 { v } else { (1, v.1) };
+        let (oh, ow) = two((y_shape[2], y_shape[s + 1]));
+        let (kh, kw) = two((w_shape[2], w_shape[s + 1]));
+        let stride = two((attr(p.strides, 0), attr(p.strides, s - 1)));
+        let dilation = two((attr(p.dilations, 0), attr(p.dilations, s - 1)));
+        let pointwise = kh * kw == 1 && stride == (1, 1) && p.pads.iter().all(|&v| v == 0);
+        let plane = Plane { ih: 0, iw: 0, oh, ow, kh, kw, stride, dilation, pad: (0, 0) };
+        let g = p.group.max(1);
+        !pointwise && conv_lanes::wanted(&plane, w_shape[0] / g, w_shape[1..].iter().product())
     }
 
     /// True when weights of this shape are packed on this CPU: 12 or more output channels per group (fewer take
@@ -199,7 +254,8 @@ impl PackedWeights {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.groups.iter().map(PackedA::bytes).sum()
+        self.groups.iter().map(PackedA::bytes).sum::<usize>()
+            + self.lanes.iter().flatten().map(LanePack::bytes).sum::<usize>()
     }
 }
 
@@ -335,20 +391,24 @@ pub fn conv_packed<T: Float>(
     }
     let packed = packed.filter(|_| std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>());
     if let Some(pw) = packed {
-        assert!(
-            pw.groups.len() == g && pw.groups.iter().all(|a| a.rows() == mg && a.cols() == kdim),
-            "conv: packed weights of another shape"
-        );
+        let fits = match &pw.lanes {
+            Some(lanes) => lanes.len() == g && lanes.iter().all(|a| a.rows() == mg && a.cols() == kdim),
+            None => pw.groups.len() == g && pw.groups.iter().all(|a| a.rows() == mg && a.cols() == kdim),
+        };
+        assert!(fits, "conv: packed weights of another shape");
     }
     let pointwise = kk == 1 && geo.strides.iter().all(|&v| v == 1) && p.pads.iter().all(|&v| v == 0);
     debug_assert!(!pointwise || p_in == p_out);
     // Several images of few positions each, unfolded side by side into a buffer of their own (below).
-    let merged = nb > 1 && g == 1 && !pointwise && p_out < MERGE_BELOW && kdim * nb * p_out <= COL_TILE_ELEMS;
+    // Weights packed with the channels in lanes go to `conv_lanes.rs` and nowhere else.
+    let lanes = packed.and_then(|pw| pw.lanes.as_deref());
+    let merged =
+        nb > 1 && g == 1 && !pointwise && p_out < MERGE_BELOW && kdim * nb * p_out <= COL_TILE_ELEMS && lanes.is_none();
     // A residual term goes into the product's epilogue where the product writes `y` itself with packed weights
     // (`residual.rs`, rule 1); elsewhere the convolution runs bare and the term and activation follow in a pass.
     let residual = match post.residual {
         None => None,
-        Some(r) if packed.is_some() && kdim > 0 && !merged => {
+        Some(r) if packed.is_some() && kdim > 0 && !merged && lanes.is_none() => {
             assert_eq!(r.len(), y.len(), "conv: residual length");
             // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are the
             // same slices retyped.
@@ -396,6 +456,7 @@ pub fn conv_packed<T: Float>(
         let pad = if s == 2 { (geo.pads_begin[0], geo.pads_begin[1]) } else { (0, geo.pads_begin[0]) };
         Plane { ih, iw, oh, ow, kh, kw, stride, dilation, pad }
     });
+    assert!(lanes.is_none() || plane.is_some(), "conv: channel-lane weights for a convolution of {s} axes");
     // One input channel per group, each read by few output channels or through a small window: accumulated
     // directly, no im2col. Many outputs over a long window (an STFT's 258 filters of 256 taps over one signal,
     // where AVX-512 is missing and the weights are not packed) are a product, and take the product below.
@@ -469,6 +530,19 @@ pub fn conv_packed<T: Float>(
                 None => y_blk.fill(T::ZERO),
             }
             act.over(y_blk);
+            return;
+        }
+        if let (Some(lanes), Some(g2)) = (lanes, &plane) {
+            // SAFETY: `lanes` come from `packed`, only kept when `T` is f32 (checked through its TypeId above), so
+            // these are the same slices retyped.
+            let (x_g, y_blk, bias) = unsafe {
+                (
+                    &*(x_g as *const [T] as *const [f32]),
+                    &mut *(y_blk as *mut [T] as *mut [f32]),
+                    bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
+                )
+            };
+            conv_lanes::conv2d(x_g, cg, g2, &lanes[gi], bias, act, y_blk, threads);
             return;
         }
         if let (Some(pw), Some(g2)) = (packed, &shifted) {

@@ -6,6 +6,7 @@ pub mod broadcast;
 pub mod cast;
 pub mod cols;
 pub mod conv;
+pub mod conv_lanes;
 pub mod cumulative;
 pub mod depthwise;
 pub mod depthwise_lanes;

@@ -59,25 +59,32 @@ pub fn available() -> bool {
     super::sgemm512::available()
 }
 
-/// The phase planes of rule 1 and the row offsets of rule 2.
-struct Planes {
+/// The phase planes of rule 1 and the row offsets of rule 2 (also read by `conv_lanes.rs`).
+pub(super) struct Planes {
     /// The planes in `buf[..len]`; the thread's buffer may be longer (rule 7).
-    buf: Vec<f32>,
-    len: usize,
+    pub(super) buf: Vec<f32>,
+    pub(super) len: usize,
     /// `W'`.
-    width: usize,
+    pub(super) width: usize,
     /// `H'`.
     height: usize,
     /// Phases per channel.
     phases: usize,
     /// `off[l]` for `l = (c·Kh + i)·Kw + j`.
-    offs: Vec<usize>,
+    pub(super) offs: Vec<usize>,
     /// The largest of `offs`.
-    max_off: usize,
+    pub(super) max_off: usize,
 }
 
 impl Planes {
-    fn new(x: &[f32], cg: usize, g: &Plane, threads: usize) -> Planes {
+    /// The buffer back to the thread for its next convolution (rule 7).
+    pub(super) fn keep(self) {
+        if self.buf.len() <= SPARE_MAX {
+            SPARE.set(self.buf);
+        }
+    }
+
+    pub(super) fn new(x: &[f32], cg: usize, g: &Plane, threads: usize) -> Planes {
         let (sh, sw) = g.stride;
         let (dh, dw) = g.dilation;
         let height = g.oh + (g.kh - 1) * dh / sh;
@@ -370,9 +377,7 @@ pub fn conv2d(
     } else {
         run((0, tiles), (0, panels));
     }
-    if planes.buf.len() <= SPARE_MAX {
-        SPARE.set(planes.buf);
-    }
+    planes.keep();
 }
 
 /// What a tile adds before it is stored: the bias of its rows, a residual term (`residual.rs`; only for a tile

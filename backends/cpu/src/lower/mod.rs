@@ -89,7 +89,18 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         let chain = gen.planned.get(&n);
         let node_inputs = &shape.reads;
         if let (true, Op::Conv(c), Some(w)) = (shape.packed_weights, &node.op, node.inputs.get(1).copied().flatten()) {
-            packed_bytes += crate::kernels::conv::PackedWeights::bytes_for(&graph.ty(w).shape, c.group);
+            let window = &c.window;
+            let p = crate::kernels::conv::ConvParams {
+                kernel: &window.kernel,
+                strides: &window.strides,
+                dilations: &window.dilations,
+                pads: &window.pads,
+                group: c.group,
+            };
+            let (out, residual) =
+                (out_shape(graph, &node.outputs, 0), chain.is_none() && gen.residual.contains_key(&n));
+            packed_bytes +=
+                crate::kernels::conv::PackedWeights::bytes_for_output(&graph.ty(w).shape, &p, &out, residual);
         }
         if chain.is_none() && crate::kernels::sgemm512::available() {
             let out = out_shape(graph, &node.outputs, 0);

@@ -217,7 +217,15 @@ pub(super) fn conv_kernel(
     // Constant f32 weights are packed for the product kernel once, here.
     let packed = match inputs.get(1).copied().flatten().map(|v| &graph.value(v).def) {
         Some(ir::ValueDef::Const(t)) if packs_weights(graph, c, inputs, dt) => {
-            let packed = t.as_slice::<f32>().ok().and_then(|w| conv::PackedWeights::new(w, &ws, g));
+            let p = conv::ConvParams {
+                kernel: &w.kernel,
+                strides: &w.strides,
+                dilations: &w.dilations,
+                pads: &w.pads,
+                group: g,
+            };
+            let packed =
+                t.as_slice::<f32>().ok().and_then(|wt| conv::PackedWeights::for_output(wt, &ws, &p, &out, residual));
             Some(packed.ok_or_else(|| CpuError::NotImplemented("conv weights that cannot be packed".into()))?)
         }
         _ => None,

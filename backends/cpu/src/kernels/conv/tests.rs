@@ -535,3 +535,41 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         }
     }
 }
+
+/// Weights packed for their output (`PackedWeights::for_output`): convolutions `conv_lanes.rs` takes (batches of
+/// two, two groups, a unit axis dropped, with and without a bias) match the definition and hold the bytes
+/// `bytes_for_output` says; with a residual term the same weights stay on the panels.
+#[test]
+fn weights_packed_for_their_output_take_the_lanes_where_wanted() {
+    if !crate::kernels::sgemm512::available() {
+        return;
+    }
+    // (input shape, weight shape, group, pads): SqueezeNet's 13², two groups of 64 outputs at 7², a 1-D
+    // convolution written as 2-D with a unit axis.
+    type Case = ([usize; 4], [usize; 4], usize, [usize; 4]);
+    let cases: [Case; 3] = [
+        ([2, 16, 13, 13], [64, 16, 3, 3], 1, [1, 1, 1, 1]),
+        ([1, 32, 7, 7], [128, 16, 3, 3], 2, [1, 1, 1, 1]),
+        ([1, 64, 1, 30], [64, 64, 1, 9], 1, [0, 4, 0, 4]),
+    ];
+    for (ci, (xs, ws, group, pads)) in cases.iter().enumerate() {
+        let ys: Vec<usize> = vec![xs[0], ws[0], xs[2], xs[3]];
+        let p = ConvParams { kernel: &ws[2..], strides: &[1, 1], dilations: &[1, 1], pads, group: *group };
+        let (x, w, b) =
+            (values(xs.iter().product(), 40 + ci as u64), values(ws.iter().product(), 50), values(ws[0], 60));
+        let packed = PackedWeights::for_output(&w, ws, &p, &ys, false).expect("packed");
+        assert!(packed.lanes.is_some(), "case {ci}: packed with the channels in lanes");
+        assert_eq!(packed.bytes(), PackedWeights::bytes_for_output(ws, &p, &ys, false));
+        assert!(PackedWeights::for_output(&w, ws, &p, &ys, true).expect("packed").lanes.is_none());
+        for bias in [None, Some(&b[..])] {
+            let want = naive(&x, xs, &w, ws, bias, &[1, 1], &[1, 1], pads, *group, &ys);
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut y = vec![f32::NAN; want.len()];
+                let post = Post { packed: Some(&packed), act: Act::None, residual: None };
+                pool.install(|| conv_packed(&x, xs, &[], ws, bias, &p, &mut y, &ys, threads, post));
+                close(&y, &want);
+            }
+        }
+    }
+}
