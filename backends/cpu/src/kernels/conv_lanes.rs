@@ -55,14 +55,23 @@ impl LanePack {
     /// # Panics
     /// If `w` is shorter than `m·k`.
     pub fn new(m: usize, k: usize, w: &[f32]) -> LanePack {
-        assert!(w.len() >= m * k, "conv: {} weights for {m} × {k}", w.len());
+        LanePack::strided(m, k, w, (k, 1), 1.0)
+    }
+
+    /// Packs `alpha · W`, `W` being `m × k` with element `(i, l)` at `w[i·rs + l·cs]`.
+    ///
+    /// # Panics
+    /// If an element lies past `w`.
+    pub fn strided(m: usize, k: usize, w: &[f32], (rs, cs): (usize, usize), alpha: f32) -> LanePack {
+        assert!(m == 0 || k == 0 || (m - 1) * rs + (k - 1) * cs < w.len(), "lanes: {} weights for {m} × {k}", w.len());
         let mut data = vec![0f32; m.div_ceil(BLOCK) * k * BLOCK];
         for (b, block) in data.chunks_exact_mut(k * BLOCK).enumerate() {
             let rows = BLOCK.min(m - b * BLOCK);
             // Written in order, step by step.
             for (l, step) in block.chunks_exact_mut(BLOCK).enumerate() {
                 for (i, v) in step.iter_mut().enumerate().take(rows) {
-                    *v = w[(b * BLOCK + i) * k + l];
+                    let e = w[(b * BLOCK + i) * rs + l * cs];
+                    *v = if alpha == 1.0 { e } else { alpha * e };
                 }
             }
         }
@@ -153,6 +162,70 @@ pub fn conv2d(
     assert!(last <= planes.len, "conv: planes of {} floats, reads to {last}", planes.len);
     // Each position's virtual column.
     let virt: Vec<usize> = (0..n).map(|p| p / g.ow * planes.width + p % g.ow).collect();
+    let operands = Operands { buf: &planes.buf[..planes.len], offs: &planes.offs, virt: &virt };
+    // SAFETY: reads are inside `buf` (asserted: `last`); `y` holds m·n floats (asserted), channel-major.
+    unsafe { run_items(w, operands, bias, act, Dest::ChannelMajor(y), threads) };
+    planes.keep();
+}
+
+/// `y[j, i] = bias[i] + Σ_l a[j·a_rs + l·a_cs] · W[i, l]` for the `m` rows `j` of `op(A)` and the `n` outputs `i`
+/// of `w` (`W` packed `n × k` by [`LanePack::strided`]), `y` packed `m × n`: a product of few rows against constant
+/// weights (`few_rows.rs`), the outputs in the lanes and the rows of `op(A)` broadcast, each read in place through
+/// its strides; stored straight into `y`'s rows under masks, no transposing scratch. The caller has checked
+/// [`super::sgemm512::available`].
+///
+/// # Panics
+/// On lengths that do not match, or without AVX-512F.
+#[allow(clippy::too_many_arguments)]
+pub fn product(
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    m: usize,
+    w: &LanePack,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    threads: usize,
+) {
+    let (n, k) = (w.m, w.k);
+    assert!(super::sgemm512::available(), "product: channel lanes need AVX-512F");
+    assert_eq!(y.len(), m * n, "product: Y length");
+    assert!(bias.is_none_or(|b| b.len() >= n), "product: bias shorter than {n} outputs");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(k > 0 && (m - 1) * a_rs + (k - 1) * a_cs < a.len(), "product: A too short");
+    let offs: Vec<usize> = (0..k).map(|l| l * a_cs).collect();
+    let virt: Vec<usize> = (0..m).map(|j| j * a_rs).collect();
+    // SAFETY: every read `a[offs[l] + virt[j]]` is at most `(m − 1)·a_rs + (k − 1)·a_cs`, inside `a` (asserted);
+    // `y` holds m·n floats (asserted), row-major.
+    unsafe {
+        run_items(w, Operands { buf: a, offs: &offs, virt: &virt }, bias, Act::None, Dest::PositionMajor(y), threads)
+    };
+}
+
+/// What the tiles read besides the weights: tap or step `l` of position `p` is `buf[offs[l] + virt[p]]`.
+#[derive(Clone, Copy)]
+struct Operands<'a> {
+    buf: &'a [f32],
+    offs: &'a [usize],
+    virt: &'a [usize],
+}
+
+/// Where the sums go: `[channels][positions]` (a convolution's NCHW output) or `[positions][channels]` (a
+/// product's rows).
+enum Dest<'a> {
+    ChannelMajor(&'a mut [f32]),
+    PositionMajor(&'a mut [f32]),
+}
+
+/// Every tile of every block of 64 channels of `w`, over the positions of `ops`, into `dest` (rule 5).
+///
+/// # Safety
+/// Every `ops.offs[l] + ops.virt[p]` is inside `ops.buf`; `dest` holds `w.m` channels × `ops.virt.len()` positions;
+/// AVX-512F is there.
+unsafe fn run_items(w: &LanePack, ops: Operands<'_>, bias: Option<&[f32]>, act: Act, dest: Dest<'_>, threads: usize) {
+    let (m, k, n) = (w.m, w.k, ops.virt.len());
+    assert_eq!(ops.offs.len(), k, "lanes: an offset per step of K");
     let blocks = m.div_ceil(BLOCK);
     let tiles = n.div_ceil(PIXELS);
     // Biases padded to whole blocks, so a block's 64 load as four vectors.
@@ -160,21 +233,28 @@ pub fn conv2d(
     if let Some(b) = bias {
         biases[..m].copy_from_slice(&b[..m]);
     }
-    let out = Out(y.as_mut_ptr());
+    let (out, channel_major) = match dest {
+        Dest::ChannelMajor(y) => (Out(y.as_mut_ptr()), true),
+        Dest::PositionMajor(y) => (Out(y.as_mut_ptr()), false),
+    };
     let run = |b: usize, (t0, t1): (usize, usize)| {
         let rows = BLOCK.min(m - b * BLOCK);
         let item = Item {
             w: &w.data[b * k * BLOCK..][..k * BLOCK],
-            buf: &planes.buf[..planes.len],
-            offs: &planes.offs,
-            virt: &virt,
+            buf: ops.buf,
+            offs: ops.offs,
+            virt: ops.virt,
             bias: &biases[b * BLOCK..][..BLOCK],
             add_bias: bias.is_some(),
         };
-        // SAFETY: `wanted`'s AVX-512F was asserted above; reads are inside `buf` (asserted: `last`); the item's
-        // outputs, channels b·64 .. b·64 + rows of positions 6·t0 .. min(6·t1, n), are inside `y` (length m·n)
-        // and no other item writes them (rule 5).
-        unsafe { item.run(rows, (t0, t1), act, out.at(b * BLOCK * n), n) };
+        let (y, store) = if channel_major {
+            (out.at(b * BLOCK * n), Store::ChannelMajor { ld: n })
+        } else {
+            (out.at(b * BLOCK), Store::PositionMajor { ld: m })
+        };
+        // SAFETY: the caller's promise for the reads and AVX-512F; the item's outputs, channels b·64 .. b·64 + rows
+        // of positions 6·t0 .. min(6·t1, n), are inside the destination, and no other item writes them (rule 5).
+        unsafe { item.run(rows, (t0, t1), act, y, store) };
     };
     // Rule 5: enough items for every thread, ranges of whole tiles.
     let parts = if threads > 1 { (2 * threads).div_ceil(blocks).min(tiles) } else { 1 };
@@ -186,7 +266,14 @@ pub fn conv2d(
     } else {
         items.into_iter().for_each(|(b, r)| run(b, r));
     }
-    planes.keep();
+}
+
+/// How an item stores its block's sums from `y` (its first channel at its first position): channel `i` of
+/// position `p` at `y + i·ld + p`, or at `y + p·ld + i`.
+#[derive(Clone, Copy)]
+enum Store {
+    ChannelMajor { ld: usize },
+    PositionMajor { ld: usize },
 }
 
 /// What one work item reads: its block's packed weights (`[K][64]`), the planes, their offsets, each position's
@@ -208,7 +295,7 @@ impl Item<'_> {
     /// this thread alone.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn run(&self, rows: usize, (t0, t1): (usize, usize), act: Act, y: *mut f32, ld: usize) {
+    unsafe fn run(&self, rows: usize, (t0, t1): (usize, usize), act: Act, y: *mut f32, store: Store) {
         use std::arch::x86_64::*;
         let k = self.offs.len();
         let n = self.virt.len();
@@ -232,16 +319,23 @@ impl Item<'_> {
                         }
                     }
                 }
-                // SAFETY: `l1 ≤ k`, so the weights `w[l·64 ..][..64]` and offsets are inside their slices; the
-                // caller promised every `offs[l] + cols[r]` inside `buf`.
-                unsafe {
-                    match vectors {
-                        1 => self.steps::<1>(l0..l1, &cols, &mut acc),
-                        2 => self.steps::<2>(l0..l1, &cols, &mut acc),
-                        3 => self.steps::<3>(l0..l1, &cols, &mut acc),
-                        _ => self.steps::<4>(l0..l1, &cols, &mut acc),
-                    }
+                // A short last tile sums its own positions only.
+                macro_rules! dispatch {
+                    ($($r:literal)*) => {
+                        match (here, vectors) {
+                            $(
+                                // SAFETY: `l1 ≤ k`, so the weights `w[l·64 ..][..64]` and offsets are inside their
+                                // slices; the caller promised every `offs[l] + cols[r]` inside `buf`.
+                                ($r, 1) => unsafe { self.steps::<$r, 1>(l0..l1, &cols, &mut acc) },
+                                ($r, 2) => unsafe { self.steps::<$r, 2>(l0..l1, &cols, &mut acc) },
+                                ($r, 3) => unsafe { self.steps::<$r, 3>(l0..l1, &cols, &mut acc) },
+                                ($r, _) => unsafe { self.steps::<$r, 4>(l0..l1, &cols, &mut acc) },
+                            )*
+                            _ => unreachable!("a tile has 1 to {PIXELS} positions"),
+                        }
+                    };
                 }
+                dispatch!(1 2 3 4 5 6);
                 if l1 < k {
                     for (r, a) in acc.iter().enumerate() {
                         for (v, a) in a.iter().enumerate() {
@@ -251,7 +345,8 @@ impl Item<'_> {
                     }
                     continue;
                 }
-                // Rule 3: the bias, then the activation, in registers; then through the transposing scratch.
+                // Rule 3: the bias, then the activation, in registers; then stored along the channels under masks,
+                // or through the transposing scratch.
                 let mut tile = [[0f32; BLOCK]; PIXELS];
                 for (r, a) in acc.iter().enumerate().take(here) {
                     for (v, &a) in a.iter().enumerate().take(vectors) {
@@ -262,10 +357,18 @@ impl Item<'_> {
                         }
                         // SAFETY: AVX-512F is enabled for this function.
                         s = unsafe { act.avx512(s) };
+                        if let Store::PositionMajor { ld } = store {
+                            let keep = (u32::MAX >> (32 - (rows - v * 16).min(16))) as __mmask16;
+                            // SAFETY: channels v·16 .. of position p0 + r, those below `rows` only (the mask): the
+                            // caller's promise.
+                            unsafe { _mm512_mask_storeu_ps(y.add((p0 + r) * ld + v * 16), keep, s) };
+                            continue;
+                        }
                         // SAFETY: a bounds-checked slice of 16 floats.
                         unsafe { _mm512_storeu_ps(tile[r][v * 16..][..16].as_mut_ptr(), s) };
                     }
                 }
+                let Store::ChannelMajor { ld } = store else { continue };
                 for i in 0..rows {
                     for (r, vals) in tile.iter().enumerate().take(here) {
                         // SAFETY: channel i < rows at position p0 + r < n: the caller's promise.
@@ -278,18 +381,19 @@ impl Item<'_> {
 
     /// [`Item::run`] where the target is not x86-64 (never called: [`wanted`] is false there).
     #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn run(&self, _: usize, _: (usize, usize), _: Act, _: *mut f32, _: usize) {
+    unsafe fn run(&self, _: usize, _: (usize, usize), _: Act, _: *mut f32, _: Store) {
         unreachable!("AVX-512F outside x86-64")
     }
 
-    /// Steps `ls` of K for one tile: `acc[r][v] += w[l][16v ..] · buf[offs[l] + cols[r]]`, in the order of K.
+    /// Steps `ls` of K for the first `R` positions of one tile: `acc[r][v] += w[l][16v ..] · buf[offs[l] +
+    /// cols[r]]`, in the order of K.
     ///
     /// # Safety
     /// AVX-512F is there; `ls` lies inside K, and `offs[l] + cols[r]` inside `buf` for every step and position.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     #[inline]
-    unsafe fn steps<const V: usize>(
+    unsafe fn steps<const R: usize, const V: usize>(
         &self,
         ls: std::ops::Range<usize>,
         cols: &[usize; PIXELS],
@@ -297,8 +401,8 @@ impl Item<'_> {
     ) {
         use std::arch::x86_64::*;
         let (w, b) = (self.w.as_ptr(), self.buf.as_ptr());
-        let mut sums: [[__m512; V]; PIXELS] = std::array::from_fn(|r| std::array::from_fn(|v| acc[r][v]));
-        let at: [*const f32; PIXELS] = std::array::from_fn(|r| b.wrapping_add(cols[r]));
+        let mut sums: [[__m512; V]; R] = std::array::from_fn(|r| std::array::from_fn(|v| acc[r][v]));
+        let at: [*const f32; R] = std::array::from_fn(|r| b.wrapping_add(cols[r]));
         for (l, &o) in self.offs[ls.clone()].iter().enumerate() {
             let step = w.wrapping_add((ls.start + l) * BLOCK);
             // SAFETY: step l < K: its 64 weights are inside `w` (K·64 long, a bounds-checked slice).

@@ -139,10 +139,10 @@ fn few_rows_kernel(plan: FewRowsPlan<'_>, out: Vec<usize>) -> Option<Kernel> {
     }))
 }
 
-/// Bytes a [`FewRowsPlan`]'s step holds besides the constants (rows padded to whole panels, and the bias).
+/// Bytes a [`FewRowsPlan`]'s step holds besides the constants (outputs padded to whole blocks of 64, and the bias).
 pub(super) fn few_rows_bytes(plan: &FewRowsPlan<'_>) -> usize {
-    let panel = crate::kernels::sgemm512::PANEL_ROWS;
-    (plan.n.div_ceil(panel) * panel * plan.k + plan.bias.as_ref().map_or(0, Vec::len)) * 4
+    let block = crate::kernels::conv_lanes::BLOCK;
+    (plan.n.div_ceil(block) * block * plan.k + plan.bias.as_ref().map_or(0, Vec::len)) * 4
 }
 
 /// Mean and (population) variance per channel (axis 1) over the batch and spatial axes, in f64.
