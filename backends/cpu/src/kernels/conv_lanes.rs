@@ -326,10 +326,14 @@ impl Item<'_> {
                             $(
                                 // SAFETY: `l1 ≤ k`, so the weights `w[l·64 ..][..64]` and offsets are inside their
                                 // slices; the caller promised every `offs[l] + cols[r]` inside `buf`.
-                                ($r, 1) => unsafe { self.steps::<$r, 1>(l0..l1, &cols, &mut acc) },
-                                ($r, 2) => unsafe { self.steps::<$r, 2>(l0..l1, &cols, &mut acc) },
-                                ($r, 3) => unsafe { self.steps::<$r, 3>(l0..l1, &cols, &mut acc) },
-                                ($r, _) => unsafe { self.steps::<$r, 4>(l0..l1, &cols, &mut acc) },
+                                ($r, v) => unsafe {
+                                    match v {
+                                        1 => self.steps::<$r, 1>(l0..l1, &cols, &mut acc),
+                                        2 => self.steps::<$r, 2>(l0..l1, &cols, &mut acc),
+                                        3 => self.steps::<$r, 3>(l0..l1, &cols, &mut acc),
+                                        _ => self.steps::<$r, 4>(l0..l1, &cols, &mut acc),
+                                    }
+                                },
                             )*
                             _ => unreachable!("a tile has 1 to {PIXELS} positions"),
                         }
