@@ -186,16 +186,10 @@ impl PackedWeights {
     }
 
     /// [`PackedWeights::new`] for one convolution whose output is `y_shape` (`[N, M, …]`) under `p`: a 1-D or 2-D
-    /// one that `conv_lanes.rs` computes better (`conv_lanes::wanted`), with no residual term in its epilogue, is
-    /// packed for that kernel instead (the one packed copy a program keeps either way).
-    pub fn for_output(
-        w: &[f32],
-        w_shape: &[usize],
-        p: &ConvParams<'_>,
-        y_shape: &[usize],
-        residual: bool,
-    ) -> Option<PackedWeights> {
-        if !PackedWeights::in_lanes(w_shape, p, y_shape, residual) {
+    /// one that `conv_lanes.rs` computes better (`conv_lanes::wanted`) is packed for that kernel instead (the one
+    /// packed copy a program keeps either way).
+    pub fn for_output(w: &[f32], w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize]) -> Option<PackedWeights> {
+        if !PackedWeights::in_lanes(w_shape, p, y_shape) {
             return PackedWeights::new(w, w_shape, p.group);
         }
         let g = p.group.max(1);
@@ -208,8 +202,8 @@ impl PackedWeights {
     }
 
     /// Bytes [`PackedWeights::for_output`] holds.
-    pub fn bytes_for_output(w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize], residual: bool) -> usize {
-        if !PackedWeights::in_lanes(w_shape, p, y_shape, residual) {
+    pub fn bytes_for_output(w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize]) -> usize {
+        if !PackedWeights::in_lanes(w_shape, p, y_shape) {
             return PackedWeights::bytes_for(w_shape, p.group);
         }
         let g = p.group.max(1);
@@ -217,11 +211,11 @@ impl PackedWeights {
         g * mg.next_multiple_of(conv_lanes::BLOCK) * kdim * std::mem::size_of::<f32>()
     }
 
-    /// Whether [`PackedWeights::for_output`] packs for `conv_lanes.rs`: packed weights, a 1-D or 2-D convolution
-    /// that is not pointwise (those are plain products), no residual term, and `conv_lanes::wanted`.
-    fn in_lanes(w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize], residual: bool) -> bool {
+    /// Whether [`PackedWeights::for_output`] packs for `conv_lanes.rs`: packed weights, a 1-D or 2-D convolution,
+    /// and `conv_lanes::wanted`.
+    fn in_lanes(w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize]) -> bool {
         let s = w_shape.len().saturating_sub(2);
-        if residual || !(s == 1 || s == 2) || y_shape.len() != s + 2 || !PackedWeights::applies(w_shape, p.group) {
+        if !(s == 1 || s == 2) || y_shape.len() != s + 2 || !PackedWeights::applies(w_shape, p.group) {
             return false;
         }
         let attr = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(1).max(1);
@@ -233,7 +227,7 @@ impl PackedWeights {
         let pointwise = kh * kw == 1 && stride == (1, 1) && p.pads.iter().all(|&v| v == 0);
         let plane = Plane { ih: 0, iw: 0, oh, ow, kh, kw, stride, dilation, pad: (0, 0) };
         let g = p.group.max(1);
-        !pointwise && conv_lanes::wanted(&plane, w_shape[0] / g, w_shape[1..].iter().product())
+        conv_lanes::wanted(&plane, w_shape[0] / g, w_shape[1..].iter().product(), pointwise)
     }
 
     /// True when weights of this shape are packed on this CPU: 12 or more output channels per group (fewer take
@@ -408,7 +402,7 @@ pub fn conv_packed<T: Float>(
     // (`residual.rs`, rule 1); elsewhere the convolution runs bare and the term and activation follow in a pass.
     let residual = match post.residual {
         None => None,
-        Some(r) if packed.is_some() && kdim > 0 && !merged && lanes.is_none() => {
+        Some(r) if packed.is_some() && kdim > 0 && !merged => {
             assert_eq!(r.len(), y.len(), "conv: residual length");
             // SAFETY: `packed` is only kept when `T` is f32 (checked through its TypeId above), so these are the
             // same slices retyped.
@@ -542,7 +536,11 @@ pub fn conv_packed<T: Float>(
                     bias.map(|b| &*(&b[gi * mg..(gi + 1) * mg] as *const [T] as *const [f32])),
                 )
             };
-            conv_lanes::conv2d(x_g, cg, g2, &lanes[gi], bias, act, y_blk, threads);
+            if pointwise {
+                conv_lanes::pointwise(x_g, p_out, &lanes[gi], bias, act, residual, y_blk, threads);
+            } else {
+                conv_lanes::conv2d(x_g, cg, g2, &lanes[gi], bias, act, residual, y_blk, threads);
+            }
             return;
         }
         if let (Some(pw), Some(g2)) = (packed, &shifted) {

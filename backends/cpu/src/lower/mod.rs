@@ -97,10 +97,8 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
                 pads: &window.pads,
                 group: c.group,
             };
-            let (out, residual) =
-                (out_shape(graph, &node.outputs, 0), chain.is_none() && gen.residual.contains_key(&n));
-            packed_bytes +=
-                crate::kernels::conv::PackedWeights::bytes_for_output(&graph.ty(w).shape, &p, &out, residual);
+            let out = out_shape(graph, &node.outputs, 0);
+            packed_bytes += crate::kernels::conv::PackedWeights::bytes_for_output(&graph.ty(w).shape, &p, &out);
         }
         if chain.is_none() && crate::kernels::sgemm512::available() {
             let out = out_shape(graph, &node.outputs, 0);

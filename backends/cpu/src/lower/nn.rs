@@ -224,8 +224,7 @@ pub(super) fn conv_kernel(
                 pads: &w.pads,
                 group: g,
             };
-            let packed =
-                t.as_slice::<f32>().ok().and_then(|wt| conv::PackedWeights::for_output(wt, &ws, &p, &out, residual));
+            let packed = t.as_slice::<f32>().ok().and_then(|wt| conv::PackedWeights::for_output(wt, &ws, &p, &out));
             Some(packed.ok_or_else(|| CpuError::NotImplemented("conv weights that cannot be packed".into()))?)
         }
         _ => None,

@@ -485,7 +485,7 @@ fn packed_products_split_by_columns_write_in_place() {
 fn residual_in_the_epilogue_gives_the_unfused_bits() {
     // (input shape, weight shape, strides, pads, group)
     type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], usize);
-    let cases: [Case<'_>; 15] = [
+    let cases: [Case<'_>; 17] = [
         (&[1, 20, 15, 17], &[24, 20, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
         // ResNet-50's last block ends: 120 rows in two bands on two threads, three blocks of K run rows outermost.
         (&[1, 600, 7, 7], &[120, 600, 1, 1], &[1, 1], &[0, 0, 0, 0], 1),
@@ -505,9 +505,13 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         (&[1, 24, 22, 18], &[36, 24, 1, 1], &[2, 2], &[0, 0, 0, 0], 1),
         // Four output positions: unfolded, then the narrow product.
         (&[1, 16, 4, 4], &[12, 16, 3, 3], &[2, 2], &[1, 1, 1, 1], 1),
+        // Small planes (`conv_lanes.rs` when packed for their output): two images, two groups.
+        (&[2, 16, 13, 13], &[64, 16, 3, 3], &[1, 1], &[1, 1, 1, 1], 1),
+        (&[1, 64, 7, 7], &[128, 32, 3, 3], &[1, 1], &[1, 1, 1, 1], 2),
     ];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let mut lanes = 0;
     for (ci, (xs, ws, strides, pads, group)) in cases.into_iter().enumerate() {
         let s = xs.len() - 2;
         let dil = vec![1; s];
@@ -521,24 +525,29 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         let r = values(ys.iter().product(), 100 + ci as u64);
         let act = ACTS[ci % ACTS.len()];
         let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group };
-        let packed = PackedWeights::new(&w, ws, group);
-        for threads in [1, 2] {
-            let run = |post: Post<'_, f32>| {
-                let mut y = vec![f32::NAN; r.len()];
-                pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
-                y
-            };
-            let bare = run(Post { packed: packed.as_ref(), act: Act::None, residual: None });
-            let want: Vec<f32> = bare.iter().zip(&r).map(|(&v, &t)| act.scalar(v + t)).collect();
-            let fused = run(Post { packed: packed.as_ref(), act, residual: Some(&r) });
-            assert_eq!(bits(&fused), bits(&want), "case {ci}, {threads} thread(s), {act:?}");
+        // Packed as `PackedWeights::new` packs (the panels), and as a program packs them for this output (the
+        // channel lanes, for the last three cases).
+        for packed in [PackedWeights::new(&w, ws, group), PackedWeights::for_output(&w, ws, &p, &ys)] {
+            lanes += usize::from(packed.as_ref().is_some_and(|p| p.lanes.is_some()));
+            for threads in [1, 2] {
+                let run = |post: Post<'_, f32>| {
+                    let mut y = vec![f32::NAN; r.len()];
+                    pool.install(|| conv_packed(&x, xs, &w, ws, Some(&b), &p, &mut y, &ys, threads, post));
+                    y
+                };
+                let bare = run(Post { packed: packed.as_ref(), act: Act::None, residual: None });
+                let want: Vec<f32> = bare.iter().zip(&r).map(|(&v, &t)| act.scalar(v + t)).collect();
+                let fused = run(Post { packed: packed.as_ref(), act, residual: Some(&r) });
+                assert_eq!(bits(&fused), bits(&want), "case {ci}, {threads} thread(s), {act:?}");
+            }
         }
     }
+    assert!(!crate::kernels::sgemm512::available() || lanes == 3, "{lanes} cases in the channel lanes");
 }
 
 /// Weights packed for their output (`PackedWeights::for_output`): convolutions `conv_lanes.rs` takes (batches of
 /// two, two groups, a unit axis dropped, with and without a bias) match the definition and hold the bytes
-/// `bytes_for_output` says; with a residual term the same weights stay on the panels.
+/// `bytes_for_output` says.
 #[test]
 fn weights_packed_for_their_output_take_the_lanes_where_wanted() {
     if !crate::kernels::sgemm512::available() {
@@ -557,10 +566,9 @@ fn weights_packed_for_their_output_take_the_lanes_where_wanted() {
         let p = ConvParams { kernel: &ws[2..], strides: &[1, 1], dilations: &[1, 1], pads, group: *group };
         let (x, w, b) =
             (values(xs.iter().product(), 40 + ci as u64), values(ws.iter().product(), 50), values(ws[0], 60));
-        let packed = PackedWeights::for_output(&w, ws, &p, &ys, false).expect("packed");
+        let packed = PackedWeights::for_output(&w, ws, &p, &ys).expect("packed");
         assert!(packed.lanes.is_some(), "case {ci}: packed with the channels in lanes");
-        assert_eq!(packed.bytes(), PackedWeights::bytes_for_output(ws, &p, &ys, false));
-        assert!(PackedWeights::for_output(&w, ws, &p, &ys, true).expect("packed").lanes.is_none());
+        assert_eq!(packed.bytes(), PackedWeights::bytes_for_output(ws, &p, &ys));
         for bias in [None, Some(&b[..])] {
             let want = naive(&x, xs, &w, ws, bias, &[1, 1], &[1, 1], pads, *group, &ys);
             for threads in [1, 2] {
