@@ -211,6 +211,33 @@ fn conv_matches_direct() {
             group: 2,
         },
         Case { xs: vec![1, 2, 70], ws: vec![4, 1, 3], strides: vec![2], dil: vec![1], pads: vec![0, 1], group: 2 },
+        // 3×3 at row stride 1 (`sum_rows_avx512`, each input row loaded once for the block's output rows): blocks
+        // of 2 rows × 4 and × 3 vectors and of 4 rows × 2, padding rows at both ends, a last block past the
+        // output, a column dilation of 2, and uneven padding.
+        Case {
+            xs: vec![1, 3, 11, 70],
+            ws: vec![6, 1, 3, 3],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            group: 3,
+        },
+        Case {
+            xs: vec![2, 2, 7, 40],
+            ws: vec![4, 1, 3, 3],
+            strides: vec![1, 2],
+            dil: vec![1, 2],
+            pads: vec![2, 2, 0, 2],
+            group: 2,
+        },
+        Case {
+            xs: vec![1, 2, 9, 20],
+            ws: vec![4, 1, 3, 3],
+            strides: vec![1, 1],
+            dil: vec![1, 1],
+            pads: vec![0, 1, 2, 1],
+            group: 2,
+        },
         // One input channel read by many outputs through a long window (an STFT's filters): a product, not the
         // direct kernel.
         Case { xs: vec![1, 1, 600], ws: vec![20, 1, 64], strides: vec![32], dil: vec![1], pads: vec![0, 0], group: 1 },
