@@ -5,12 +5,13 @@ fp32 one and the reference, then PyTorch eager and `torch.compile(mode="reduce-o
 and the ratios side by side.
 
     python3 scripts/device/precision.py STAGE [--precisions fp32,tf32] [--runs 50]
-        [--models squeezenet,resnet50,transformer_block,bert]
+        [--models squeezenet,resnet50,transformer_block,bert] [--batch 8]
 
 STAGE is the folder scripts/device/stage-precision makes (the stowage binary, models/light_*, the transformer
 block). The BERT-base-shaped encoder (12 blocks of 768, 12 heads, 3072 inner, sequence 128: 85 M weights, too
 large to carry) is written on the device by `model_suite.transformer`, with onnxruntime's output as its reference,
-under STAGE/generated. Run after `. env.sh`."""
+under STAGE/generated. `--batch N` (N > 1) runs STAGE/models/light_MODELbN, written here by
+`scripts/onnx/batched.py`, and PyTorch at batch N. Run after `. env.sh`."""
 import argparse
 import json
 import os
@@ -23,8 +24,10 @@ from pbcmp import floats  # noqa: E402
 import torch_bench  # noqa: E402
 
 
-def model_dir(stage, model):
+def model_dir(stage, model, batch=1):
     """Where `model`'s model.onnx and test_data_set_0 are (the BERT-shaped encoder written first if need be)."""
+    if batch > 1:
+        return f"{stage}/models/light_{model}b{batch}"
     if model == "bert":
         d = f"{stage}/generated/bert"
         if not os.path.exists(f"{d}/test_data_set_0/output_0.pb"):
@@ -43,8 +46,8 @@ def model_dir(stage, model):
     return light if os.path.exists(light) else f"{stage}/models/{model}"
 
 
-def stowage(stage, model, precision, runs):
-    d = model_dir(stage, model)
+def stowage(stage, model, precision, runs, batch=1):
+    d = model_dir(stage, model, batch)
     out = tempfile.mkdtemp()
     args = [f"{stage}/stowage", "run", f"{d}/model.onnx", "--input", f"{d}/test_data_set_0/input_0.pb",
             "--target", "opencl", "--repeat", str(runs), "--output-dir", out, "--report", f"{out}/r.json",
@@ -69,13 +72,14 @@ def main():
     ap.add_argument("--precisions", default="fp32,tf32")
     ap.add_argument("--models", default="squeezenet,resnet50,transformer_block,bert")
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=1)
     a = ap.parse_args()
     rows = []
     for model in a.models.split(","):
-        ref = floats(f"{model_dir(a.stage, model)}/test_data_set_0/output_0.pb")
+        ref = floats(f"{model_dir(a.stage, model, a.batch)}/test_data_set_0/output_0.pb")
         fp32 = None
         for precision in a.precisions.split(","):
-            ms, out, how = stowage(a.stage, model, precision, a.runs)
+            ms, out, how = stowage(a.stage, model, precision, a.runs, a.batch)
             if ms is None:
                 print(f"stowage {model} {precision}: FAILED: {how}", flush=True)
                 continue
@@ -84,11 +88,11 @@ def main():
             vs32 = f"{difference(out, fp32):.1e}" if fp32 is not None else "-"
             print(f"stowage {model} {precision}: {ms:.3f} ms, {how}; max |diff| / max |fp32| {vs32}, "
                   f"against the reference {difference(out, ref):.1e}", flush=True)
-            eager = torch_bench.anchor(model, precision, False, a.runs)
-            compiled = torch_bench.anchor(model, precision, True, a.runs)
+            eager = torch_bench.anchor(model, precision, False, a.runs, a.batch)
+            compiled = torch_bench.anchor(model, precision, True, a.runs, a.batch)
             print(f"torch   {model} {precision}: eager {eager:.3f} ms, compile {compiled:.3f} ms", flush=True)
             rows.append((model, precision, ms, eager, compiled))
-    print("\n| model | precision | stowage | eager | compile | stowage/eager | stowage/compile |")
+    print(f"\nbatch {a.batch}\n| model | precision | stowage | eager | compile | stowage/eager | stowage/compile |")
     print("|---|---|---|---|---|---|---|")
     for model, precision, ms, eager, compiled in rows:
         print(f"| {model} | {precision} | {ms:.3f} | {eager:.3f} | {compiled:.3f} | {ms / eager:.2f} | {ms / compiled:.2f} |")
