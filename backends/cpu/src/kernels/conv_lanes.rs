@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use super::act::Act;
 use super::depthwise::Plane;
 use super::residual::Residual;
-use super::shifted::Planes;
+use super::shifted::{Out, Planes};
 
 /// Output positions per tile (rule 1): 6 × 4 sums, 4 weight vectors and a broadcast fill 29 of 32 `zmm`.
 pub const PIXELS: usize = 6;
@@ -121,21 +121,6 @@ pub fn wanted(p: &Plane, m: usize, k: usize, pointwise: bool) -> bool {
     let small_plane = k >= 64 && 10 * outputs < 9 * virtual_columns;
     let takes = if pointwise { k >= 512 && outputs <= 256 } else { k >= 512 || small_plane };
     m >= 32 && lanes_full && outputs >= PIXELS && takes && super::sgemm512::available()
-}
-
-/// The output, written by several threads at disjoint positions (rule 5).
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: threads write through it only the disjoint outputs of their own items (rule 5).
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// The address of element `i` (a method, so that closures capture the whole `Out`, which is `Sync`).
-    fn at(&self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
 }
 
 /// `y[m, (y, x)] = act(bias[m] + Σ_{c,i,j} W[m, (c, i, j)] · x[c, y·sh + i·dh − pad_top, x·sw + j·dw −

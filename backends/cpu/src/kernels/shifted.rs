@@ -246,9 +246,9 @@ fn segments(p0: usize, end: usize, width: usize, ow: usize, out: &mut Vec<(usize
     }
 }
 
-/// The output, written by several threads at disjoint positions (rule 5).
+/// The output, written by several threads at disjoint positions (rule 5; `conv_lanes.rs` rule 5 too).
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
+pub(super) struct Out(pub(super) *mut f32);
 // SAFETY: threads write through it only at the disjoint positions of their own tiles (rule 5).
 unsafe impl Send for Out {}
 // SAFETY: as above.
@@ -256,7 +256,7 @@ unsafe impl Sync for Out {}
 
 impl Out {
     /// The address of element `i` (a method, so that closures capture the whole `Out`, which is `Sync`).
-    fn at(&self, i: usize) -> *mut f32 {
+    pub(super) fn at(&self, i: usize) -> *mut f32 {
         self.0.wrapping_add(i)
     }
 }
