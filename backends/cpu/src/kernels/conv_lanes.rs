@@ -12,7 +12,7 @@
 //!    ([`LanePack`]), zero-padded to whole blocks of 64, so a step's weights are one 256-byte run.
 //! 2. **Inputs in place.** The input is read from `shifted.rs`'s phase planes (its rules 1 and 2): tap `l` of
 //!    output `(y, x)` is `buf[offs[l] + y·W' + x]`, always inside the tap's plane, so no dropped column is read or
-//!    computed. A last tile of fewer positions repeats its last position's reads and stores only its own.
+//!    computed. A last tile of fewer positions sums and stores only its own (a loop unrolled for each height).
 //! 3. **The same bits as `shifted.rs`.** Every sum starts at zero and adds its products in the order of K, one fused
 //!    multiply-add each, then the bias, then the activation, in `zmm` registers: the operations `shifted.rs`'s
 //!    tile performs for each output, so the two kernels give the same bits (test
@@ -333,7 +333,8 @@ struct Item<'a> {
 }
 
 impl Item<'_> {
-    /// Tiles `t0 .. t1` of the block's `rows` channels into `y` (channel `i` of the block at `y + i·ld`).
+    /// Tiles `t0 .. t1` of the block's `rows` channels into `y`: channel `i` of position `p` at `y + i·ld + p`
+    /// ([`Store::ChannelMajor`]) or `y + p·ld + i` ([`Store::PositionMajor`]).
     ///
     /// # Safety
     /// AVX-512F is there; channels `i < rows` at positions `6·t0 .. min(6·t1, virt.len())` from `y` are writable by

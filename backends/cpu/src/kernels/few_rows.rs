@@ -15,9 +15,10 @@
 
 use super::conv_lanes::{self, LanePack};
 
-/// Rows of `op(A)` from which [`FewRows`] is used: below a panel (12) the product kernel does without packing
-/// (dot products or AXPYs over the rows of `W`, which stream it once), and here `op(A)ᵀ` would fill a fraction
-/// of the kernel's 16 columns (a vector times a matrix: 0.03 ms became 0.16 on the suite's MLP).
+/// Rows of `op(A)` (and outputs) from which [`FewRows`] is used: below a panel (12) the product kernel does without
+/// packing (dot products or AXPYs over the rows of `W`, which stream it once). In the transposed form this was 16
+/// columns' worth of work for one row (a vector times a matrix: 0.03 ms became 0.16 on the suite's MLP); in the
+/// lanes 1 to 11 rows did no better than the product kernel (hey_jarvis 0.0277 → 0.0296 ms a run, the rest even).
 pub const MIN_ROWS: usize = super::sgemm512::PANEL_ROWS;
 /// Rows up to which it is used: beyond them packing `W` per call costs less than 1/64 of the product.
 pub const MAX_ROWS: usize = 64;

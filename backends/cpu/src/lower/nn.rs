@@ -117,7 +117,10 @@ pub(super) fn few_rows_plan<'g>(
     };
     let fits = plan.rows * plan.n == out.iter().product::<usize>() && out.last() == Some(&plan.n);
     let rows = crate::kernels::few_rows::MIN_ROWS..=crate::kernels::few_rows::MAX_ROWS;
-    (fits && rows.contains(&plan.rows) && plan.k > 0).then_some(plan)
+    // `FewRows::new` packs no fewer outputs than rows (a panel's worth): then there is no plan, and no packed
+    // bytes are counted for it.
+    let outputs = plan.n >= crate::kernels::few_rows::MIN_ROWS;
+    (fits && rows.contains(&plan.rows) && outputs && plan.k > 0).then_some(plan)
 }
 
 /// The step of a [`FewRowsPlan`], its weights packed now; `None` where they do not pack on this CPU.

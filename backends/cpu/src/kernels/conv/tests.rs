@@ -553,7 +553,7 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         let act = ACTS[ci % ACTS.len()];
         let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group };
         // Packed as `PackedWeights::new` packs (the panels), and as a program packs them for this output (the
-        // channel lanes, for the last three cases).
+        // channel lanes for the second case, 600 → 120 pointwise at 7², and the last two).
         for packed in [PackedWeights::new(&w, ws, group), PackedWeights::for_output(&w, ws, &p, &ys)] {
             lanes += usize::from(packed.as_ref().is_some_and(|p| p.lanes.is_some()));
             for threads in [1, 2] {
