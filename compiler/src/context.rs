@@ -93,6 +93,7 @@ impl Context {
         self.remove_identities()?;
         self.fold_batchnorm()?;
         self.recognize_activations()?;
+        self.recognize_layer_norms()?;
         self.square_powers()?;
         self.canonicalize_gemm()?;
         self.eliminate_dead_code()
@@ -116,6 +117,11 @@ impl Context {
     /// Rewrites activations spelled out in several ops as the one op ([`passes::activations`]).
     pub fn recognize_activations(&mut self) -> Result<(), Error> {
         self.run("recognize_activations", passes::activations::run)
+    }
+
+    /// Rewrites layer normalisations spelled out in several ops as one node ([`passes::layer_norm`]).
+    pub fn recognize_layer_norms(&mut self) -> Result<(), Error> {
+        self.run("recognize_layer_norms", passes::layer_norm::run)
     }
 
     /// Rewrites `Pow(x, 2)` as `Mul(x, x)` ([`passes::powers`]).

@@ -588,3 +588,94 @@ fn gelu_needs_its_constants_and_private_parts() {
     let (cx, _) = before_after(&tanh_gelu(0.044715, true), |cx| cx.recognize_activations());
     assert_eq!(ops(&cx).len(), 10);
 }
+
+/// A layer normalisation spelled out as PyTorch writes it below opset 17, over `axes` of an `[2, 3, 8]` input, with
+/// `Pow(d, 2)` (or `Mul(d, d)` where `product`), then `Mul(·, gamma)` and `Add(·, beta)` where given; `leak` makes
+/// the centred value a graph output too.
+fn spelled_layer_norm(
+    axes: &[i64],
+    product: bool,
+    gamma: Option<(&[i64], Vec<f32>)>,
+    beta: bool,
+    leak: bool,
+) -> ModelProto {
+    let square =
+        if product { node("Mul", &["d", "d"], &["q"], vec![]) } else { node("Pow", &["d", "two"], &["q"], vec![]) };
+    let mut nodes = vec![
+        node("ReduceMean", &["x"], &["m"], vec![ints("axes", axes)]),
+        node("Sub", &["x", "m"], &["d"], vec![]),
+        square,
+        node("ReduceMean", &["q"], &["v"], vec![ints("axes", axes)]),
+        // ε first, as paddle2onnx writes it.
+        node("Add", &["eps", "v"], &["e"], vec![]),
+        node("Sqrt", &["e"], &["s"], vec![]),
+        node("Div", &["d", "s"], &["n"], vec![]),
+    ];
+    let mut inits = vec![build::floats("two", &[], &[2.0]), build::floats("eps", &[], &[1e-5])];
+    let mut last = "n";
+    if let Some((dims, data)) = &gamma {
+        nodes.push(node("Mul", &[last, "gamma"], &["scaled"], vec![]));
+        inits.push(build::floats("gamma", dims, data));
+        last = "scaled";
+    }
+    if beta {
+        nodes.push(node("Add", &["beta", last], &["shifted"], vec![]));
+        inits.push(build::floats("beta", &[8], &[0.5; 8]));
+        last = "shifted";
+    }
+    nodes.push(node("Relu", &[last], &["y"], vec![]));
+    let mut outputs = vec![value("y", &[2, 3, 8])];
+    if leak {
+        outputs.push(value("d", &[2, 3, 8]));
+    }
+    build::model(13, nodes, vec![value("x", &[2, 3, 8])], outputs, inits)
+}
+
+#[test]
+fn layer_norm_spelled_out_becomes_one_node() {
+    let gamma: Vec<f32> = (0..8).map(|i| i as f32 / 4.0).collect();
+    let m = spelled_layer_norm(&[-1], false, Some((&[8], gamma.clone())), true, false);
+    let (cx, text) = before_after(&m, |cx| cx.recognize_layer_norms());
+    insta::assert_snapshot!(text);
+    assert_eq!(ops(&cx), ["LayerNormalization", "Relu"]);
+    let n = cx.graph.order()[0];
+    assert!(matches!(cx.graph.node(n).op, Op::LayerNorm { axis: 2, epsilon, .. } if epsilon == 1e-5));
+    assert_eq!(consts_of(&cx, 1), gamma);
+    assert_eq!(consts_of(&cx, 2), [0.5; 8]);
+    // Over the last two axes, squared as a product, with a scale of shape [1, 1, 8] broadcast over the rows: the
+    // scale is the row's [3, 8]; no Add after it, no bias.
+    let m = spelled_layer_norm(&[2, -2], true, Some((&[1, 1, 8], gamma.clone())), false, false);
+    let (cx, _) = before_after(&m, |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx), ["LayerNormalization", "Relu"]);
+    let n = cx.graph.order()[0];
+    assert!(matches!(cx.graph.node(n).op, Op::LayerNorm { axis: 1, .. }));
+    assert_eq!(consts_of(&cx, 1), gamma.repeat(3));
+    assert_eq!(cx.graph.node(n).inputs.len(), 2);
+    // No scale: ones.
+    let (cx, _) = before_after(&spelled_layer_norm(&[-1], false, None, false, false), |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx), ["LayerNormalization", "Relu"]);
+    assert_eq!(consts_of(&cx, 1), [1.0; 8]);
+}
+
+#[test]
+fn layer_norm_needs_its_form_and_private_parts() {
+    let gamma: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    // The centred value is read outside the form: nothing changes.
+    let (cx, _) = before_after(&spelled_layer_norm(&[-1], false, None, false, true), |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx).len(), 8);
+    // Reduced over a middle axis: not a layer normalisation.
+    let (cx, _) = before_after(&spelled_layer_norm(&[1], false, None, false, false), |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx).len(), 8);
+    // A scale that varies along the rows ([3, 1] against a row of [8]) is not the node's: the form ends before
+    // it, and the Add after it stays too.
+    let along_rows: Vec<f32> = vec![1.0, 2.0, 3.0];
+    let m = spelled_layer_norm(&[-1], false, Some((&[3, 1], along_rows)), true, false);
+    let (cx, _) = before_after(&m, |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx), ["LayerNormalization", "Mul", "Add", "Relu"]);
+    // A square by another power (3) is not the variance.
+    let mut m = spelled_layer_norm(&[-1], false, Some((&[8], gamma)), false, false);
+    let graph = m.graph.as_mut().expect("a graph");
+    graph.initializer[0] = build::floats("two", &[], &[3.0]);
+    let (cx, _) = before_after(&m, |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx).len(), 9);
+}

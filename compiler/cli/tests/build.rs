@@ -310,10 +310,12 @@ fn models_compiled_in_stages_build_their_first_part_and_run_as_stowage_run_does(
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // Each has a node that needs a value known only at run time (an If's condition included, cut at as a run does;
-    // a model that is one Loop is cut from an empty first part); `if_in_loop`'s Ifs, `loop_in_loop`'s inner
-    // Loops and `scan_long`'s Scan are built with their subgraphs.
-    assert_eq!(staged, 14, "models built in stages");
+    // Each has a node that needs a value known only at run time (an If's condition included, cut at as a run does
+    // where its branches differ in shape; a model that is one Loop is cut from an empty first part);
+    // `if_in_loop`'s Ifs, `loop_in_loop`'s inner Loops and `scan_long`'s Scan are built with their subgraphs, and
+    // so are the top-level Ifs of `if_guarded_gather` and `if_nested_guard` on the CPU alone (`onnx/branch.rs`,
+    // rule 2).
+    assert_eq!(staged, 12, "models built in stages");
 }
 
 #[test]

@@ -88,12 +88,16 @@ pub(crate) fn compile(
     let half = |p: &Precision| matches!(p, Precision::Fp16 | Precision::Bf16);
     let halved = options.planning.precision.as_ref().is_some_and(half)
         || options.planning.target_precisions.iter().any(|(_, p)| half(p));
+    // A top-level `If` is kept whole, not cut at, where every target runs it whole (`onnx/branch.rs`, rule 2).
+    let mut every_runs_if = !halved;
     for name in targets::check(&options.registry, &options.target)? {
         let ops = options.registry.kind_of(&name)?.whole_ops().iter();
+        every_runs_if &= ops.clone().any(|op| *op == "If");
         config
             .whole
             .extend(ops.filter(|op| !(halved && matches!(**op, "If" | "Loop" | "Scan"))).map(|s| s.to_string()));
     }
+    config.keep_top_level_if = every_runs_if;
     let value_inputs = onnx::value_inputs(&proto);
     for (name, t) in inputs {
         if !declared.iter().any(|vi| vi.name() == name) {

@@ -5,7 +5,9 @@
 //!
 //! 1. **Cut.** When importing a model stops at top-level node N for such a value (`DriverError::AtRunTime`), the
 //!    model is cut around N (`stowage_compiler::onnx::split`): the part before N is compiled now, as any model is
-//!    (and cut again if it stops too); N alone, and the part after it, are compiled at run time.
+//!    (and cut again if it stops too); N alone, and the part after it, are compiled at run time. (Where every
+//!    target runs an `If` whole, as on the CPU alone, a top-level `If` whose branches agree is kept as one node
+//!    instead, and only one that cannot be kept is cut at: `onnx/branch.rs`, rule 2.)
 //! 2. **Specialised, then kept.** A later part is compiled for the tensors it is given: the values of those that
 //!    set shapes (`Part::value_inputs`; for N, the value it needed, and when N has subgraphs whose shapes hang on
 //!    what they read from around N, those values too, up to [`MAX_FIXED_ELEMENTS`] each: tried once without, then

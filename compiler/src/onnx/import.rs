@@ -142,6 +142,7 @@ pub(super) fn import(model: &ModelProto, dir: Option<&Path>, config: &ImportConf
             unrolled: &unrolled,
             whole: &config.whole,
             branch_at_run_time: config.branch_at_run_time,
+            keep_top_level_if: config.keep_top_level_if,
         };
         // A value known only at run time that a node needs now: the driver cuts the graph before this node.
         add_node(&mut graph, &mut names, &g.node[i], i, at).map_err(|e| match e {
@@ -384,6 +385,8 @@ pub(super) struct At<'a> {
     pub whole: &'a std::collections::BTreeSet<String>,
     /// [`super::ImportConfig::branch_at_run_time`].
     pub branch_at_run_time: bool,
+    /// [`super::ImportConfig::keep_top_level_if`].
+    pub keep_top_level_if: bool,
 }
 
 /// Imports one node: an `If` as its branch ([`super::branch`]), any other op as itself.

@@ -288,6 +288,12 @@ pub struct ImportConfig {
     /// instead of importing both branches behind `Where`: the driver, which compiles such a model in stages, sets
     /// it, so that only the branch taken runs (`onnx/branch.rs`, rule 2).
     pub branch_at_run_time: bool,
+    /// With [`Self::branch_at_run_time`]: a top-level `If` whose condition is known only at run time is kept as one
+    /// [`Op::If`](crate::ir::Op::If) with its branches as subgraphs, where it can be (both branches import as they
+    /// are and agree in type), instead of asking for its condition; one that cannot be kept asks for it as before.
+    /// The driver sets it when every target of the run executes an `If` whole (`whole` holds "If" for each: the
+    /// CPU), so the branch taken runs inside the run's program, with no stage between (`onnx/branch.rs`, rule 2).
+    pub keep_top_level_if: bool,
     /// The inputs that are sequences or optionals, each with the form of the value a caller gives (how many items,
     /// which are present, their types): fixed at import, their tensors graph inputs of their flat names
     /// ([`structure`], rules 1 and 2). `stowage run` fills it from the input files.

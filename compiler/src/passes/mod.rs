@@ -8,5 +8,6 @@ pub mod fold;
 pub mod gelu;
 pub mod gemm;
 pub mod identity;
+pub mod layer_norm;
 pub mod powers;
 pub mod storage;
