@@ -4,7 +4,7 @@ scripts/onnx/real_models.py) and prints, per model, both median latencies and
 the ratio stowage / onnxruntime, at 1 thread and at all cores; also compile time (stowage: import to runnable)
 against onnxruntime's session creation.
 
-Runs alternate: each round runs stowage (`stowage run --repeat W+K --report`: the first W = 6 runs are its
+Runs alternate: each round runs stowage (`stowage run --repeat W+K --report`: the first W = 9 runs are its
 warm-up, where a program on several threads tries its two ways of running (`backends/cpu/src/inline.rs`), and the
 figure is the median of the K after them, from the report's `timings_ms.runs`) and then onnxruntime (one warm-up
 run per session, then K runs in-process), so both see the same machine state; the figure per model is the median
@@ -58,8 +58,9 @@ def inputs_of(d):
     return feeds
 
 
-# Runs before the timed ones: a program on several threads spends its first six trying both ways (inline.rs).
-WARMUP = 6
+# Runs before the timed ones: a program on several threads spends its first six to nine trying both ways
+# (inline.rs, rule 2 and its second look).
+WARMUP = 9
 
 
 def stowage_run(d, feeds, threads, repeat):
