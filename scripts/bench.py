@@ -7,7 +7,8 @@ against onnxruntime's session creation.
 Runs alternate: each round runs stowage (`stowage run --repeat W+K --report`: the first W = 9 runs are its
 warm-up, where a program on several threads tries its two ways of running (`backends/cpu/src/inline.rs`), and the
 figure is the median of the K after them, from the report's `timings_ms.runs`) and then onnxruntime (one warm-up
-run per session, then K runs in-process), so both see the same machine state; the figure per model is the median
+run per session, then K runs in-process; stowage starts PAUSE after onnxruntime's last run, once its spinning
+workers have slept), so both see the same machine state; the figure per model is the median
 over rounds. Needs the release binary (cargo build --release) and the model suite (scripts/test writes it).
 
     PY=$(scripts/onnx/env -q)
@@ -61,6 +62,13 @@ def inputs_of(d):
 # Runs before the timed ones: a program on several threads spends its first six to nine trying both ways
 # (inline.rs, rule 2 and its second look).
 WARMUP = 9
+
+# Seconds between onnxruntime's last run and stowage's start. onnxruntime's workers keep spinning for some
+# milliseconds after a run (its intra-op pool's spin-wait), in this process, on the cores stowage's run is about
+# to use: without the pause a two-thread stowage run of openWakeWord's melspectrogram took 0.22–0.27 ms a run in
+# its pool, with it 0.14–0.16, as alone (2026-12-07). stowage's process has ended before onnxruntime runs, so
+# nothing of it spins then.
+PAUSE = 0.05
 
 
 def stowage_run(d, feeds, threads, repeat):
@@ -118,6 +126,7 @@ def main():
             ort_run(sess, feeds, 1)  # warm-up
             st, ot, sc = [], [], []
             for _ in range(a.rounds):
+                time.sleep(PAUSE)
                 run, compile_ms = stowage_run(d, feeds, t, a.repeat)
                 st.append(run)
                 sc.append(compile_ms)
