@@ -57,7 +57,10 @@ pub fn depthwise<T: Float>(
     threads: usize,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::depthwise_lanes::takes(mult, p) {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && super::depthwise_lanes::takes(mult, p)
+        && !super::depthwise_s2::before_lanes(p)
+    {
         // SAFETY: `T` is f32 (its TypeId, compared above): the same slices, retyped.
         let (x, w, y) = unsafe {
             (
@@ -115,13 +118,37 @@ const LANES: usize = 16;
 /// (`SHAPES=… cargo run --release -p stowage-cpu --example depthwise_speed`, fastest of 300, binaries in turn). For
 /// f32 on a CPU with AVX-512F the sums are `zmm` registers (`sum_avx512`), with AVX2 and FMA pairs of `ymm`
 /// registers (`sum_avx2`); otherwise plain loops (`sum_plain`).
+/// f32 at 3 × 3 stride 2 reads its rows in place instead (`depthwise_s2.rs`).
 fn one_plane<T: Float>(x: &[T], k: &[T], bias: T, p: &Plane, act: Act, y: &mut [T], scratch: &mut Scratch<T>) {
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && super::depthwise_s2::takes(p) {
+        // SAFETY: `T` is f32 (its TypeId, compared above): the same slices and value, retyped.
+        let (x, k, y, bias) = unsafe {
+            (
+                &*(x as *const [T] as *const [f32]),
+                &*(k as *const [T] as *const [f32]),
+                &mut *(y as *mut [T] as *mut [f32]),
+                *(&bias as *const T as *const f32),
+            )
+        };
+        return super::depthwise_s2::plane(x, k, bias, p, act, y);
+    }
+    phased(x, k, bias, p, act, y, scratch);
+}
+
+/// [`one_plane`] through the column phases, whatever the geometry.
+fn phased<T: Float>(x: &[T], k: &[T], bias: T, p: &Plane, act: Act, y: &mut [T], scratch: &mut Scratch<T>) {
     match p.ow.div_ceil(LANES) {
         1 => blocks::<T, 8, 1>(x, k, bias, p, act, y, scratch),
         2 => blocks::<T, 4, 2>(x, k, bias, p, act, y, scratch),
         3 => blocks::<T, 2, 3>(x, k, bias, p, act, y, scratch),
         _ => blocks::<T, 2, 4>(x, k, bias, p, act, y, scratch),
     }
+}
+
+/// One plane through the column phases (the reference of `depthwise_s2.rs`'s tests).
+#[cfg(test)]
+pub(super) fn by_phases(x: &[f32], k: &[f32], bias: f32, p: &Plane, act: Act, y: &mut [f32]) {
+    phased(x, k, bias, p, act, y, &mut Scratch::default());
 }
 
 /// The input plane as the taps read it: each row zero-padded on both sides and split into `stride` phases

@@ -10,6 +10,7 @@ pub mod conv_lanes;
 pub mod cumulative;
 pub mod depthwise;
 pub mod depthwise_lanes;
+pub mod depthwise_s2;
 pub mod det;
 pub mod dtype;
 pub mod elementwise;
