@@ -663,6 +663,9 @@ fn layer_norm_needs_its_form_and_private_parts() {
     // The centred value is read outside the form: nothing changes.
     let (cx, _) = before_after(&spelled_layer_norm(&[-1], false, None, false, true), |cx| cx.recognize_layer_norms());
     assert_eq!(ops(&cx).len(), 8);
+    // Reduced over every axis (an empty list of axes): a normalisation of the whole tensor, left alone.
+    let (cx, _) = before_after(&spelled_layer_norm(&[], false, None, false, false), |cx| cx.recognize_layer_norms());
+    assert_eq!(ops(&cx).len(), 8);
     // Reduced over a middle axis: not a layer normalisation.
     let (cx, _) = before_after(&spelled_layer_norm(&[1], false, None, false, false), |cx| cx.recognize_layer_norms());
     assert_eq!(ops(&cx).len(), 8);

@@ -192,6 +192,10 @@ fn mean_of(g: &Graph, n: NodeId) -> Option<(ValueId, Vec<usize>)> {
         .collect::<Option<_>>()?;
     axes.sort_unstable();
     axes.dedup();
+    // No axes reduce every axis (or none, with `noop_with_empty_axes`): not a layer norm's last axes.
+    if axes.is_empty() {
+        return None;
+    }
     Some((x, axes))
 }
 
