@@ -105,6 +105,20 @@ fn products() -> (Graph, Tensor<'static>) {
         node(&mut g, "res", Op::Conv(ir::Conv { window: window(3, 1, 1), group: 1 }), vec![xs, wr], &[1, 64, 28, 28]);
     let sum = node(&mut g, "add", Op::Binary(ir::Binary::Add), vec![r, xs], &[1, 64, 28, 28]);
     outs.push(node(&mut g, "add_relu", Op::Unary(Unary::Relu), vec![sum], &[1, 64, 28, 28]));
+    // Large enough for tiles of 128 × 128 on a GPU of 132 compute units (at least one each): a batched product
+    // of odd columns (3 × 6 × 8 tiles, the last column of tiles partly outside) and an implicit 3 × 3 convolution
+    // at batch 8 (8 × 25 tiles).
+    let (a, b) = (g.add_const("la", f32s(&[3, 768, 256], 20)), g.add_const("lb", f32s(&[256, 1000], 21)));
+    outs.push(node(&mut g, "large", Op::MatMul, vec![a, b], &[3, 768, 1000]));
+    let xb = g.add_const("xb", f32s(&[8, 32, 56, 56], 22));
+    let wb = g.add_const("wb", f32s(&[128, 32, 3, 3], 23));
+    outs.push(node(
+        &mut g,
+        "batched_conv",
+        Op::Conv(ir::Conv { window: window(3, 1, 1), group: 1 }),
+        vec![xb, wb],
+        &[8, 128, 56, 56],
+    ));
     for (k, v) in outs.into_iter().enumerate() {
         g.add_output(format!("y{k}"), v);
     }
@@ -122,9 +136,12 @@ fn tf32_products_run_on_tensor_cores_where_there_are_some_and_in_fp32_elsewhere(
     let program =
         stowage_opencl::lower_planned(&g, &target, &Ledger::off(), &|_: &str| false, granted.computed).expect("lowers");
     let on_cores = program.kernel_notes().iter().filter(|n| n.contains("tf32 tensor cores")).count();
-    // Eight products of 64 rows or more (per group), each its own kernel (none is the same as another); fewer rows
-    // stay in fp32 (`on_tensor_cores`).
-    assert_eq!(on_cores, if cores { 8 } else { 0 }, "{:?}", program.kernel_notes());
+    // Ten products of 64 rows or more (per group), each its own kernel (none is the same as another); fewer rows
+    // stay in fp32 (`on_tensor_cores`). The two large ones take tiles of 128 × 128 (`block8`) on a GPU of up to
+    // 132 compute units (the H100's, the H200's).
+    assert_eq!(on_cores, if cores { 10 } else { 0 }, "{:?}", program.kernel_notes());
+    let big = program.kernel_notes().iter().filter(|n| n.contains("block8")).count();
+    assert_eq!(big, if cores && target.info().compute_units <= 132 { 2 } else { 0 }, "{:?}", program.kernel_notes());
     // The residual addition and its ReLU are the convolution's step, not launches of their own.
     let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
     assert!(ops.contains(&"Conv+Add+Relu") && !ops.contains(&"Add"), "{ops:?}");
@@ -169,7 +186,7 @@ fn half_products_run_on_tensor_cores_where_there_are_some() {
         let program = stowage_opencl::lower_planned(&cx.graph, &target, &Ledger::off(), &|_: &str| false, precision)
             .expect("lowers");
         let on_cores = program.kernel_notes().iter().filter(|n| n.contains(&format!("{word} tensor cores"))).count();
-        assert_eq!(on_cores, if cores { 8 } else { 0 }, "{precision}: {:?}", program.kernel_notes());
+        assert_eq!(on_cores, if cores { 10 } else { 0 }, "{precision}: {:?}", program.kernel_notes());
         let ops: Vec<&str> = program.steps().iter().map(|s| s.op).collect();
         assert!(ops.contains(&"Conv+Add+Relu"), "{precision}: {ops:?}");
         let got = program.run(vec![x.clone()], &Ledger::off()).expect("runs");

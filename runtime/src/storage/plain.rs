@@ -67,10 +67,22 @@ impl PlainStorage {
     }
 
     /// A 64-byte aligned copy of `bytes`.
+    ///
+    /// The chunks are filled from `bytes` as they are made, not zeroed first: each fresh page is written once (a
+    /// model's weights, copied at import: zeroing them first took two thirds of the copy's time, 2026-12-07).
     pub fn copy_from(bytes: &[u8]) -> Result<Self> {
-        let mut plain = Self::zeroed(bytes.len())?;
-        plain.as_bytes_mut().copy_from_slice(bytes);
-        Ok(plain)
+        let oom = || RuntimeError::OutOfMemory { tensor: "<unnamed>".into(), bytes: bytes.len() };
+        let mut chunks = Vec::new();
+        chunks.try_reserve_exact(bytes.len().div_ceil(HOST_ALIGNMENT)).map_err(|_| oom())?;
+        let whole = bytes.chunks_exact(HOST_ALIGNMENT);
+        let rest = whole.remainder();
+        chunks.extend(whole.map(|c| Chunk(c.try_into().expect("chunks_exact gives whole chunks"))));
+        if !rest.is_empty() {
+            let mut last = Chunk([0; HOST_ALIGNMENT]);
+            last.0[..rest.len()].copy_from_slice(rest);
+            chunks.push(last);
+        }
+        Ok(PlainStorage { chunks, start: 0, len: bytes.len(), alignment: HOST_ALIGNMENT })
     }
 
     /// The bytes.
@@ -163,6 +175,17 @@ mod tests {
             assert_eq!(p.len(), 100);
         }
         assert!(PlainStorage::zeroed_aligned(1, 48).is_err());
+    }
+
+    #[test]
+    fn copies_hold_the_bytes_aligned_whatever_their_length() {
+        let bytes: Vec<u8> = (0..200u32).map(|i| (i * 7 + 3) as u8).collect();
+        for len in [0, 1, 63, 64, 65, 128, 200] {
+            let p = PlainStorage::copy_from(&bytes[..len]).unwrap();
+            assert_eq!((p.len(), p.as_bytes()), (len, &bytes[..len]), "{len} bytes");
+            assert_eq!(p.address() % HOST_ALIGNMENT, 0);
+            assert_eq!(p.chunks.len(), len.div_ceil(HOST_ALIGNMENT));
+        }
     }
 
     #[test]

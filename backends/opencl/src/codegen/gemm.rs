@@ -199,6 +199,16 @@ pub fn division(g: &Gemm) -> Division {
         let enough = candidates.clone().find(|&r| 4 * groups(r) * splits(r) >= target);
         enough.unwrap_or_else(|| candidates.max_by_key(|&r| (groups(r) * splits(r), r)).unwrap_or(1))
     });
+    // The tensor-core kernel's tile of 128 × 128 (a block of 8) where the product makes at least one such tile
+    // per compute unit (half the work-groups sought), unsplit: a warp's 16 `mma`s a step then read 24 fragment
+    // registers from local memory where the 64 × 64 tile's 4 read 12 (ResNet-50 at batch 8, whose products are
+    // large enough, was 3.1 × behind torch.compile in TF32 with tiles of 64).
+    const BIG: usize = super::mma::MMA_BIG_TILE / TILE;
+    if g.tensor_cores
+        && super::mma::big_tile(g).unwrap_or_else(|| forced_splits.is_none() && 2 * groups(BIG) >= target && g.k >= 32)
+    {
+        return make(BIG, splits(BIG));
+    }
     make(r, splits(r))
 }
 

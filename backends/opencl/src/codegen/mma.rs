@@ -94,13 +94,35 @@ fn stages() -> usize {
     }
 }
 
-/// Row pitch, in words, of B's tile in local memory (64 columns + 8).
-const B_PITCH: usize = MMA_TILE + 8;
+/// The larger tile of this module's kernel: 128 × 128 outputs a work-group, each of its 8 warps 64 × 32 (4 × 4
+/// fragments), taken where the product makes enough such tiles unsplit ([`super::gemm::division`]).
+pub const MMA_BIG_TILE: usize = 128;
+
+/// Which tile edges a product on tensor cores may take: [`MMA_BIG_TILE`] only in this module's kernel (the
+/// pipelined one has tiles of [`MMA_TILE`]), and `STOWAGE_OPENCL_MMA_TILE=64` keeps every product at 64, for
+/// measuring (`=128` takes 128 wherever this kernel is, however few the tiles).
+pub fn big_tile(g: &Gemm) -> Option<bool> {
+    if pipelined(g.elem) || mma_warps() != 8 {
+        return Some(false);
+    }
+    match std::env::var("STOWAGE_OPENCL_MMA_TILE").as_deref() {
+        Ok("64") => Some(false),
+        Ok("128") => Some(true),
+        _ => None,
+    }
+}
+
+/// The tile edge of a product on tensor cores divided as `d`: 16 outputs per block ([`Division::block`]: 4, or 8 for
+/// [`MMA_BIG_TILE`]).
+pub fn tile_of(d: &Division) -> usize {
+    super::gemm::TILE * d.block
+}
 
 /// The global size of `g`'s launch divided as `d` (local size `[mma_items(g), 1, 1]`).
 pub fn mma_global(g: &Gemm, d: &Division) -> Vec<usize> {
     let batch: usize = g.batch.iter().product();
-    vec![g.n.div_ceil(MMA_TILE).max(1) * mma_items(g), g.m.div_ceil(MMA_TILE).max(1), batch * d.splits]
+    let tile = tile_of(d);
+    vec![g.n.div_ceil(tile).max(1) * mma_items(g), g.m.div_ceil(tile).max(1), batch * d.splits]
 }
 
 /// What the tensor cores compute in for operands stored as `elem`: `tf32` for `float`, else `f16` or `bf16`.
@@ -136,39 +158,45 @@ fn gemm_tiles(name: &str, g: &Gemm, d: &Division) -> String {
     );
     s.push_str("  const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;\n");
     let (items, warps_n, bk) = (mma_items(g), mma_warps() / 2, bk());
-    let a_pitch = bk + 4;
-    // Each warp: 32 rows (2 fragments of 16) by 64 / warps_n columns (fragments of 8).
-    let frags_n = MMA_TILE / warps_n / 8;
-    let _ = writeln!(s, "  const int wm = (warp / {warps_n}) * 32, wn = (warp % {warps_n}) * {};", MMA_TILE / warps_n);
+    let tile = tile_of(d);
+    let (a_pitch, b_pitch) = (bk + 4, tile + 8);
+    // Each warp: half the tile's rows (fragments of 16) by tile / warps_n columns (fragments of 8).
+    let (frags_m, frags_n) = (tile / 2 / 16, tile / warps_n / 8);
     let _ = writeln!(
         s,
-        "  const int row0 = get_group_id(1) * {MMA_TILE}, col0 = get_group_id(0) * {MMA_TILE}; const size_t z = get_global_id(2), bi = z % {batch};"
+        "  const int wm = (warp / {warps_n}) * {}, wn = (warp % {warps_n}) * {};",
+        tile / 2,
+        tile / warps_n
+    );
+    let _ = writeln!(
+        s,
+        "  const int row0 = get_group_id(1) * {tile}, col0 = get_group_id(0) * {tile}; const size_t z = get_global_id(2), bi = z % {batch};"
     );
     let _ = writeln!(s, "  const int k0 = (int)(z / {batch}) * {}, kend = min(k0 + {}, {});", d.chunk, d.chunk, g.k);
     let two = stages() == 2;
     if two {
         let _ = writeln!(
             s,
-            "  __local uint Asb[2][{MMA_TILE}][{a_pitch}] __attribute__((aligned(16))); __local uint Bsb[2][{bk}][{B_PITCH}] __attribute__((aligned(16)));"
+            "  __local uint Asb[2][{tile}][{a_pitch}] __attribute__((aligned(16))); __local uint Bsb[2][{bk}][{b_pitch}] __attribute__((aligned(16)));"
         );
     } else {
         let _ = writeln!(
             s,
-            "  __local uint As[{MMA_TILE}][{a_pitch}] __attribute__((aligned(16))); __local uint Bs[{bk}][{B_PITCH}] __attribute__((aligned(16)));"
+            "  __local uint As[{tile}][{a_pitch}] __attribute__((aligned(16))); __local uint Bs[{bk}][{b_pitch}] __attribute__((aligned(16)));"
         );
     }
     batch_offset(&mut s, "ao", &g.batch, &g.a.0);
     batch_offset(&mut s, "bo", &g.batch, &g.b.0);
     batch_offset(&mut s, "co", &g.batch, &g.c.0);
     // The fragments' sums, 4 per fragment and item.
-    let frags: Vec<(usize, usize)> = (0..2).flat_map(|mi| (0..frags_n).map(move |ni| (mi, ni))).collect();
+    let frags: Vec<(usize, usize)> = (0..frags_m).flat_map(|mi| (0..frags_n).map(move |ni| (mi, ni))).collect();
     let sums: Vec<String> =
         frags.iter().flat_map(|(mi, ni)| (0..4).map(move |i| format!("c{mi}{ni}_{i} = 0.0f"))).collect();
     let _ = writeln!(s, "  float {};", sums.join(", "));
-    let per_item = MMA_TILE * bk / items;
+    let per_item = tile * bk / items;
     let _ = writeln!(s, "  float pa[{per_item}], pb[{per_item}];");
     // Whole tiles (every tile inside the output, every step inside its range of K) load without checks.
-    let inside = super::gemm::whole_tiles(g, d, MMA_TILE, MMA_TILE, bk);
+    let inside = super::gemm::whole_tiles(g, d, tile, tile, bk);
     let probe = probe();
     let load = |s: &mut String, t: &str| {
         if probe == "noload" {
@@ -191,7 +219,8 @@ fn gemm_tiles(name: &str, g: &Gemm, d: &Division) -> String {
             );
         }
         for u in 0..per_item {
-            let _ = writeln!(s, "    {{ const int e = tid + {}, gk = {t} + (e >> 6), gc = col0 + (e & 63);", u * items);
+            let _ =
+                writeln!(s, "    {{ const int e = tid + {}, gk = {t} + e / {tile}, gc = col0 + e % {tile};", u * items);
             load_b(s, g, &format!("pb[{u}]"), inside);
         }
     };
@@ -202,7 +231,7 @@ fn gemm_tiles(name: &str, g: &Gemm, d: &Division) -> String {
         for u in 0..per_item {
             let _ = writeln!(
                 s,
-                "    {{ const int e = tid + {}; {a}[e / {bk}][e % {bk}] = {stage}(pa[{u}]); {b}[e >> 6][e & 63] = {stage}(pb[{u}]); }}",
+                "    {{ const int e = tid + {}; {a}[e / {bk}][e % {bk}] = {stage}(pa[{u}]); {b}[e / {tile}][e % {tile}] = {stage}(pb[{u}]); }}",
                 u * items
             );
         }
@@ -214,7 +243,7 @@ fn gemm_tiles(name: &str, g: &Gemm, d: &Division) -> String {
         store(&mut s, "Asb[0]", "Bsb[0]");
         s.push_str(barrier);
         let _ = writeln!(s, "  for (int t = k0, buf = 0; t < kend; t += {bk}, buf ^= 1) {{");
-        let _ = writeln!(s, "    __local uint (*As)[{a_pitch}] = Asb[buf]; __local uint (*Bs)[{B_PITCH}] = Bsb[buf];");
+        let _ = writeln!(s, "    __local uint (*As)[{a_pitch}] = Asb[buf]; __local uint (*Bs)[{b_pitch}] = Bsb[buf];");
     } else {
         let _ = writeln!(s, "  for (int t = k0; t < kend; t += {bk}) {{");
         store(&mut s, "As", "Bs");
@@ -226,7 +255,7 @@ fn gemm_tiles(name: &str, g: &Gemm, d: &Division) -> String {
     let (step, shape) = if ty == "tf32" { (8, "m16n8k8") } else { (16, "m16n8k16") };
     for ks in (0..bk).step_by(step) {
         s.push_str("    {\n");
-        for mi in 0..2 {
+        for mi in 0..frags_m {
             let r = format!("wm + {} + gq", mi * 16);
             if ty == "tf32" {
                 let _ = writeln!(
@@ -304,7 +333,7 @@ pub(super) fn finish(s: &mut String, g: &Gemm, d: &Division, frags: &[(usize, us
         }
     }
     if d.splits > 1 {
-        split_tail(s, g, d, MMA_TILE, MMA_TILE, items);
+        split_tail(s, g, d, tile_of(d), tile_of(d), items);
     }
     s.push_str("}\n");
 }
@@ -364,6 +393,40 @@ pub(super) mod tests {
         assert!(splits(&shape(128, 768, 768)) > 1, "24 tiles");
         assert!(splits(&shape(128, 768, 3072)) > 1, "a long K");
         assert!(splits(&Gemm { tensor_cores: false, ..shape(128, 3072, 768) }) > 1, "the tiled kernel");
+    }
+
+    /// A product that makes a tile of 128 × 128 per compute unit takes that tile in this module's kernel (4 × 4
+    /// fragments a warp: 16 `mma`s per step of 8), unsplit; one that makes fewer keeps 64 × 64, and halves (the
+    /// pipelined kernel) always do.
+    #[test]
+    fn large_products_take_the_big_tile() {
+        let shape = |elem: &'static str, m: usize, n: usize, k: usize| Gemm {
+            m,
+            n,
+            k,
+            a: (vec![], k, 1),
+            b: (vec![], n, 1),
+            c: (vec![], n, 1),
+            min_groups: 264,
+            ..product(elem)
+        };
+        let division = |g: &Gemm| super::super::division(g);
+        // 1,536² is 144 tiles of 128: at least one per compute unit of 132.
+        let big = shape("float", 1536, 1536, 256);
+        let d = division(&big);
+        assert_eq!((tile_of(&d), d.splits), (MMA_BIG_TILE, 1));
+        assert_eq!(mma_global(&big, &d), vec![12 * 256, 12, 1]);
+        let src = gemm_mma("k", &big, &d);
+        assert_eq!(src.matches("mma.sync").count(), 16 * bk() / 8, "{src}");
+        assert!(src.contains("__local uint As[128][36]") && src.contains("Bs[32][136]"), "{src}");
+        assert!(src.contains("c33_3") && !src.contains("c44_0"), "{src}");
+        // 1,024² is 64 tiles of 128, 256 of 64.
+        assert_eq!(tile_of(&division(&shape("float", 1024, 1024, 256))), MMA_TILE);
+        assert_eq!(tile_of(&division(&shape("half", 1536, 1536, 256))), MMA_TILE);
+        // The 64 × 64 kernel: 2 × 2 fragments a warp.
+        let small = shape("float", 1024, 1024, 256);
+        let src = gemm_mma("k", &small, &division(&small));
+        assert_eq!(src.matches("mma.sync").count(), 4 * bk() / 8, "{src}");
     }
 
     /// Halves and bf16 take the pipelined kernel, floats this module's ([`pipelined`]), unless
