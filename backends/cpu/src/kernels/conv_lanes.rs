@@ -68,13 +68,20 @@ impl LanePack {
     pub fn strided(m: usize, k: usize, w: &[f32], (rs, cs): (usize, usize), alpha: f32) -> LanePack {
         assert!(m == 0 || k == 0 || (m - 1) * rs + (k - 1) * cs < w.len(), "lanes: {} weights for {m} × {k}", w.len());
         let mut data = vec![0f32; m.div_ceil(BLOCK) * k * BLOCK];
+        // In tiles of BLOCK rows by TILE steps, each row's run of the tile read in order: a tile's stores stay in
+        // a few cache lines and its loads stream along the rows (an 8,210 × 1,024 classifier, ddddocr's, read
+        // along its columns took 37 ms, 24 beyond the fresh pages' 13; in tiles 17).
+        const TILE: usize = 64;
         for (b, block) in data.chunks_exact_mut(k * BLOCK).enumerate() {
             let rows = BLOCK.min(m - b * BLOCK);
-            // Written in order, step by step.
-            for (l, step) in block.chunks_exact_mut(BLOCK).enumerate() {
-                for (i, v) in step.iter_mut().enumerate().take(rows) {
-                    let e = w[(b * BLOCK + i) * rs + l * cs];
-                    *v = if alpha == 1.0 { e } else { alpha * e };
+            for l0 in (0..k).step_by(TILE) {
+                let steps = TILE.min(k - l0);
+                for i in 0..rows {
+                    let row = (b * BLOCK + i) * rs + l0 * cs;
+                    for l in 0..steps {
+                        let e = w[row + l * cs];
+                        block[(l0 + l) * BLOCK + i] = if alpha == 1.0 { e } else { alpha * e };
+                    }
                 }
             }
         }

@@ -85,14 +85,10 @@ impl Direction {
             }
             None => vec![0.0; g],
         };
-        let transposed = |m: &[f32], k: usize| -> Vec<f32> {
-            let m = &m[d * g * k..(d + 1) * g * k];
-            (0..k).flat_map(|l| (0..g).map(move |row| m[row * k + l])).collect()
-        };
-        let rt = blocked(&transposed(r, hidden), hidden);
+        let (w, r) = (&w[d * g * input..(d + 1) * g * input], &r[d * g * hidden..(d + 1) * g * hidden]);
         Direction {
-            wt: transposed(w, input),
-            rt,
+            wt: blocked(w, g, input, g),
+            rt: blocked(r, g, hidden, BLOCK),
             bias,
             peep: p.map(|p| p[d * 3 * hidden..(d + 1) * 3 * hidden].to_vec()),
             reverse,
@@ -367,22 +363,30 @@ fn add_product<const FMA: bool>(row: &mut [f32], v: &[f32], m: &[f32]) {
     }
 }
 
-/// `m` (`k` rows of `g` columns, row-major) in column blocks of [`BLOCK`]: block `b` holds its `k` rows of
-/// [`BLOCK`] columns one after another, then the last `g mod BLOCK` columns of every row. [`add_blocked`] reads
-/// each block as one contiguous stream, where the rows' layout jumps `4·g` bytes per row (a page per row for a
-/// hidden size of 256 or more, which the prefetcher does not follow: ddddocr's LSTM ran at half onnxruntime's
-/// speed).
-fn blocked(m: &[f32], k: usize) -> Vec<f32> {
-    let g = m.len().checked_div(k).unwrap_or(0);
-    let whole = g - g % BLOCK;
-    let mut out = Vec::with_capacity(m.len());
-    for at in (0..whole).step_by(BLOCK) {
-        for l in 0..k {
-            out.extend_from_slice(&m[l * g + at..][..BLOCK]);
+/// `m` (`g` rows of `k`, row-major) transposed in column blocks of `width` (the last narrower): block `at` holds,
+/// for each step `l`, its `width` rows' elements `l`, so `out[at·k + l·w + j] = m[(at + j)·k + l]`. A width of `g`
+/// is the plain transpose (`Wᵀ`); [`BLOCK`] is the layout [`add_blocked`] reads as one contiguous stream per block,
+/// where `Rᵀ`'s rows jump `4·g` bytes each (a page per row for a hidden size of 256 or more, which the prefetcher
+/// does not follow: ddddocr's LSTM ran at half onnxruntime's speed). Written in tiles of 64 × 64, each row's run
+/// of a tile read in order (ddddocr's 2 × 2 × 4 MB of weights, read along their columns one element at a time into
+/// a growing vector, took a sixth of its compile).
+fn blocked(m: &[f32], g: usize, k: usize, width: usize) -> Vec<f32> {
+    const TILE: usize = 64;
+    assert_eq!(m.len(), g * k, "recurrent weights: {} for {g} × {k}", m.len());
+    let mut out = vec![0f32; g * k];
+    for at in (0..g).step_by(width.max(1)) {
+        let w = width.min(g - at);
+        let block = &mut out[at * k..][..w * k];
+        for j0 in (0..w).step_by(TILE) {
+            for l0 in (0..k).step_by(TILE) {
+                for j in j0..(j0 + TILE).min(w) {
+                    let row = &m[(at + j) * k..][..k];
+                    for l in l0..(l0 + TILE).min(k) {
+                        block[l * w + j] = row[l];
+                    }
+                }
+            }
         }
-    }
-    for l in 0..k {
-        out.extend_from_slice(&m[l * g + whole..(l + 1) * g]);
     }
     out
 }
@@ -431,6 +435,26 @@ mod tests {
     use super::*;
 
     const DEFAULT: [Activation; 3] = [Activation::Sigmoid, Activation::Tanh, Activation::Tanh];
+
+    /// Each element where the layout says, for widths that divide the rows, that do not, and the whole transpose.
+    #[test]
+    fn blocks_hold_each_element_at_its_place() {
+        for (g, k) in [(0, 5), (3, 0), (1, 1), (70, 3), (130, 67), (200, 129)] {
+            let m: Vec<f32> = (0..g * k).map(|i| i as f32).collect();
+            for width in [1, 64, g.max(1)] {
+                let out = blocked(&m, g, k, width);
+                assert_eq!(out.len(), g * k);
+                for at in (0..g).step_by(width) {
+                    let w = width.min(g - at);
+                    for l in 0..k {
+                        for j in 0..w {
+                            assert_eq!(out[at * k + l * w + j], m[(at + j) * k + l], "{g} × {k} width {width}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// The ONNX equations, one scalar at a time, time-major, for one direction.
     fn reference(
