@@ -58,7 +58,7 @@ pub use lazy::LazyHost;
 pub use ledger::{Ledger, LedgerTag, Move, MoveKind};
 pub use map::{MapRead, MapWrite};
 pub use space::{MemoryKind, MemorySpace};
-pub use storage::{ExternalStorage, PlainStorage, Release, TensorStorage};
+pub use storage::{ExternalStorage, Owner, PlainStorage, Release, SharedBytes, TensorStorage};
 pub use tensor::{Accepts, LayoutNeed, Tensor};
 
 /// `#[derive(TensorStorage)]`: a backend's storage from the descriptor on its buffer type.

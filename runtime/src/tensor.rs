@@ -592,6 +592,40 @@ impl Tensor<'static> {
         Self::from_storage(dt, shape, layout, PlainStorage::copy_from(bytes)?)
     }
 
+    /// A packed row-major tensor over the bytes `range` of `owner`, not copied ((`SharedBytes`): checked as
+    /// [`Tensor::from_bytes`] checks its bytes, read in place by [`Tensor::bytes_in_place`] and copied into aligned
+    /// memory on its first aligned read.
+    pub fn from_shared_bytes(dt: DatumType, shape: &[usize], owner: crate::Owner, range: Range<usize>) -> Result<Self> {
+        let storage = crate::SharedBytes::new(owner, range)?;
+        let bytes = storage.in_place();
+        let layout = Layout::row_major(dt, shape)?;
+        let need = layout.span_bytes(dt, shape)?;
+        if need != bytes.len() {
+            return Err(RuntimeError::ByteLength {
+                tensor: UNNAMED.into(),
+                dt,
+                shape: shape.to_vec(),
+                expected: need,
+                found: bytes.len(),
+            });
+        }
+        if (dt == DatumType::Bool && bytes.iter().any(|&b| b > 1)) || !crate::small_types::valid(dt, bytes) {
+            return Err(RuntimeError::InvalidBits { tensor: UNNAMED.into(), dt });
+        }
+        Self::from_storage(dt, shape, layout, storage)
+    }
+
+    /// The bytes of a packed row-major tensor over [`crate::SharedBytes`] where they are (at any alignment: read them as
+    /// little-endian bytes), without the aligned copy; `None` for any other tensor, whose bytes
+    /// [`Tensor::as_bytes`] gives.
+    pub fn bytes_in_place(&self) -> Option<&[u8]> {
+        let shared = self.storage.as_any()?.downcast_ref::<crate::SharedBytes>()?;
+        if !self.is_row_major() {
+            return None;
+        }
+        shared.in_place().get(self.byte_range())
+    }
+
     /// A packed row-major tensor of zeros.
     pub fn zeros(dt: DatumType, shape: &[usize]) -> Result<Self> {
         let layout = Layout::row_major(dt, shape)?;

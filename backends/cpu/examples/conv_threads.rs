@@ -61,7 +61,12 @@ fn main() {
         // Packed as a program packs them (`LANES=0`: never with the channels in lanes, for comparing).
         let packed = match std::env::var("LANES").as_deref() {
             Ok("0") => PackedWeights::new(&w, &[m, c, k, k], 1),
-            _ => PackedWeights::for_output(&w, &[m, c, k, k], &p, &[1, m, o, o]),
+            _ => PackedWeights::for_output(
+                stowage_cpu::kernels::weights::Weights::Slice(&w),
+                &[m, c, k, k],
+                &p,
+                &[1, m, o, o],
+            ),
         };
         let post = Post { packed: packed.as_ref(), act, residual: None };
         let mut time = |threads: usize, touch: usize| {

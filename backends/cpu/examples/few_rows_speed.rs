@@ -16,7 +16,7 @@ fn main() {
     for [m, k, n] in shapes {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect();
         let w: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.01).collect();
-        let Some(p) = FewRows::new(&w, (n, 1), k, n, 1.0, Some(vec![0.5; n])) else {
+        let Some(p) = FewRows::new(&w[..], (n, 1), k, n, 1.0, Some(vec![0.5; n])) else {
             println!("{m} × {k} × {n}: not packed on this CPU");
             continue;
         };

@@ -6,7 +6,7 @@ use half::{bf16, f16};
 use stowage_runtime::{small_types, strings, DatumType, Tensor};
 
 use super::external::ExternalDataError;
-use super::proto::{tensor_proto::DataType, TensorProto};
+use super::proto::{tensor_proto::DataLocation, tensor_proto::DataType, TensorProto};
 use crate::infer::MAX_ELEMENTS;
 
 /// The datum type of an ONNX element type code, or the ONNX name of a type stowage does not take.
@@ -103,6 +103,10 @@ impl From<String> for TensorError {
     }
 }
 
+/// The size from which a tensor's `raw_data` is kept where it was decoded rather than copied (4 KiB): smaller
+/// ones (shapes, indices, scales) are read by the import's passes, which take them aligned.
+const SHARED_AT_LEAST: usize = 4 << 10;
+
 /// Decodes a tensor. `dir` is the model's folder, where external data files are looked up
 /// ([`super::external`]). A tensor larger than [`super::DEFAULT_MAX_VALUE_BYTES`] is refused.
 pub fn decode(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor<'static>, TensorError> {
@@ -130,6 +134,22 @@ pub fn decode_within(t: &TensorProto, dir: Option<&Path>, limit: usize) -> Resul
         return strings(t, &shape, count);
     }
     let stored = (count * small_types::bits(dt)).div_ceil(8);
+    // A large tensor's `raw_data` shares the buffer the model was decoded from (the file's mapping: `decode_shared`)
+    // and is read in place by what packs it; it is copied only if something reads it aligned.
+    match &t.raw_data {
+        Some(raw)
+            if raw.len() >= SHARED_AT_LEAST
+                && small_types::bits(dt) >= 8
+                && t.data_location() != DataLocation::External =>
+        {
+            if raw.len() != bytes {
+                return Err(format!("holds {} bytes of data, {dt}{shape:?} needs {bytes}", raw.len()).into());
+            }
+            let owner: stowage_runtime::Owner = std::sync::Arc::new(raw.clone());
+            return Ok(Tensor::from_shared_bytes(dt, &shape, owner, 0..bytes).map_err(|e| e.to_string())?);
+        }
+        _ => {}
+    }
     let bytes: std::borrow::Cow<'_, [u8]> = if t.data_location() == super::proto::tensor_proto::DataLocation::External {
         super::external::read(t, dir, stored)?.into()
     } else if let Some(raw) = &t.raw_data {

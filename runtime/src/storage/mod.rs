@@ -2,11 +2,13 @@
 //!
 //! [`TensorStorage`] is an open, object-safe trait: a backend adds its own storage without
 //! touching this crate. The runtime ships the host ones: [`PlainStorage`] (owned, aligned
-//! host bytes) and [`ExternalStorage`] (caller-owned memory used without a copy); the lazy
+//! host bytes), [`ExternalStorage`] (caller-owned memory used without a copy) and [`SharedBytes`]
+//! (bytes another allocation owns, a model file's weights, copied only when read aligned); the lazy
 //! host storage over any device buffer is in [`crate::lazy`].
 
 mod external;
 mod plain;
+mod shared;
 
 use std::any::Any;
 use std::fmt;
@@ -14,6 +16,7 @@ use std::ops::Range;
 
 pub use external::{ExternalStorage, Release};
 pub use plain::PlainStorage;
+pub use shared::{Owner, SharedBytes};
 
 use crate::{MemorySpace, Result};
 

@@ -10,6 +10,7 @@
 //! unfolding: the input channels already are the `[C/g, O]` matrix. One input channel per group over one or two
 //! spatial axes (depthwise) runs directly instead, in `depthwise.rs`.
 
+use super::weights::{Floats, Weights};
 use rayon::prelude::*;
 
 use super::act::Act;
@@ -188,16 +189,24 @@ impl PackedWeights {
     /// [`PackedWeights::new`] for one convolution whose output is `y_shape` (`[N, M, …]`) under `p`: a 1-D or 2-D
     /// one that `conv_lanes.rs` computes better (`conv_lanes::wanted`) is packed for that kernel instead (the one
     /// packed copy a program keeps either way).
-    pub fn for_output(w: &[f32], w_shape: &[usize], p: &ConvParams<'_>, y_shape: &[usize]) -> Option<PackedWeights> {
+    ///
+    /// Weights in the model file's bytes ([`Weights::Bytes`]) are read in place for `conv_lanes.rs`; for the panels
+    /// of [`PackedWeights::new`] they must be a slice (`None` otherwise: the caller reads them aligned).
+    pub fn for_output(
+        w: Weights<'_>,
+        w_shape: &[usize],
+        p: &ConvParams<'_>,
+        y_shape: &[usize],
+    ) -> Option<PackedWeights> {
         if !PackedWeights::in_lanes(w_shape, p, y_shape) {
-            return PackedWeights::new(w, w_shape, p.group);
+            return PackedWeights::new(w.slice()?, w_shape, p.group);
         }
         let g = p.group.max(1);
         let (mg, kdim) = (w_shape[0] / g, w_shape[1..].iter().product::<usize>());
         if w.len() != g * mg * kdim {
             return None;
         }
-        let lanes = (0..g).map(|gi| LanePack::new(mg, kdim, &w[gi * mg * kdim..][..mg * kdim])).collect();
+        let lanes = (0..g).map(|gi| LanePack::new(mg, kdim, w.part(gi * mg * kdim, mg * kdim))).collect();
         Some(PackedWeights { groups: Vec::new(), lanes: Some(lanes) })
     }
 

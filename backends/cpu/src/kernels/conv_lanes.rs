@@ -29,6 +29,7 @@
 //!
 //! [`wanted`] says where this pays, with the measurements.
 
+use super::weights::Floats;
 use rayon::prelude::*;
 
 use super::act::Act;
@@ -57,7 +58,7 @@ impl LanePack {
     ///
     /// # Panics
     /// If `w` is shorter than `m·k`.
-    pub fn new(m: usize, k: usize, w: &[f32]) -> LanePack {
+    pub fn new<W: Floats>(m: usize, k: usize, w: W) -> LanePack {
         LanePack::strided(m, k, w, (k, 1), 1.0)
     }
 
@@ -65,7 +66,7 @@ impl LanePack {
     ///
     /// # Panics
     /// If an element lies past `w`.
-    pub fn strided(m: usize, k: usize, w: &[f32], (rs, cs): (usize, usize), alpha: f32) -> LanePack {
+    pub fn strided<W: Floats>(m: usize, k: usize, w: W, (rs, cs): (usize, usize), alpha: f32) -> LanePack {
         assert!(m == 0 || k == 0 || (m - 1) * rs + (k - 1) * cs < w.len(), "lanes: {} weights for {m} × {k}", w.len());
         let mut data = vec![0f32; m.div_ceil(BLOCK) * k * BLOCK];
         // In tiles of BLOCK rows by TILE steps, each row's run of the tile read in order: a tile's stores stay in
@@ -79,7 +80,7 @@ impl LanePack {
                 for i in 0..rows {
                     let row = (b * BLOCK + i) * rs + l0 * cs;
                     for l in 0..steps {
-                        let e = w[row + l * cs];
+                        let e = w.at(row + l * cs);
                         block[(l0 + l) * BLOCK + i] = if alpha == 1.0 { e } else { alpha * e };
                     }
                 }
@@ -547,7 +548,7 @@ mod tests {
         for (case, &(cg, m, g)) in cases.iter().enumerate() {
             let k = cg * g.kh * g.kw;
             let (x, w, bias) = (values(cg * g.ih * g.iw, case), values(m * k, case + 1), values(m, case + 2));
-            let (panels, lanes) = (PackedA::by_panels(m, k, &w, (k, 1)), LanePack::new(m, k, &w));
+            let (panels, lanes) = (PackedA::by_panels(m, k, &w, (k, 1)), LanePack::new(m, k, &w[..]));
             for threads in [1, 2] {
                 for (act, bias) in [(Act::None, None), (Act::Relu, Some(&bias[..])), (Act::HardSwish, Some(&bias))] {
                     let mut want = vec![f32::NAN; m * g.oh * g.ow];

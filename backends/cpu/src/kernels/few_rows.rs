@@ -33,8 +33,8 @@ impl FewRows {
     /// Packs `alpha · W` (`k × n`, element `(l, i)` at `w[l·w_rs + i·w_cs]`) and `bias` (`n` values, already
     /// scaled); `None` where packing does not apply (no AVX-512F, fewer than a panel of outputs) or a length is
     /// inconsistent.
-    pub fn new(
-        w: &[f32],
+    pub fn new<W: super::weights::Floats>(
+        w: W,
         (w_rs, w_cs): (usize, usize),
         k: usize,
         n: usize,
@@ -79,11 +79,12 @@ impl FewRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::weights::Weights;
 
     #[test]
     fn matches_the_product_for_both_weight_layouts() {
         if !super::super::sgemm512::available() {
-            return assert!(FewRows::new(&[1.0; 12 * 3], (12, 1), 3, 12, 1.0, None).is_none());
+            return assert!(FewRows::new(&[1.0; 12 * 3][..], (12, 1), 3, 12, 1.0, None).is_none());
         }
         let (m, k, n) = (5usize, 37usize, 29usize);
         let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
@@ -99,7 +100,11 @@ mod tests {
                 .collect()
         };
         let wt: Vec<f32> = (0..n * k).map(|e| w[(e % k) * n + e / k]).collect();
-        for (weights, strides) in [(&w, (n, 1)), (&wt, (1, k))] {
+        // And W as a model file's little-endian bytes, one past an aligned address (`weights.rs`).
+        let bytes: Vec<u8> = std::iter::once(0).chain(w.iter().flat_map(|v| v.to_le_bytes())).collect();
+        let forms =
+            [(Weights::Slice(&w), (n, 1)), (Weights::Slice(&wt), (1, k)), (Weights::Bytes(&bytes[1..]), (n, 1))];
+        for (weights, strides) in forms {
             for (alpha, with_bias) in [(1.0, false), (0.5, true)] {
                 let p = FewRows::new(weights, strides, k, n, alpha, with_bias.then(|| bias.clone())).expect("packs");
                 for threads in [1, 2] {
@@ -113,7 +118,7 @@ mod tests {
         }
         // A transposed left operand (Gemm's transA) is read through its strides.
         let at: Vec<f32> = (0..k * m).map(|e| a[(e % m) * k + e / m]).collect();
-        let p = FewRows::new(&w, (n, 1), k, n, 1.0, None).expect("packs");
+        let p = FewRows::new(&w[..], (n, 1), k, n, 1.0, None).expect("packs");
         let mut y = vec![0.0; m * n];
         p.run(m, &at, (1, m), &mut y, 1);
         for (g, w) in y.iter().zip(want(1.0, false)) {
@@ -132,7 +137,7 @@ mod tests {
         for n in [12, 64, 70, 130] {
             let w: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 * 0.25 - 1.5).collect();
             let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
-            let p = FewRows::new(&w, (n, 1), k, n, 1.0, Some(bias.clone())).expect("packs");
+            let p = FewRows::new(&w[..], (n, 1), k, n, 1.0, Some(bias.clone())).expect("packs");
             for m in [1, 5, 6, 7, 13, 20] {
                 let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
                 let mut y = vec![f32::NAN; m * n + 3];

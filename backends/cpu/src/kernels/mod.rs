@@ -37,3 +37,4 @@ pub mod strided;
 pub mod tfidf;
 pub mod topk;
 pub mod trees;
+pub mod weights;

@@ -23,6 +23,7 @@
 //! widest the CPU runs is picked at each step ([`step`], a cached test). Everything is f32 (the import keeps the
 //! layer whole for f32 only).
 
+use super::weights::Floats;
 use stowage_kir::recurrent::Activation;
 
 use super::gemm::gemm_strided;
@@ -66,12 +67,12 @@ impl Direction {
     /// # Panics
     /// If a slice is shorter than direction `d`'s part of it.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub fn new<W: Floats>(
         d: usize,
         hidden: usize,
         input: usize,
-        w: &[f32],
-        r: &[f32],
+        w: W,
+        r: W,
         b: Option<&[f32]>,
         p: Option<&[f32]>,
         reverse: bool,
@@ -85,7 +86,7 @@ impl Direction {
             }
             None => vec![0.0; g],
         };
-        let (w, r) = (&w[d * g * input..(d + 1) * g * input], &r[d * g * hidden..(d + 1) * g * hidden]);
+        let (w, r) = (w.part(d * g * input, g * input), r.part(d * g * hidden, g * hidden));
         Direction {
             wt: blocked(w, g, input, g),
             rt: blocked(r, g, hidden, BLOCK),
@@ -370,7 +371,7 @@ fn add_product<const FMA: bool>(row: &mut [f32], v: &[f32], m: &[f32]) {
 /// does not follow: ddddocr's LSTM ran at half onnxruntime's speed). Written in tiles of 64 × 64, each row's run
 /// of a tile read in order (ddddocr's 2 × 2 × 4 MB of weights, read along their columns one element at a time into
 /// a growing vector, took a sixth of its compile).
-fn blocked(m: &[f32], g: usize, k: usize, width: usize) -> Vec<f32> {
+fn blocked<W: Floats>(m: W, g: usize, k: usize, width: usize) -> Vec<f32> {
     const TILE: usize = 64;
     assert_eq!(m.len(), g * k, "recurrent weights: {} for {g} × {k}", m.len());
     let mut out = vec![0f32; g * k];
@@ -380,9 +381,9 @@ fn blocked(m: &[f32], g: usize, k: usize, width: usize) -> Vec<f32> {
         for j0 in (0..w).step_by(TILE) {
             for l0 in (0..k).step_by(TILE) {
                 for j in j0..(j0 + TILE).min(w) {
-                    let row = &m[(at + j) * k..][..k];
+                    let row = m.part((at + j) * k, k);
                     for l in l0..(l0 + TILE).min(k) {
-                        block[l * w + j] = row[l];
+                        block[l * w + j] = row.at(l);
                     }
                 }
             }
@@ -442,7 +443,7 @@ mod tests {
         for (g, k) in [(0, 5), (3, 0), (1, 1), (70, 3), (130, 67), (200, 129)] {
             let m: Vec<f32> = (0..g * k).map(|i| i as f32).collect();
             for width in [1, 64, g.max(1)] {
-                let out = blocked(&m, g, k, width);
+                let out = blocked(&m[..], g, k, width);
                 assert_eq!(out.len(), g * k);
                 for at in (0..g).step_by(width) {
                     let w = width.min(g - at);
@@ -512,7 +513,7 @@ mod tests {
         let shape = Shape { steps, batch, input, hidden, batch_major: false, clip: None, input_forget: false };
         let (w, r, b) = (values(4 * hidden * input, 1), values(4 * hidden * hidden, 2), values(8 * hidden, 3));
         let x = values(steps * batch * input, 4);
-        let dir = Direction::new(0, hidden, input, &w, &r, Some(&b), None, reverse, DEFAULT);
+        let dir = Direction::new(0, hidden, input, &w[..], &r[..], Some(&b), None, reverse, DEFAULT);
         let (mut y, mut h, mut c) =
             (vec![0f32; steps * batch * hidden], vec![0f32; batch * hidden], vec![0f32; batch * hidden]);
         let lens_given = lens.clone();
@@ -555,7 +556,7 @@ mod tests {
         let x = values(steps * batch * input, 4);
         let lens = vec![5, 3];
         let dirs: Vec<Direction> =
-            (0..2).map(|d| Direction::new(d, hidden, input, &w, &r, Some(&b), None, d == 1, DEFAULT)).collect();
+            (0..2).map(|d| Direction::new(d, hidden, input, &w[..], &r[..], Some(&b), None, d == 1, DEFAULT)).collect();
         let mut got = Vec::new();
         for threads in [1, 2] {
             let (mut y, mut h, mut c) = (

@@ -779,6 +779,8 @@ fn kernel(graph: &Graph, op: &Op, inputs: &[Option<ValueId>], outputs: &[Option<
 
 #[cfg(test)]
 mod epilogue_tests;
+#[cfg(test)]
+mod in_place_tests;
 
 #[cfg(test)]
 mod tests {

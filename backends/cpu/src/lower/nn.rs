@@ -125,7 +125,8 @@ pub(super) fn few_rows_plan<'g>(
 
 /// The step of a [`FewRowsPlan`], its weights packed now; `None` where they do not pack on this CPU.
 fn few_rows_kernel(plan: FewRowsPlan<'_>, out: Vec<usize>) -> Option<Kernel> {
-    let w = plan.w.as_slice::<f32>().ok()?;
+    // Read in place where the model file holds them (`kernels::weights`).
+    let w = crate::kernels::weights::Weights::of(plan.w)?;
     let packed = crate::kernels::few_rows::FewRows::new(w, plan.w_strides, plan.k, plan.n, plan.alpha, plan.bias)?;
     let (rows, a_strides, a_trans) = (plan.rows, plan.a_strides, plan.a_trans);
     Some(Box::new(move |a, cx| {
@@ -198,7 +199,9 @@ fn compared<'t>(x: &'t Tensor<'static>, dt: DatumType) -> Result<Cow<'t, Tensor<
 /// `PackedWeights` takes): then the step does not read its weight input and the program need not keep it.
 pub(super) fn packs_weights(graph: &Graph, c: &ir::Conv, inputs: &[Option<ValueId>], dt: DatumType) -> bool {
     let Some(w) = inputs.get(1).copied().flatten() else { return false };
-    let is_f32_const = matches!(&graph.value(w).def, ir::ValueDef::Const(t) if t.as_slice::<f32>().is_ok());
+    // Asked without reading them aligned (a copy, for weights still in the model file's bytes).
+    let is_f32_const =
+        matches!(&graph.value(w).def, ir::ValueDef::Const(t) if crate::kernels::weights::Weights::of(t).is_some());
     dt == DatumType::F32 && is_f32_const && conv::PackedWeights::applies(&graph.ty(w).shape, c.group)
 }
 
@@ -227,7 +230,13 @@ pub(super) fn conv_kernel(
                 pads: &w.pads,
                 group: g,
             };
-            let packed = t.as_slice::<f32>().ok().and_then(|wt| conv::PackedWeights::for_output(wt, &ws, &p, &out));
+            // Read in place where the model file holds them and `conv_lanes.rs` takes them (`kernels::weights`),
+            // else aligned.
+            use crate::kernels::weights::Weights;
+            let pack = |w: Weights<'_>| conv::PackedWeights::for_output(w, &ws, &p, &out);
+            let packed = Weights::of(t)
+                .and_then(pack)
+                .or_else(|| t.as_slice::<f32>().ok().and_then(|wt| pack(Weights::Slice(wt))));
             Some(packed.ok_or_else(|| CpuError::NotImplemented("conv weights that cannot be packed".into()))?)
         }
         _ => None,

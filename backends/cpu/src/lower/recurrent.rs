@@ -13,6 +13,7 @@ use stowage_runtime::{DatumType, Tensor};
 use super::arg;
 use crate::error::{CpuError, Result};
 use crate::kernels::recurrent::{self, Direction, Outputs, Shape};
+use crate::kernels::weights::Weights;
 use crate::program::Kernel;
 
 /// The f32 elements of `t`, borrowed when it is packed row-major.
@@ -27,8 +28,8 @@ fn floats<'a>(t: &'a Tensor<'_>) -> Result<Cow<'a, [f32]>> {
 fn directions(
     layer: &ir::Lstm,
     input: usize,
-    w: &[f32],
-    r: &[f32],
+    w: Weights<'_>,
+    r: Weights<'_>,
     b: Option<&[f32]>,
     p: Option<&[f32]>,
 ) -> Vec<Direction> {
@@ -68,7 +69,11 @@ pub(super) fn lstm(graph: &Graph, layer: &ir::Lstm, inputs: &[Option<ValueId>]) 
     let fixed = match (constant(at::W), constant(at::R), constant(at::B), constant(at::P)) {
         (Some(Some(w)), Some(Some(r)), b, p) if b.is_none_or(|b| b.is_some()) && p.is_none_or(|p| p.is_some()) => {
             let (b, p) = (b.flatten().map(floats).transpose()?, p.flatten().map(floats).transpose()?);
-            Some(Arc::new(directions(layer, input, &floats(w)?, &floats(r)?, b.as_deref(), p.as_deref())))
+            // W and R read in place where the model file holds them (`kernels::weights`).
+            fn weights<'a>(t: &'a Tensor<'static>) -> Result<Weights<'a>> {
+                Weights::of(t).ok_or_else(|| CpuError::NotImplemented(format!("LSTM weights of type {}", t.dt())))
+            }
+            Some(Arc::new(directions(layer, input, weights(w)?, weights(r)?, b.as_deref(), p.as_deref())))
         }
         _ => None,
     };
@@ -82,7 +87,8 @@ pub(super) fn lstm(graph: &Graph, layer: &ir::Lstm, inputs: &[Option<ValueId>]) 
                 let (w, r) = (floats(arg(a, at::W)?)?, floats(arg(a, at::R)?)?);
                 let b = optional(at::B).map(floats).transpose()?;
                 let p = optional(at::P).map(floats).transpose()?;
-                prepared = directions(&layer, input, &w, &r, b.as_deref(), p.as_deref());
+                prepared =
+                    directions(&layer, input, Weights::Slice(&w), Weights::Slice(&r), b.as_deref(), p.as_deref());
                 &prepared
             }
         };

@@ -554,7 +554,7 @@ fn residual_in_the_epilogue_gives_the_unfused_bits() {
         let p = ConvParams { kernel: &ws[2..], strides, dilations: &dil, pads, group };
         // Packed as `PackedWeights::new` packs (the panels), and as a program packs them for this output (the
         // channel lanes for the second case, 600 → 120 pointwise at 7², and the last two).
-        for packed in [PackedWeights::new(&w, ws, group), PackedWeights::for_output(&w, ws, &p, &ys)] {
+        for packed in [PackedWeights::new(&w, ws, group), PackedWeights::for_output(Weights::Slice(&w), ws, &p, &ys)] {
             lanes += usize::from(packed.as_ref().is_some_and(|p| p.lanes.is_some()));
             for threads in [1, 2] {
                 let run = |post: Post<'_, f32>| {
@@ -593,7 +593,7 @@ fn weights_packed_for_their_output_take_the_lanes_where_wanted() {
         let p = ConvParams { kernel: &ws[2..], strides: &[1, 1], dilations: &[1, 1], pads, group: *group };
         let (x, w, b) =
             (values(xs.iter().product(), 40 + ci as u64), values(ws.iter().product(), 50), values(ws[0], 60));
-        let packed = PackedWeights::for_output(&w, ws, &p, &ys).expect("packed");
+        let packed = PackedWeights::for_output(Weights::Slice(&w), ws, &p, &ys).expect("packed");
         assert!(packed.lanes.is_some(), "case {ci}: packed with the channels in lanes");
         assert_eq!(packed.bytes(), PackedWeights::bytes_for_output(ws, &p, &ys));
         for bias in [None, Some(&b[..])] {
