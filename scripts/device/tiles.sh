@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tensor-core kernel's tiles side by side on the device's GPU, in one command (nothing is built there), from the
 # folder scripts/device/stage-precision makes (with models/light_resnet50b8 from scripts/onnx/batched.py):
-#   scripts/device/tiles.sh target/device-precision
+#   scripts/device/tiles.sh target/device-precision      (ANCHORS=0 leaves part 3 out)
 # 1. every product form at tf32, fp16 and bf16 against the CPU in fp32 (tests/tests/tensor_cores.rs);
 # 2. ResNet-50 at batch 8 and 1, stowage alone, with every product at 64 × 64 (STOWAGE_OPENCL_MMA_TILE=64), as
 #    `division` chooses, and at 128 × 128 wherever the kernel allows (=128), at tf32, and at fp16 in the same kernel
@@ -37,6 +37,7 @@ for b in 8 1; do
     done
   done
 done
+[ "${ANCHORS:-1}" = 0 ] && exit $status   # ANCHORS=0: stowage alone, parts 1 and 2
 for b in 8 1; do
   python3 scripts/device/precision.py "$S" --precisions fp32,tf32,fp16 --runs 50 --models resnet50 --batch $b 2>&1 \
     | grep -v -i warn || status=1
