@@ -102,7 +102,8 @@ pub const MMA_BIG_TILE: usize = 128;
 /// pipelined one has tiles of [`MMA_TILE`]), and `STOWAGE_OPENCL_MMA_TILE=64` keeps every product at 64, for
 /// measuring (`=128` takes 128 wherever this kernel is, however few the tiles).
 pub fn big_tile(g: &Gemm) -> Option<bool> {
-    if pipelined(g.elem) || mma_warps() != 8 {
+    // Its two-stage form would need 72 KB of local memory, past the 48 KB a kernel may declare.
+    if pipelined(g.elem) || mma_warps() != 8 || stages() == 2 {
         return Some(false);
     }
     match std::env::var("STOWAGE_OPENCL_MMA_TILE").as_deref() {
