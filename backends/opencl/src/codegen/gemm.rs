@@ -199,14 +199,13 @@ pub fn division(g: &Gemm) -> Division {
         let enough = candidates.clone().find(|&r| 4 * groups(r) * splits(r) >= target);
         enough.unwrap_or_else(|| candidates.max_by_key(|&r| (groups(r) * splits(r), r)).unwrap_or(1))
     });
-    // The tensor-core kernel's tile of 128 × 128 (a block of 8) where the product makes at least one such tile
-    // per compute unit (half the work-groups sought), unsplit: a warp's 16 `mma`s a step then read 24 fragment
-    // registers from local memory where the 64 × 64 tile's 4 read 12 (ResNet-50 at batch 8, whose products are
-    // large enough, was 3.1 × behind torch.compile in TF32 with tiles of 64).
+    // The tensor-core kernel's tile of 128 × 128 (a block of 8) only where `STOWAGE_OPENCL_MMA_TILE=128` asks: on
+    // an H100, ResNet-50 at batch 8 in TF32 took 3.99–4.03 ms with every product at 64 × 64, 4.35 with 128 × 128
+    // where a product made one such tile per compute unit, and 4.98 with it everywhere (batch 1: 1.21, and 2.00
+    // everywhere), `scripts/device/tiles.sh`, 2026-12-07: with 4 × 4 fragments a warp the kernel holds one
+    // work-group per multiprocessor (its registers), and its one stage of local memory does not hide the loads.
     const BIG: usize = super::mma::MMA_BIG_TILE / TILE;
-    if g.tensor_cores
-        && super::mma::big_tile(g).unwrap_or_else(|| forced_splits.is_none() && 2 * groups(BIG) >= target && g.k >= 32)
-    {
+    if g.tensor_cores && super::mma::big_tile(g) == Some(true) {
         return make(BIG, splits(BIG));
     }
     make(r, splits(r))

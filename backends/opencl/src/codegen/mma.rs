@@ -94,13 +94,14 @@ fn stages() -> usize {
     }
 }
 
-/// The larger tile of this module's kernel: 128 × 128 outputs a work-group, each of its 8 warps 64 × 32 (4 × 4
-/// fragments), taken where the product makes enough such tiles unsplit ([`super::gemm::division`]).
+/// The larger tile of this module's kernel, for measuring: 128 × 128 outputs a work-group, each of its 8 warps
+/// 64 × 32 (4 × 4 fragments: 24 fragment reads from local memory for 16 `mma`s a step, where 64 × 64 takes 12 for
+/// 4). Measured slower on an H100 ([`super::gemm::division`] says by how much), so taken only where asked.
 pub const MMA_BIG_TILE: usize = 128;
 
-/// Which tile edges a product on tensor cores may take: [`MMA_BIG_TILE`] only in this module's kernel (the
-/// pipelined one has tiles of [`MMA_TILE`]), and `STOWAGE_OPENCL_MMA_TILE=64` keeps every product at 64, for
-/// measuring (`=128` takes 128 wherever this kernel is, however few the tiles).
+/// Whether a product on tensor cores takes [`MMA_BIG_TILE`]: `Some(true)` where `STOWAGE_OPENCL_MMA_TILE=128` asks
+/// and the kernel is this module's (the pipelined one has tiles of [`MMA_TILE`]), `Some(false)` where it cannot or
+/// `=64` says so, `None` (tiles of 64) otherwise.
 pub fn big_tile(g: &Gemm) -> Option<bool> {
     // Its two-stage form would need 72 KB of local memory, past the 48 KB a kernel may declare.
     if pipelined(g.elem) || mma_warps() != 8 || stages() == 2 {
@@ -396,11 +397,11 @@ pub(super) mod tests {
         assert!(splits(&Gemm { tensor_cores: false, ..shape(128, 3072, 768) }) > 1, "the tiled kernel");
     }
 
-    /// A product that makes a tile of 128 × 128 per compute unit takes that tile in this module's kernel (4 × 4
-    /// fragments a warp: 16 `mma`s per step of 8), unsplit; one that makes fewer keeps 64 × 64, and halves (the
-    /// pipelined kernel) always do.
+    /// The tile of 128 × 128 (4 × 4 fragments a warp: 16 `mma`s per step of 8) as `division` makes it when asked
+    /// (`STOWAGE_OPENCL_MMA_TILE=128`, which tests do not set): its launch and kernel; products take 64 × 64
+    /// otherwise, and halves (the pipelined kernel) always do.
     #[test]
-    fn large_products_take_the_big_tile() {
+    fn the_big_tile_divides_and_reads_its_fragments() {
         let shape = |elem: &'static str, m: usize, n: usize, k: usize| Gemm {
             m,
             n,
@@ -412,18 +413,18 @@ pub(super) mod tests {
             ..product(elem)
         };
         let division = |g: &Gemm| super::super::division(g);
-        // 1,536² is 144 tiles of 128: at least one per compute unit of 132.
         let big = shape("float", 1536, 1536, 256);
-        let d = division(&big);
+        assert_eq!(tile_of(&division(&big)), MMA_TILE, "not asked for");
+        // As `division` makes it when asked: a block of 8, unsplit (144 tiles).
+        let d = super::super::gemm::Division { block: MMA_BIG_TILE / super::super::gemm::TILE, ..division(&big) };
         assert_eq!((tile_of(&d), d.splits), (MMA_BIG_TILE, 1));
         assert_eq!(mma_global(&big, &d), vec![12 * 256, 12, 1]);
         let src = gemm_mma("k", &big, &d);
         assert_eq!(src.matches("mma.sync").count(), 16 * bk() / 8, "{src}");
         assert!(src.contains("__local uint As[128][36]") && src.contains("Bs[32][136]"), "{src}");
         assert!(src.contains("c33_3") && !src.contains("c44_0"), "{src}");
-        // 1,024² is 64 tiles of 128, 256 of 64.
-        assert_eq!(tile_of(&division(&shape("float", 1024, 1024, 256))), MMA_TILE);
         assert_eq!(tile_of(&division(&shape("half", 1536, 1536, 256))), MMA_TILE);
+        assert_eq!(big_tile(&shape("half", 1536, 1536, 256)), Some(false), "the pipelined kernel");
         // The 64 × 64 kernel: 2 × 2 fragments a warp.
         let small = shape("float", 1024, 1024, 256);
         let src = gemm_mma("k", &small, &division(&small));
