@@ -572,32 +572,22 @@ impl Tensor<'static> {
     /// A packed row-major tensor owning a copy of `bytes`, which must be exactly as long as
     /// `shape` of `dt` needs.
     pub fn from_bytes(dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Self> {
-        let layout = Layout::row_major(dt, shape)?;
-        let need = layout.span_bytes(dt, shape)?;
-        if need != bytes.len() {
-            return Err(RuntimeError::ByteLength {
-                tensor: UNNAMED.into(),
-                dt,
-                shape: shape.to_vec(),
-                expected: need,
-                found: bytes.len(),
-            });
-        }
-        if dt == DatumType::Bool && bytes.iter().any(|&b| b > 1) {
-            return Err(RuntimeError::InvalidBits { tensor: UNNAMED.into(), dt });
-        }
-        if !crate::small_types::valid(dt, bytes) {
-            return Err(RuntimeError::InvalidBits { tensor: UNNAMED.into(), dt });
-        }
+        let layout = Self::layout_of_bytes(dt, shape, bytes)?;
         Self::from_storage(dt, shape, layout, PlainStorage::copy_from(bytes)?)
     }
 
-    /// A packed row-major tensor over the bytes `range` of `owner`, not copied ((`SharedBytes`): checked as
+    /// A packed row-major tensor over the bytes `range` of `owner`, not copied (`SharedBytes`): checked as
     /// [`Tensor::from_bytes`] checks its bytes, read in place by [`Tensor::bytes_in_place`] and copied into aligned
     /// memory on its first aligned read.
     pub fn from_shared_bytes(dt: DatumType, shape: &[usize], owner: crate::Owner, range: Range<usize>) -> Result<Self> {
         let storage = crate::SharedBytes::new(owner, range)?;
-        let bytes = storage.in_place();
+        let layout = Self::layout_of_bytes(dt, shape, storage.in_place())?;
+        Self::from_storage(dt, shape, layout, storage)
+    }
+
+    /// The packed row-major layout of `shape` of `dt` over `bytes`, checked: exactly as many bytes as it needs, and
+    /// each element a valid one of `dt` (booleans 0 or 1, small types in range).
+    fn layout_of_bytes(dt: DatumType, shape: &[usize], bytes: &[u8]) -> Result<Layout> {
         let layout = Layout::row_major(dt, shape)?;
         let need = layout.span_bytes(dt, shape)?;
         if need != bytes.len() {
@@ -612,7 +602,7 @@ impl Tensor<'static> {
         if (dt == DatumType::Bool && bytes.iter().any(|&b| b > 1)) || !crate::small_types::valid(dt, bytes) {
             return Err(RuntimeError::InvalidBits { tensor: UNNAMED.into(), dt });
         }
-        Self::from_storage(dt, shape, layout, storage)
+        Ok(layout)
     }
 
     /// The bytes of a packed row-major tensor over [`crate::SharedBytes`] where they are (at any alignment: read them as
@@ -624,6 +614,17 @@ impl Tensor<'static> {
             return None;
         }
         shared.in_place().get(self.byte_range())
+    }
+
+    /// This tensor, holding no other allocation's bytes: one over [`crate::SharedBytes`] (a model file's weights)
+    /// becomes one over its own copy (`storage/shared.rs`, rule 6); any other is a clone. What a compiled program
+    /// keeps of its constants, so that the model file's mapping is neither read nor held once the compile is over.
+    pub fn owned(&self) -> Result<Tensor<'static>> {
+        let Some(shared) = self.storage.as_any().and_then(|a| a.downcast_ref::<crate::SharedBytes>()) else {
+            return Ok(self.clone());
+        };
+        let storage: Arc<dyn TensorStorage> = Arc::new(PlainStorage::copy_from(shared.in_place())?);
+        Ok(Tensor { storage, ..self.clone() })
     }
 
     /// A packed row-major tensor of zeros.

@@ -234,16 +234,20 @@ impl Graph {
 
     /// Drops the data of every constant that is not a graph output, keeping its type, and returns the bytes
     /// released: for a graph whose constants now live elsewhere (lowered into a backend's programs, packed or
-    /// uploaded). Those constants read as empty afterwards; nothing may fold or lower the graph again.
+    /// uploaded). Those constants read as empty afterwards; nothing may fold or lower the graph again. A constant
+    /// output is kept, owned (`Tensor::owned`: not holding the model file's bytes).
     pub fn release_constant_data(&mut self) -> usize {
         let outputs: std::collections::HashSet<ValueId> = self.outputs.iter().map(|o| o.value).collect();
         let mut released = 0;
         for (v, data) in self.values.iter_mut() {
-            if let (ValueDef::Const(t), false) = (&mut data.def, outputs.contains(&v)) {
-                if let Ok(empty) = Tensor::zeros(t.dt(), &[0]) {
-                    released += t.len() * t.dt().size_of();
-                    *t = empty;
+            let ValueDef::Const(t) = &mut data.def else { continue };
+            if outputs.contains(&v) {
+                if let Ok(owned) = t.owned() {
+                    *t = owned;
                 }
+            } else if let Ok(empty) = Tensor::zeros(t.dt(), &[0]) {
+                released += t.len() * t.dt().size_of();
+                *t = empty;
             }
         }
         released

@@ -8,8 +8,11 @@
 //! 3. every other read ([`TensorStorage::host_bytes`], [`TensorStorage::materialize`]) gets a 64-byte aligned copy,
 //!    made once on the first such read, however many threads ask, and kept: what the storage gives is what a
 //!    [`PlainStorage`] of the same bytes gives;
-//! 4. a write copies first and writes the copy; the owner's bytes are never written;
-//! 5. slices and deep clones share the owner, not a copy.
+//! 4. a write copies first and writes the copy; the owner's bytes are never written, and from the first write on
+//!    every read, [`SharedBytes::in_place`] included, is of the copy;
+//! 5. slices and deep clones share the owner, not a copy (once written: the copy's bytes, copied);
+//! 6. [`crate::Tensor::owned`] makes a tensor that no longer holds the owner: what a compiled program keeps, so that
+//!    a model file's mapping is neither read nor held once its compile is over.
 //!
 //! `host_bytes` is the one place a host storage does work in what is otherwise the cheap predicate: the work is a
 //! copy within host memory, never a transfer, and happens once.
@@ -33,6 +36,8 @@ pub struct SharedBytes {
     owner: Owner,
     range: Range<usize>,
     aligned: OnceCell<PlainStorage>,
+    /// Set by the first write: the copy is the bytes from then on (rule 4).
+    written: bool,
 }
 
 impl SharedBytes {
@@ -45,12 +50,15 @@ impl SharedBytes {
                 reason: format!("bytes {range:?} of an owner of {len}"),
             });
         }
-        Ok(SharedBytes { owner, range, aligned: OnceCell::new() })
+        Ok(SharedBytes { owner, range, aligned: OnceCell::new(), written: false })
     }
 
-    /// The bytes where they are, at their owner's alignment (rule 2).
+    /// The bytes where they are, at their owner's alignment (rule 2); once written, the copy's (rule 4).
     pub fn in_place(&self) -> &[u8] {
-        &(*self.owner).as_ref()[self.range.clone()]
+        match self.aligned.get().filter(|_| self.written) {
+            Some(copy) => copy.as_bytes(),
+            None => &(*self.owner).as_ref()[self.range.clone()],
+        }
     }
 
     /// Whether the aligned copy has been made (rule 3).
@@ -59,7 +67,7 @@ impl SharedBytes {
     }
 
     fn aligned(&self) -> Result<&PlainStorage> {
-        self.aligned.get_or_try_init(|| PlainStorage::copy_from(self.in_place()))
+        self.aligned.get_or_try_init(|| PlainStorage::copy_from(&(*self.owner).as_ref()[self.range.clone()]))
     }
 }
 
@@ -94,6 +102,7 @@ impl TensorStorage for SharedBytes {
 
     fn host_bytes_mut(&mut self) -> Result<&mut [u8]> {
         self.aligned()?;
+        self.written = true;
         let copy = self.aligned.get_mut().expect("made above");
         Ok(copy.as_bytes_mut())
     }
@@ -106,11 +115,15 @@ impl TensorStorage for SharedBytes {
     }
 
     fn deep_clone(&self) -> Result<Box<dyn TensorStorage>> {
+        if self.written {
+            return Ok(Box::new(PlainStorage::copy_from(self.in_place())?));
+        }
         Ok(Box::new(SharedBytes::new(self.owner.clone(), self.range.clone())?))
     }
 
     fn slice(&self, bytes: Range<usize>) -> Result<Option<Box<dyn TensorStorage>>> {
-        if bytes.start > bytes.end || bytes.end > self.range.len() {
+        // Past the end, or written (the copy is viewed as any host bytes are): the caller keeps a view.
+        if self.written || bytes.start > bytes.end || bytes.end > self.range.len() {
             return Ok(None);
         }
         let range = self.range.start + bytes.start..self.range.start + bytes.end;
@@ -174,10 +187,14 @@ mod tests {
         let (o, skew) = owner(8);
         let mut s = SharedBytes::new(o.clone(), skew..skew + 8).expect("inside");
         let before = (*o).as_ref()[skew];
-        s.host_bytes_mut().expect("writable")[0] = before.wrapping_add(1);
+        let after = before.wrapping_add(1);
+        s.host_bytes_mut().expect("writable")[0] = after;
         assert_eq!((*o).as_ref()[skew], before, "the owner is not written");
-        assert_eq!(s.materialize().expect("reads")[0], before.wrapping_add(1));
-        assert_eq!(Box::new(s).into_plain().expect("plain").as_bytes()[0], before.wrapping_add(1));
+        assert_eq!(s.materialize().expect("reads")[0], after);
+        assert_eq!(s.in_place()[0], after, "in place reads the copy once written");
+        assert_eq!(s.deep_clone().expect("clones").materialize().expect("reads")[0], after);
+        assert!(s.slice(0..4).expect("answers").is_none(), "a written storage is viewed, not re-sliced");
+        assert_eq!(Box::new(s).into_plain().expect("plain").as_bytes()[0], after);
     }
 
     #[test]

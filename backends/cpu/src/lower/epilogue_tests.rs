@@ -3,6 +3,18 @@
 use stowage_compiler::ir::{AutoPad, Binary, Conv, Graph, Op, Unary, ValueType, Window};
 use stowage_runtime::{DatumType, Tensor};
 
+/// A 3 × 3 window at stride 1 with padding 1: the output plane is the input's.
+pub(super) fn padded_3x3() -> Window {
+    Window {
+        kernel: vec![3, 3],
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads: vec![1, 1, 1, 1],
+        auto_pad: AutoPad::NotSet,
+        ceil_mode: false,
+    }
+}
+
 /// `y = x_c · Sigmoid(x_c)` with `x_c = Conv(x, w)` (3×3, padding 1), the Mul's operands in the order `swap` says;
 /// with `extra`, the Conv's output is a graph output too.
 fn conv_silu(swap: bool, extra: bool) -> Graph {
@@ -11,14 +23,7 @@ fn conv_silu(swap: bool, extra: bool) -> Graph {
     let x = g.add_input("x", f32ty(vec![1, 3, 9, 9]));
     let wv: Vec<f32> = (0..4 * 3 * 9).map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.05).collect();
     let w = g.add_const("w", Tensor::from_slice(&[4, 3, 3, 3], &wv).unwrap());
-    let window = Window {
-        kernel: vec![3, 3],
-        strides: vec![1, 1],
-        dilations: vec![1, 1],
-        pads: vec![1, 1, 1, 1],
-        auto_pad: AutoPad::NotSet,
-        ceil_mode: false,
-    };
+    let window = padded_3x3();
     let shape = vec![1, 4, 9, 9];
     let conv = g.add_node(
         "conv",

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use stowage_compiler::ir::{self, Activation, AutoPad, Graph, Op, ValueId, ValueType, Window};
+use stowage_compiler::ir::{self, Activation, Graph, Op, ValueId, ValueType};
 use stowage_runtime::{DatumType, SharedBytes, Tensor};
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -17,12 +17,27 @@ fn weight(shape: &[usize], seed: usize, in_place: bool) -> Tensor<'static> {
     if !in_place {
         return Tensor::from_slice(shape, &v).unwrap();
     }
-    let mut bytes = vec![0u8; 65];
+    Tensor::from_shared_bytes(DatumType::F32, shape, odd_bytes(&v), 0..4 * v.len()).unwrap()
+}
+
+/// An owner of `v`'s little-endian bytes whose first byte is one past a 64-byte boundary (the capacity reserved
+/// first, so the buffer does not move as it is filled).
+fn odd_bytes(v: &[f32]) -> stowage_runtime::Owner {
+    let mut bytes = Vec::with_capacity(65 + 4 * v.len());
     let skew = (bytes.as_ptr() as usize).wrapping_neg() % 64 + 1;
-    bytes.truncate(skew);
+    bytes.resize(skew, 0u8);
     bytes.extend(v.iter().flat_map(|x| x.to_le_bytes()));
-    let len = bytes.len();
-    Tensor::from_shared_bytes(DatumType::F32, shape, Arc::new(bytes), skew..len).unwrap()
+    assert_eq!((bytes.as_ptr() as usize + skew) % 64, 1, "the buffer moved");
+    Arc::new(OddBytes(bytes, skew))
+}
+
+/// Bytes from an offset on.
+struct OddBytes(Vec<u8>, usize);
+
+impl AsRef<[u8]> for OddBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[self.1..]
+    }
 }
 
 fn f32s(shape: &[usize]) -> ValueType {
@@ -37,14 +52,7 @@ fn node(g: &mut Graph, op: Op, inputs: Vec<ValueId>, shape: &[usize]) -> ValueId
 /// A 64 → 256 3 × 3 convolution at 13² (`conv_lanes.rs`'s), a Gemm of 16 rows against a transposed 300 × 576
 /// weight (`few_rows.rs`), and a bidirectional LSTM of hidden 20 over 3 steps.
 fn graphs(in_place: bool) -> Vec<(Graph, Vec<Tensor<'static>>)> {
-    let window = Window {
-        kernel: vec![3, 3],
-        strides: vec![1, 1],
-        dilations: vec![1, 1],
-        pads: vec![1, 1, 1, 1],
-        auto_pad: AutoPad::NotSet,
-        ceil_mode: false,
-    };
+    let window = super::epilogue_tests::padded_3x3();
     let mut conv = Graph::new("conv");
     let x = conv.add_input("x", f32s(&[1, 64, 13, 13]));
     let w = conv.add_const("w", weight(&[256, 64, 3, 3], 1, in_place));
@@ -105,4 +113,23 @@ fn weights_in_the_model_files_bytes_are_packed_in_place() {
             }
         }
     }
+}
+
+/// A constant a step reads at run time (an addition's operand) is copied out of its owner when the program is
+/// made: the program holds neither the owner nor a storage over it, so a model file's mapping is not read by a run.
+#[test]
+fn programs_keep_no_owner_of_the_constants_they_read() {
+    let v = values(4096, 8);
+    let owner = odd_bytes(&v);
+    let mut g = Graph::new("add");
+    let x = g.add_input("x", f32s(&[4096]));
+    let c = g.add_const("c", Tensor::from_shared_bytes(DatumType::F32, &[4096], owner.clone(), 0..4 * 4096).unwrap());
+    let y = node(&mut g, Op::Binary(ir::Binary::Add), vec![x, c], &[4096]);
+    g.add_output("y", y);
+    let program = super::lower(&g, 1).expect("lowers");
+    drop(g);
+    assert_eq!(Arc::strong_count(&owner), 1, "the program holds the owner");
+    let x = Tensor::from_slice(&[4096], &vec![1.0f32; 4096]).unwrap();
+    let got = program.run(vec![x]).expect("runs").outputs[0].to_vec::<f32>().unwrap();
+    assert!(got.iter().zip(&v).all(|(a, b)| *a == b + 1.0));
 }

@@ -108,15 +108,19 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         }
         let mut ins = Vec::with_capacity(node_inputs.len());
         for input in node_inputs.iter() {
-            ins.push(input.map(|v| {
-                let s = slot(v);
-                if let ValueDef::Const(t) = &graph.value(v).def {
-                    if !consts.iter().any(|(c, _): &(usize, Tensor<'static>)| *c == s) {
-                        consts.push((s, t.clone()));
-                    }
+            let Some(v) = *input else {
+                ins.push(None);
+                continue;
+            };
+            let s = slot(v);
+            if let ValueDef::Const(t) = &graph.value(v).def {
+                if !consts.iter().any(|(c, _): &(usize, Tensor<'static>)| *c == s) {
+                    // Owned: a weight left in the model file's bytes is copied out of them once, here, not read
+                    // from the file's mapping by a run (`Tensor::owned`).
+                    consts.push((s, t.owned()?));
                 }
-                s
-            }));
+            }
+            ins.push(Some(s));
         }
         let out_values = &shape.writes;
         let outs: Vec<Option<usize>> = out_values.iter().map(|o| o.map(&mut slot)).collect();
@@ -183,20 +187,17 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
         };
         steps.push(Step { name: node.name.clone(), op: op_name, inputs: ins, outputs: outs, kernel });
     }
-    let outputs: Vec<Binding> = graph
-        .outputs()
-        .iter()
-        .map(|o| {
-            let ty = graph.ty(o.value);
-            let s = slot(o.value);
-            if let ValueDef::Const(t) = &graph.value(o.value).def {
-                if !consts.iter().any(|(c, _)| *c == s) {
-                    consts.push((s, t.clone()));
-                }
+    let mut outputs: Vec<Binding> = Vec::with_capacity(graph.outputs().len());
+    for o in graph.outputs() {
+        let ty = graph.ty(o.value);
+        let s = slot(o.value);
+        if let ValueDef::Const(t) = &graph.value(o.value).def {
+            if !consts.iter().any(|(c, _)| *c == s) {
+                consts.push((s, t.owned()?));
             }
-            Binding { name: o.name.clone(), slot: s, dt: ty.dt, shape: ty.shape.clone() }
-        })
-        .collect();
+        }
+        outputs.push(Binding { name: o.name.clone(), slot: s, dt: ty.dt, shape: ty.shape.clone() });
+    }
     let slots = slot_of.len();
     let mut last_use = vec![0usize; slots];
     for (i, step) in steps.iter().enumerate() {
@@ -253,6 +254,35 @@ struct Shape {
     packed_weights: bool,
 }
 
+/// The inputs of `node` whose constant weights its kernel packs when lowered and never reads after: a product of
+/// few rows' weights (input 1: `nn::few_rows_kernel`, which takes every plan on a CPU with AVX-512F) and an LSTM's
+/// `W`, `R`, `B` and `P` when all of them given are constants (`recurrent::lstm`).
+fn packed_inputs(graph: &Graph, node: &ir::NodeData) -> Vec<usize> {
+    use stowage_compiler::ir::recurrent::lstm_input as at;
+    match &node.op {
+        Op::Gemm(_) | Op::MatMul if crate::kernels::sgemm512::available() => {
+            let out = out_shape(graph, &node.outputs, 0);
+            let packs = nn::few_rows_plan(graph, &node.op, &node.inputs, &out).is_some_and(|p| p.packs());
+            if packs {
+                vec![1]
+            } else {
+                vec![]
+            }
+        }
+        Op::Lstm(_) => {
+            let given = |k: usize| node.inputs.get(k).copied().flatten();
+            let constant = |k: usize| given(k).is_none_or(|v| graph.const_value(v).is_some());
+            let weights = [at::W, at::R, at::B, at::P];
+            if given(at::W).is_some() && given(at::R).is_some() && weights.iter().all(|&k| constant(k)) {
+                weights.into_iter().filter(|&k| given(k).is_some()).collect()
+            } else {
+                vec![]
+            }
+        }
+        _ => vec![],
+    }
+}
+
 /// The steps [`lower_with`] makes of `graph`, in order.
 fn shapes(graph: &Graph, gen: &Generated) -> Vec<Shape> {
     let fused_members: std::collections::HashSet<ir::NodeId> =
@@ -274,6 +304,13 @@ fn shapes(graph: &Graph, gen: &Generated) -> Vec<Shape> {
         };
         if packed_weights {
             reads[1] = None;
+        }
+        // Likewise the constant weights a product of few rows or an LSTM packs when lowered (`nn::few_rows_kernel`,
+        // `recurrent::lstm`): the program does not keep them.
+        if chain.is_none() {
+            for k in packed_inputs(graph, node) {
+                reads[k] = None;
+            }
         }
         let mut writes = match gen.relu_after.get(&n) {
             Some(&r) => graph.node(r).outputs.clone(),

@@ -123,6 +123,13 @@ pub(super) fn few_rows_plan<'g>(
     (fits && rows.contains(&plan.rows) && outputs && plan.k > 0).then_some(plan)
 }
 
+impl FewRowsPlan<'_> {
+    /// Whether [`few_rows_kernel`] packs this plan (on a CPU with AVX-512F): f32 weights, which every plan has.
+    pub(super) fn packs(&self) -> bool {
+        crate::kernels::weights::Weights::of(self.w).is_some()
+    }
+}
+
 /// The step of a [`FewRowsPlan`], its weights packed now; `None` where they do not pack on this CPU.
 fn few_rows_kernel(plan: FewRowsPlan<'_>, out: Vec<usize>) -> Option<Kernel> {
     // Read in place where the model file holds them (`kernels::weights`).

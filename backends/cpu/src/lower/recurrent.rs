@@ -69,11 +69,23 @@ pub(super) fn lstm(graph: &Graph, layer: &ir::Lstm, inputs: &[Option<ValueId>]) 
     let fixed = match (constant(at::W), constant(at::R), constant(at::B), constant(at::P)) {
         (Some(Some(w)), Some(Some(r)), b, p) if b.is_none_or(|b| b.is_some()) && p.is_none_or(|p| p.is_some()) => {
             let (b, p) = (b.flatten().map(floats).transpose()?, p.flatten().map(floats).transpose()?);
-            // W and R read in place where the model file holds them (`kernels::weights`).
-            fn weights<'a>(t: &'a Tensor<'static>) -> Result<Weights<'a>> {
-                Weights::of(t).ok_or_else(|| CpuError::NotImplemented(format!("LSTM weights of type {}", t.dt())))
-            }
-            Some(Arc::new(directions(layer, input, weights(w)?, weights(r)?, b.as_deref(), p.as_deref())))
+            // W and R read in place where the model file holds them (`kernels::weights`), else as floats.
+            let (w_floats, r_floats);
+            let w = match Weights::of(w) {
+                Some(w) => w,
+                None => Weights::Slice({
+                    w_floats = floats(w)?;
+                    &w_floats
+                }),
+            };
+            let r = match Weights::of(r) {
+                Some(r) => r,
+                None => Weights::Slice({
+                    r_floats = floats(r)?;
+                    &r_floats
+                }),
+            };
+            Some(Arc::new(directions(layer, input, w, r, b.as_deref(), p.as_deref())))
         }
         _ => None,
     };

@@ -103,8 +103,8 @@ pub const MMA_BIG_TILE: usize = 128;
 /// and the kernel is this module's (the pipelined one has tiles of [`MMA_TILE`]), `Some(false)` where it cannot or
 /// `=64` says so, `None` (tiles of 64) otherwise.
 pub fn big_tile(g: &Gemm) -> Option<bool> {
-    // Its two-stage form would need 72 KB of local memory, past the 48 KB a kernel may declare.
-    if pipelined(g.elem) || mma_warps() != 8 || stages() == 2 {
+    // Its two-stage form, or steps of 64, would need 68–72 KB of local memory, past the 48 KB a kernel may declare.
+    if pipelined(g.elem) || mma_warps() != 8 || stages() == 2 || bk() > 32 {
         return Some(false);
     }
     match std::env::var("STOWAGE_OPENCL_MMA_TILE").as_deref() {

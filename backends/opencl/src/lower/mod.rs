@@ -552,7 +552,10 @@ fn build(
             message: "not a constant".into(),
         })?;
         let name = graph.value(v).name.clone();
-        let t = t.clone().with_name(name.clone());
+        // Owned: a weight left in the model file's bytes is copied out once, here; the program, which may import
+        // it in place on a unified device, does not hold the file's mapping (`Tensor::owned`).
+        let t = t.owned().map_err(|e| ClError::Transfer { value: name.clone(), message: e.to_string() })?;
+        let t = t.with_name(name.clone());
         const_bytes += t.len() * t.dt().size_of();
         let in_place = if uploaded(&name) { None } else { ClBuffer::import_constant(target, &t)?.ok() };
         let buffer = match in_place {
