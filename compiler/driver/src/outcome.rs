@@ -126,12 +126,13 @@ pub fn map_model(path: &Path) -> std::io::Result<prost::bytes::Bytes> {
     let meta = file.metadata()?;
     if meta.is_file() && meta.len() > 0 {
         // SAFETY: the mapping is read-only and stowage never writes the model file. Its pages are read while the
-        // model is decoded and imported, and a large weight's bytes stay in it (`stowage_runtime::SharedBytes`):
-        // backends pack them from there, and a weight read aligned is copied out of it once, mostly while the
-        // model compiles (`compile`); the parts a staged model compiles later own copies of their bytes
-        // (`stages.rs` decodes with copies). What the map cannot rule out is another process truncating the file
-        // while a weight is read from it (the lost pages would fault): outside what is defended, as for
-        // onnxruntime's mapped external data.
+        // model is decoded, imported and lowered (`compile`): a large weight's bytes stay in it
+        // (`stowage_runtime::SharedBytes`) until a backend packs them from there or copies them out; what a
+        // compiled program keeps is owned (`Tensor::owned`) and the graph's constants are released after lowering
+        // (`Graph::release_constant_data`), so nothing reads or holds the mapping after the compile. The parts a
+        // staged model compiles later own copies of their bytes (`stages.rs` decodes with copies). What the map
+        // cannot rule out is another process truncating the file during that compile (the lost pages would
+        // fault): outside what is defended, as for onnxruntime's mapped external data.
         if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
             return Ok(prost::bytes::Bytes::from_owner(map));
         }
