@@ -246,25 +246,27 @@ pub fn pointwise(
 /// channel-major destination, through the transposing scratch: `residual.rs`'s order, term after the bias, then
 /// the activation, whose scalar form gives the vector form's bits, `act.rs` rule 3).
 #[derive(Clone, Copy)]
-struct Epi<'a> {
-    bias: Option<&'a [f32]>,
-    act: Act,
-    residual: Option<Residual<'a>>,
+pub(super) struct Epi<'a> {
+    pub(super) bias: Option<&'a [f32]>,
+    pub(super) act: Act,
+    pub(super) residual: Option<Residual<'a>>,
 }
 
 /// What the tiles read besides the weights: tap or step `l` of position `p` is `buf[offs[l] + virt[p]]`.
 #[derive(Clone, Copy)]
-struct Operands<'a> {
-    buf: &'a [f32],
-    offs: &'a [usize],
-    virt: &'a [usize],
+pub(super) struct Operands<'a> {
+    pub(super) buf: &'a [f32],
+    pub(super) offs: &'a [usize],
+    pub(super) virt: &'a [usize],
 }
 
-/// Where the sums go: `[channels][positions]` (a convolution's NCHW output) or `[positions][channels]` (a
-/// product's rows).
-enum Dest<'a> {
+/// Where the sums go: `[channels][positions]` (a convolution's NCHW output), `[positions][channels]` (a
+/// product's rows) or `[channels / 16][positions][16]` (channel blocks, `blocked.rs`; the channels padded to whole
+/// blocks, every lane of a block written).
+pub(super) enum Dest<'a> {
     ChannelMajor(&'a mut [f32]),
     PositionMajor(&'a mut [f32]),
+    Blocked(&'a mut [f32]),
 }
 
 /// Every tile of every block of 64 channels of `w`, over the positions of `ops`, into `dest` (rule 5).
@@ -272,7 +274,7 @@ enum Dest<'a> {
 /// # Safety
 /// Every `ops.offs[l] + ops.virt[p]` is inside `ops.buf`; `dest` holds `w.m` channels × `ops.virt.len()` positions;
 /// AVX-512F is there.
-unsafe fn run_items(w: &LanePack, ops: Operands<'_>, epi: Epi<'_>, dest: Dest<'_>, threads: usize) {
+pub(super) unsafe fn run_items(w: &LanePack, ops: Operands<'_>, epi: Epi<'_>, dest: Dest<'_>, threads: usize) {
     let Epi { bias, act, residual } = epi;
     let (m, k, n) = (w.m, w.k, ops.virt.len());
     assert_eq!(ops.offs.len(), k, "lanes: an offset per step of K");
@@ -283,11 +285,15 @@ unsafe fn run_items(w: &LanePack, ops: Operands<'_>, epi: Epi<'_>, dest: Dest<'_
     if let Some(b) = bias {
         biases[..m].copy_from_slice(&b[..m]);
     }
-    let (out, channel_major) = match dest {
-        Dest::ChannelMajor(y) => (Out(y.as_mut_ptr()), true),
+    let (out, kind) = match dest {
+        Dest::ChannelMajor(y) => (Out(y.as_mut_ptr()), 0),
         Dest::PositionMajor(y) => {
             assert!(residual.is_none(), "lanes: a residual term into a product's rows");
-            (Out(y.as_mut_ptr()), false)
+            (Out(y.as_mut_ptr()), 1)
+        }
+        Dest::Blocked(y) => {
+            assert!(y.len() >= m.next_multiple_of(16) * n, "lanes: blocks of {} floats for {m} channels", y.len());
+            (Out(y.as_mut_ptr()), 2)
         }
     };
     let run = |b: usize, (t0, t1): (usize, usize)| {
@@ -300,10 +306,10 @@ unsafe fn run_items(w: &LanePack, ops: Operands<'_>, epi: Epi<'_>, dest: Dest<'_
             bias: &biases[b * BLOCK..][..BLOCK],
             add_bias: bias.is_some(),
         };
-        let (y, store) = if channel_major {
-            (out.at(b * BLOCK * n), Store::ChannelMajor { ld: n })
-        } else {
-            (out.at(b * BLOCK), Store::PositionMajor { ld: m })
+        let (y, store) = match kind {
+            0 => (out.at(b * BLOCK * n), Store::ChannelMajor { ld: n }),
+            1 => (out.at(b * BLOCK), Store::PositionMajor { ld: m }),
+            _ => (out.at(b * BLOCK * n), Store::Blocked { positions: n }),
         };
         // SAFETY: the caller's promise for the reads and AVX-512F; the item's outputs, channels b·64 .. b·64 + rows
         // of positions 6·t0 .. min(6·t1, n), are inside the destination, and no other item writes them (rule 5).
@@ -322,11 +328,12 @@ unsafe fn run_items(w: &LanePack, ops: Operands<'_>, epi: Epi<'_>, dest: Dest<'_
 }
 
 /// How an item stores its block's sums from `y` (its first channel at its first position): channel `i` of
-/// position `p` at `y + i·ld + p`, or at `y + p·ld + i`.
+/// position `p` at `y + i·ld + p`, at `y + p·ld + i`, or at `y + (i / 16)·16·positions + 16·p + i % 16`.
 #[derive(Clone, Copy)]
 enum Store {
     ChannelMajor { ld: usize },
     PositionMajor { ld: usize },
+    Blocked { positions: usize },
 }
 
 /// What one work item reads: its block's packed weights (`[K][64]`), the planes, their offsets, each position's
@@ -420,6 +427,18 @@ impl Item<'_> {
                         if self.add_bias {
                             // SAFETY: a bounds-checked slice of 16 floats.
                             s = _mm512_add_ps(s, unsafe { _mm512_loadu_ps(self.bias[v * 16..][..16].as_ptr()) });
+                        }
+                        if let Store::Blocked { positions } = store {
+                            let at = y.wrapping_add(v * 16 * positions + (p0 + r) * 16);
+                            if let Some(res) = residual {
+                                // `residual.rs`: the term after the bias, then the activation; whole blocks.
+                                // SAFETY: `Residual::tile` checked the 16 terms.
+                                s = _mm512_add_ps(s, unsafe { _mm512_loadu_ps(res.tile(at, 1, 16, 16)) });
+                            }
+                            // SAFETY: AVX-512F is enabled for this function; the block's 16 lanes of position
+                            // p0 + r: the caller's promise (the destination holds whole blocks).
+                            unsafe { _mm512_storeu_ps(at, act.avx512(s)) };
+                            continue;
                         }
                         if residual.is_none() {
                             // SAFETY: AVX-512F is enabled for this function.

@@ -2,10 +2,12 @@
 //! so a generated binary can call them without the compiler.
 
 pub mod act;
+pub mod blocked;
 pub mod broadcast;
 pub mod cast;
 pub mod cols;
 pub mod conv;
+pub mod conv_blocks;
 pub mod conv_lanes;
 pub mod cumulative;
 pub mod depthwise;
