@@ -41,6 +41,9 @@ fn paths_for(avx512: bool, avx2_fma: bool) -> &'static str {
     }
 }
 
+/// The target name of the CPU with its convolutions and pools forced into channel blocks.
+const FORCED: &str = "cpu:blocks";
+
 /// The `cpu` target kind: host memory, this process's threads.
 pub static KIND: CpuKind = CpuKind;
 
@@ -57,8 +60,11 @@ impl TargetKind for CpuKind {
         stowage_driver::kind_source!(KIND, ["compile"])
     }
 
+    /// `cpu`, and `cpu:blocks`: the same CPU with every convolution and pool it takes in channel blocks run in
+    /// blocks, converting around each whose values the plan keeps packed (for testing those kernels on every
+    /// case of a suite, `tests/tests/conformance.rs`; not listed).
     fn answers(&self, target: &str) -> bool {
-        target == "cpu"
+        target == "cpu" || target == FORCED
     }
 
     fn list(&self) -> Vec<String> {
@@ -73,18 +79,14 @@ impl TargetKind for CpuKind {
 
     /// In built code the table of linked kernels is the one [`OpenedTarget::compile_ahead`] wrote: a
     /// `&'static [Precompiled]`. Another backend's table is not the CPU's, and leaves the CPU compiling.
-    fn open(
-        &self,
-        _target: &str,
-        options: &OpenOptions,
-        _graph: &Graph,
-    ) -> Result<Box<dyn OpenedTarget>, BackendError> {
+    fn open(&self, target: &str, options: &OpenOptions, _graph: &Graph) -> Result<Box<dyn OpenedTarget>, BackendError> {
         let linked = options.linked.and_then(|l| l.downcast_ref::<&'static [Precompiled]>()).copied();
         Ok(Box::new(OpenedCpu {
             target: CpuTarget::new(options.threads),
             threads: options.threads.max(1),
             linked,
             arena: Default::default(),
+            force_blocks: target == FORCED,
         }))
     }
 
@@ -103,13 +105,20 @@ struct OpenedCpu {
     linked: Option<&'static [Precompiled]>,
     /// The session's one host arena, made when the first segment is lowered (`crate::arena`, rule 1).
     arena: std::sync::OnceLock<Arc<HostArena>>,
+    /// Opened as `cpu:blocks` ([`LowerOptions::force_blocks`]).
+    force_blocks: bool,
 }
 
 impl OpenedCpu {
     /// How the CPU segments of a plan with `inputs` are lowered: inputs the plan has host kernels read in the
     /// caller's layout get kernels compiled for its strides. `graph` is the whole graph or a segment.
     fn lower_options(&self, graph: &Graph, inputs: &[plan::PlanInput]) -> LowerOptions {
-        let mut lower = LowerOptions { threads: self.threads, linked: self.linked, ..Default::default() };
+        let mut lower = LowerOptions {
+            threads: self.threads,
+            linked: self.linked,
+            force_blocks: self.force_blocks,
+            ..Default::default()
+        };
         for i in inputs {
             let Some(&v) = graph.inputs().iter().find(|&&v| graph.value(v).name == i.name) else { continue };
             let in_place = i.access.iter().any(|(s, a)| s == "host" && *a == plan::InputAccess::InPlace);
@@ -137,6 +146,10 @@ impl Backend for OpenedCpu {
 
     fn kernel_steps(&self, segment: &Graph, inputs: &[plan::PlanInput]) -> Vec<plan::KernelStep> {
         crate::lower::memory_steps(segment, &self.lower_options(segment, inputs))
+    }
+
+    fn channel_blocks(&self, graph: &Graph, node: stowage_compiler::ir::NodeId) -> Option<(usize, plan::BlockRole)> {
+        self.target.channel_blocks(graph, node)
     }
 
     /// As [`crate::CpuTarget`] grants it: fp32, tf32 computed in fp32 (shown), fp16 and bf16 refused.
@@ -168,8 +181,14 @@ fn arena_use(
     arena: Arc<HostArena>,
 ) -> (ArenaUse, Vec<bool>) {
     let planned = plan.arenas.iter().find(|a| a.space == space);
-    let bytes: HashMap<&str, usize> =
+    // Values in channel blocks take their padded bytes (`plan::blocked`, rule 4).
+    let mut bytes: HashMap<&str, usize> =
         graph.values().map(|(v, d)| (d.name.as_str(), graph.ty(v).byte_len().unwrap_or(0))).collect();
+    for b in &plan.blocked {
+        if let Some(len) = bytes.get_mut(b.value.as_str()) {
+            *len = b.bytes;
+        }
+    }
     // Per value: its region (start, end) and whether its step allocates it (the buffer's first value, or a
     // value placed inside a join's buffer), else it shares its buffer's memory (a view, an in-place output).
     let mut region_of: HashMap<&str, ((usize, usize), bool)> = HashMap::new();
@@ -216,7 +235,9 @@ impl OpenedTarget for OpenedCpu {
         plan: &Plan,
         _setup: &Ledger,
     ) -> Result<Box<dyn Executable>, BackendError> {
-        let mut program = crate::lower_with(&segment.graph, &self.lower_options(whole, &plan.inputs))?;
+        let mut options = self.lower_options(whole, &plan.inputs);
+        options.blocked = plan.blocked.iter().map(|b| (b.value.clone(), b.block)).collect();
+        let mut program = crate::lower_with(&segment.graph, &options)?;
         program.threads = self.threads;
         let (memory, outside) = arena_use(&program, &segment.graph, plan, &self.spec().space, self.arena(plan)?);
         program.use_arena(memory, outside);

@@ -12,7 +12,7 @@
 //! Every other kernel reads packed row-major input only and every kernel writes packed row-major output.
 
 use stowage_compiler::ir::{Graph, NodeId, Op};
-use stowage_compiler::plan::{Accepts, Backend, Granted, Precision, TargetSpec};
+use stowage_compiler::plan::{Accepts, Backend, BlockRole, Granted, Precision, TargetSpec};
 use stowage_runtime::{DatumType, LayoutSupport};
 
 const ALL: &[LayoutSupport] = &[LayoutSupport::RowMajor, LayoutSupport::PaddedRows, LayoutSupport::ColumnMajor];
@@ -77,6 +77,14 @@ impl Backend for CpuTarget {
         }
     }
 
+    /// With AVX-512F, in blocks of 16 channels (`kernels/blocked.rs`): an f32 2-D convolution of one group with
+    /// constant weights (`conv_blocks.rs`) reads and writes either layout, a 2-D MaxPool (without indices) or
+    /// AveragePool keeps its input's, a global pool reads either; elementwise steps on f32 values of one shape
+    /// (and single elements) and a Concat along the channels keep theirs.
+    fn channel_blocks(&self, graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)> {
+        channel_blocks(graph, node).filter(|_| crate::kernels::conv_blocks::available())
+    }
+
     /// fp32 as asked; tf32 computed in fp32 (x86 has no TF32 arithmetic: the result is at least as exact as
     /// asked, and the plan shows it); fp16 and bf16 refused: the CPU's kernels store fp32.
     fn precision(&self, asked: Precision) -> Result<Granted, String> {
@@ -90,6 +98,50 @@ impl Backend for CpuTarget {
             Precision::Fp16 | Precision::Bf16 => Err(format!("its kernels store fp32, not {asked}")),
         }
     }
+}
+
+/// [`CpuTarget::channel_blocks`] whatever the CPU (`STOWAGE_BLOCKED=off` turns them off: for measuring).
+pub fn channel_blocks(graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)> {
+    use stowage_compiler::ir::{PoolKind, ValueDef};
+    const BLOCK: usize = crate::kernels::blocked::BLOCK;
+    if std::env::var_os("STOWAGE_BLOCKED").is_some_and(|v| v == "off") {
+        return None;
+    }
+    let n = graph.node(node);
+    let ty = |k: usize| n.inputs.get(k).copied().flatten().map(|v| graph.ty(v));
+    let out = n.outputs.first().copied().flatten().map(|v| graph.ty(v))?;
+    let f32_4d = |t: &stowage_compiler::ir::ValueType| t.dt == DatumType::F32 && t.shape.len() == 4;
+    if !f32_4d(out) || !ty(0).is_some_and(f32_4d) {
+        return None;
+    }
+    let role = match &n.op {
+        Op::Conv(c) => {
+            let w = n.inputs.get(1).copied().flatten()?;
+            let constant =
+                matches!(&graph.value(w).def, ValueDef::Const(t) if crate::kernels::weights::Weights::of(t).is_some());
+            let bias_const =
+                n.inputs.get(2).copied().flatten().is_none_or(|b| matches!(graph.value(b).def, ValueDef::Const(_)));
+            (c.group == 1 && constant && bias_const && c.window.kernel.len() == 2).then_some(BlockRole::Either)?
+        }
+        Op::Pool(p) => {
+            let indices = n.outputs.get(1).copied().flatten().is_some();
+            let two_d = p.window.kernel.len() == 2 && p.window.pads.len() == 4;
+            (two_d && !indices && matches!(p.kind, PoolKind::Max | PoolKind::Average { .. }))
+                .then_some(BlockRole::Same)?
+        }
+        Op::GlobalPool(_) => BlockRole::Reads,
+        Op::Concat { axis: 1 } if (0..n.inputs.len()).all(|k| ty(k).is_some_and(f32_4d)) => BlockRole::Along,
+        Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip => {
+            let fits = |k: usize| {
+                ty(k).is_some_and(|t| {
+                    t.dt == DatumType::F32 && (t.shape == out.shape || t.shape.iter().product::<usize>() == 1)
+                })
+            };
+            (0..n.inputs.len()).all(|k| n.inputs[k].is_none() || fits(k)).then_some(BlockRole::Along)?
+        }
+        _ => return None,
+    };
+    Some((BLOCK, role))
 }
 
 #[cfg(test)]

@@ -95,7 +95,10 @@ pub fn plan(
     steps: &[(usize, Vec<KernelStep>)],
     copies: &[PlannedCopy],
     states: &[(String, String)],
+    blocked: &[super::BlockedValue],
 ) -> Vec<Arena> {
+    // Values in channel blocks take their padded bytes (`blocked.rs`, rule 4).
+    let blocked_bytes: HashMap<ValueId, usize> = blocked.iter().map(|b| (b.id, b.bytes)).collect();
     let by_name: HashMap<String, ValueId> =
         graph.values().map(|(v, _)| (super::segments::value_name(graph, v), v)).collect();
     let flat: Vec<(usize, &KernelStep)> = steps.iter().flat_map(|(t, s)| s.iter().map(move |s| (*t, s))).collect();
@@ -144,7 +147,7 @@ pub fn plan(
             let joins = step.joins && !step.view && step.writes.len() == 1;
             for v in step.writes.iter().filter_map(|w| by_name.get(w)).copied() {
                 let name = graph.value(v).name.as_str();
-                let bytes = graph.ty(v).byte_len().unwrap_or(0);
+                let bytes = blocked_bytes.get(&v).copied().unwrap_or_else(|| graph.ty(v).byte_len().unwrap_or(0));
                 if persistent.contains(&name) {
                     kept.push((name.to_string(), bytes));
                     continue;

@@ -4,7 +4,8 @@
 //!
 //! 1. [`placement`]: each node to a target with a kernel for it, least estimated compute plus transfer time
 //!    ([`cost`]);
-//! 2. [`layout`]: packed row-major values, graph inputs in the caller's layout;
+//! 2. [`layout`]: packed row-major values, graph inputs in the caller's layout; [`blocked`]: the values of
+//!    convolution chains a target holds in channel blocks;
 //! 3. [`copies`]: a transfer or relayout only where producer and consumer disagree, at most one per value and
 //!    destination; outputs stay where they were made;
 //! 4. [`memory`]: per space, arena offsets from liveness over the steps each backend will run
@@ -14,6 +15,7 @@
 //! Backends take part through [`Backend`]; [`show`] prints a plan as text or Graphviz; [`serial`] writes one out for
 //! built code, which runs it without planning again.
 
+pub mod blocked;
 pub mod copies;
 pub mod cost;
 pub mod layout;
@@ -29,6 +31,7 @@ pub mod target;
 
 use std::collections::BTreeMap;
 
+pub use blocked::BlockedValue;
 pub use copies::{CopyKind, InputAccess, PlannedCopy, When};
 pub use layout::InputLayout;
 pub use memory::{Arena, Buffer};
@@ -36,7 +39,7 @@ pub use placement::Placed;
 pub use precision::{Granted, Precision};
 pub use segments::{segments, Segment};
 pub use serial::PlanReadError;
-pub use target::{one_step_per_node, Accepts, Backend, KernelStep, TargetSpec};
+pub use target::{one_step_per_node, Accepts, Backend, BlockRole, KernelStep, TargetSpec};
 
 use crate::ir::{Graph, ValueDef};
 
@@ -130,6 +133,8 @@ pub struct Plan {
     pub inputs: Vec<PlanInput>,
     /// Every copy.
     pub copies: Vec<PlannedCopy>,
+    /// Values held in channel blocks ([`blocked`]), in value order; every other value is packed.
+    pub blocked: Vec<BlockedValue>,
     /// Per space, its arena.
     pub arenas: Vec<Arena>,
     /// Fed-back outputs: `(output, input)`.
@@ -218,6 +223,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
     let options = &simplified;
     let nodes = placement::place(graph, targets, &options.pins)?;
     let inserted = copies::insert(graph, targets, &nodes, options);
+    let blocked = blocked::choose(graph, targets, &nodes, &options.states);
     let inputs: Vec<PlanInput> = graph
         .inputs()
         .iter()
@@ -240,7 +246,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
         .iter()
         .map(|seg| (seg.target, targets[seg.target].kernel_steps(&seg.graph, &inputs)))
         .collect();
-    let arenas = memory::plan(graph, targets, &steps, &inserted.copies, &options.states);
+    let arenas = memory::plan(graph, targets, &steps, &inserted.copies, &options.states, &blocked);
     let plan = Plan {
         graph: graph.name.clone(),
         targets: targets.iter().map(|t| t.spec().clone()).collect(),
@@ -249,6 +255,7 @@ pub fn plan(graph: &Graph, targets: &[&dyn Backend], options: &PlanOptions) -> R
         nodes,
         inputs,
         copies: inserted.copies,
+        blocked,
         arenas,
         states: options.states.clone(),
     };

@@ -13,7 +13,9 @@
 //! 3. every node and value id is in the graph and has the name it had (`another_graph_is_refused`);
 //! 4. every target index is one of the targets (checked with rule 3);
 //! 5. each target is asked again for the precision the plan asked of it, and may refuse it
-//!    (`super::precision`, rule 4).
+//!    (`super::precision`, rule 4);
+//! 6. values held in channel blocks are the graph's too (rule 3), and blocks their target does not take here are
+//!    dropped, the value packed in its planned buffer, which is at least as large.
 
 use cranelift_entity::EntityRef;
 use serde::{Deserialize, Serialize};
@@ -80,11 +82,12 @@ struct Stored {
     node_names: Vec<String>,
     inputs: Vec<super::PlanInput>,
     copies: Vec<super::PlannedCopy>,
+    blocked: Vec<super::BlockedValue>,
     arenas: Vec<super::Arena>,
     states: Vec<(String, String)>,
 }
 
-const FORMAT: &str = "stowage plan 3";
+const FORMAT: &str = "stowage plan 4";
 
 /// Writes `plan` out.
 pub fn encode(plan: &Plan) -> Vec<u8> {
@@ -96,6 +99,7 @@ pub fn encode(plan: &Plan) -> Vec<u8> {
         node_names: plan.node_names.iter().map(|(n, _)| n.clone()).collect(),
         inputs: plan.inputs.clone(),
         copies: plan.copies.clone(),
+        blocked: plan.blocked.clone(),
         arenas: plan.arenas.clone(),
         states: plan.states.clone(),
     };
@@ -170,6 +174,22 @@ pub fn decode(bytes: &[u8], graph: &Graph, targets: &[&dyn Backend]) -> Result<P
             return Err(bad(format!("its value '{}' is not value {} here", c.value, c.id.index())));
         }
     }
+    for b in &stored.blocked {
+        if b.id.index() >= graph.value_count() || graph.value(b.id).name != b.value {
+            return Err(bad(format!("its value '{}' is not value {} here", b.value, b.id.index())));
+        }
+    }
+    // Rule 6: channel blocks a target does not take here (a CPU without the vector width it was built on) are
+    // dropped: their buffers were planned at least as large as packed, so the arenas still hold them.
+    let blocked = stored
+        .blocked
+        .into_iter()
+        .filter(|b| {
+            let crate::ir::ValueDef::Node(producer, _) = graph.value(b.id).def else { return false };
+            let target = stored.nodes.iter().find(|p| p.node == producer).map(|p| p.target);
+            target.is_some_and(|t| targets[t].channel_blocks(graph, producer).is_some_and(|(w, _)| w == b.block))
+        })
+        .collect();
     let asked: Vec<super::Precision> = stored.targets.iter().map(|t| t.asked).collect();
     let precisions = super::precision::grant(targets, &asked).map_err(|e| PlanReadError::Targets(e.to_string()))?;
     Ok(Plan {
@@ -180,6 +200,7 @@ pub fn decode(bytes: &[u8], graph: &Graph, targets: &[&dyn Backend]) -> Result<P
         node_names,
         inputs: stored.inputs,
         copies: stored.copies,
+        blocked,
         arenas: stored.arenas,
         states: stored.states,
     })

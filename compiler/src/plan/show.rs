@@ -76,6 +76,18 @@ pub fn text(plan: &Plan) -> String {
         let bytes: usize = setup.iter().map(|c| c.bytes).sum();
         let _ = writeln!(s, "  and {} constants uploaded once at setup, {bytes} bytes", setup.len());
     }
+    if !plan.blocked.is_empty() {
+        let mut widths: Vec<usize> = plan.blocked.iter().map(|b| b.block).collect();
+        widths.dedup();
+        let names: Vec<&str> = plan.blocked.iter().map(|b| b.value.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "layouts: {} values in channel blocks of {} (converted by the kernels at each chain's ends, no copy): {}",
+            names.len(),
+            widths.iter().map(|w| w.to_string()).collect::<Vec<_>>().join(", "),
+            names.join(", ")
+        );
+    }
     s.push_str("memory:\n");
     for a in &plan.arenas {
         let ratio = if a.lower_bound_bytes > 0 { a.peak_bytes as f64 / a.lower_bound_bytes as f64 } else { 1.0 };

@@ -42,6 +42,20 @@ pub struct Accepts {
     pub at_lowering: bool,
 }
 
+/// How a node's kernel takes channel blocks (`[N, ⌈C/b⌉, H, W, b]`, [`super::blocked`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockRole {
+    /// Reads input 0 in either layout and writes output 0 in either (a convolution).
+    Either,
+    /// Reads input 0 and writes output 0 in one layout, either (a pool).
+    Same,
+    /// Reads every input of more than one element and writes output 0 in one layout, either, the channels in whole
+    /// blocks (an elementwise step on values of one shape, a Concat along the channels).
+    Along,
+    /// Reads input 0 in either layout, writes packed (a global pool).
+    Reads,
+}
+
 impl Accepts {
     /// Packed row-major input only.
     pub const PACKED: Accepts = Accepts { layouts: &[LayoutSupport::RowMajor], at_lowering: false };
@@ -74,6 +88,13 @@ pub trait Backend {
     fn kernel_steps(&self, segment: &Graph, inputs: &[PlanInput]) -> Vec<KernelStep> {
         let _ = inputs;
         one_step_per_node(segment)
+    }
+
+    /// How the kernel of `node` takes channel blocks, with the block's width in channels; `None` (the default):
+    /// packed NCHW only ([`super::blocked`]).
+    fn channel_blocks(&self, graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)> {
+        let _ = (graph, node);
+        None
     }
 }
 

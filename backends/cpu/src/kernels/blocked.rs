@@ -124,31 +124,34 @@ pub fn from_blocks(x: &[f32], b: Blocks, y: &mut [f32], threads: usize) {
     });
 }
 
-/// One axis of a 2-D pool: per output, the first tap's input coordinate (may be before the input, as `isize`),
-/// and the `count_include_pad` divisor's factor (taps inside the padded extent).
+/// One axis of a 2-D pool: per output, the range of taps inside the input and the first one's coordinate, and the
+/// `count_include_pad` divisor's factor (taps inside the padded extent).
 struct Axis {
-    start: Vec<isize>,
+    /// Per output: (first tap inside, taps inside, the first's input coordinate).
+    inside: Vec<(usize, usize, usize)>,
     padded: Vec<usize>,
-    taps: usize,
     dilation: usize,
-    len: usize,
 }
 
 impl Axis {
     fn new(len: usize, out: usize, taps: usize, stride: usize, dilation: usize, (pb, pe): (usize, usize)) -> Axis {
-        let start = (0..out).map(|o| (o * stride) as isize - pb as isize).collect();
+        let inside = (0..out)
+            .map(|o| {
+                // Tap t reads coordinate o·stride + t·dilation − pb.
+                let at = |t: usize| (o * stride + t * dilation).checked_sub(pb).filter(|&q| q < len);
+                let first = (0..taps).find(|&t| at(t).is_some());
+                match first {
+                    Some(f) => {
+                        let count = (f..taps).take_while(|&t| at(t).is_some()).count();
+                        (f, count, at(f).unwrap_or(0))
+                    }
+                    None => (0, 0, 0),
+                }
+            })
+            .collect();
         let padded =
             (0..out).map(|o| (0..taps).filter(|t| o * stride + t * dilation < pb + len + pe).count()).collect();
-        Axis { start, padded, taps, dilation, len }
-    }
-
-    /// The input coordinates output `o` reads, in order.
-    fn taps(&self, o: usize) -> impl Iterator<Item = usize> + '_ {
-        let s = self.start[o];
-        (0..self.taps)
-            .map(move |t| s + (t * self.dilation) as isize)
-            .filter(|&q| q >= 0 && (q as usize) < self.len)
-            .map(|q| q as usize)
+        Axis { inside, padded, dilation }
     }
 }
 
@@ -176,6 +179,7 @@ pub fn pool(
     threads: usize,
 ) {
     assert!(p.kernel.len() == 2 && p.pads.len() == 4, "blocks: a pool of {} axes", p.kernel.len());
+    assert!(super::sgemm512::available(), "blocks: pools need AVX-512F");
     let o = Blocks { h: oh, w: ow, ..b };
     assert_eq!(x.len(), b.len(), "blocks: a pool input of {} floats for {b:?}", x.len());
     assert_eq!(y.len(), o.len(), "blocks: a pool output of {} floats for {o:?}", y.len());
@@ -187,8 +191,7 @@ pub fn pool(
     each_part(y, ow * BLOCK, threads, |i, row| {
         let (nb, oy) = (i / oh.max(1), i % oh.max(1));
         let src = &x[nb * plane..][..plane];
-        // SAFETY: AVX-512F where the planner gave blocks (`CpuTarget::channel_blocks`); the function is plain
-        // Rust either way.
+        // SAFETY: AVX-512F (asserted above).
         unsafe { pool_row(src, b.w, &rows, &cols, oy, kind, row) }
     });
 }
@@ -196,28 +199,68 @@ pub fn pool(
 /// One output row of one block: `row` holds `ow` positions of 16 lanes.
 ///
 /// # Safety
-/// AVX-512F is there (it only lets the compiler use it).
-#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f"))]
+/// AVX-512F is there.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
 unsafe fn pool_row(src: &[f32], w: usize, rows: &Axis, cols: &Axis, oy: usize, kind: Pooling, row: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (_, ny, y0) = rows.inside[oy];
+    let (dy, dx) = (rows.dilation * w * BLOCK, cols.dilation * BLOCK);
     for (ox, out) in row.chunks_exact_mut(BLOCK).enumerate() {
-        let mut acc = [if kind == Pooling::Max { f32::NAN } else { 0.0 }; BLOCK];
-        let mut count = 0usize;
-        for iy in rows.taps(oy) {
-            for ix in cols.taps(ox) {
-                let v: &[f32; BLOCK] = src[(iy * w + ix) * BLOCK..][..BLOCK].try_into().expect("a block");
-                match kind {
-                    Pooling::Max => acc.iter_mut().zip(v).for_each(|(a, &v)| *a = a.max(v)),
-                    Pooling::Average(_) => acc.iter_mut().zip(v).for_each(|(a, &v)| *a += v),
+        let (_, nx, x0) = cols.inside[ox];
+        let first = (y0 * w + x0) * BLOCK;
+        let last = first + ny.saturating_sub(1) * dy + nx.saturating_sub(1) * dx;
+        assert!(ny * nx == 0 || last + BLOCK <= src.len(), "blocks: a window past its plane");
+        let base = src.as_ptr().wrapping_add(first);
+        // SAFETY: taps i < ny, j < nx only (the loops below): at most `last`, whose block is inside `src` (asserted).
+        let tap = |i: usize, j: usize| unsafe { _mm512_loadu_ps(base.add(i * dy + j * dx)) };
+        let mut acc = match kind {
+            Pooling::Max if ny * nx > 0 => {
+                // `f32::max`: NaN loses to a number. `max_ps` gives its second operand where either is NaN, so a
+                // NaN tap keeps the maximum so far; from a first tap with NaN lanes the slow form below.
+                let first = tap(0, 0);
+                let mut m = first;
+                for i in 0..ny {
+                    for j in 0..nx {
+                        m = _mm512_max_ps(tap(i, j), m);
+                    }
                 }
-                count += 1;
+                if _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(first, first) != 0 {
+                    m = _mm512_set1_ps(f32::NAN);
+                    for i in 0..ny {
+                        for j in 0..nx {
+                            // Lanes whose maximum is still NaN take the tap.
+                            let (v, empty) = (tap(i, j), _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m));
+                            m = _mm512_mask_mov_ps(_mm512_max_ps(v, m), empty, v);
+                        }
+                    }
+                }
+                m
             }
-        }
+            Pooling::Max => _mm512_set1_ps(f32::NAN),
+            Pooling::Average(_) => {
+                let mut sum = _mm512_setzero_ps();
+                for i in 0..ny {
+                    for j in 0..nx {
+                        sum = _mm512_add_ps(sum, tap(i, j));
+                    }
+                }
+                sum
+            }
+        };
         if let Pooling::Average(include_pad) = kind {
-            let d = if include_pad { rows.padded[oy] * cols.padded[ox] } else { count } as f32;
-            acc.iter_mut().for_each(|a| *a /= d);
+            let d = if include_pad { rows.padded[oy] * cols.padded[ox] } else { ny * nx } as f32;
+            acc = _mm512_div_ps(acc, _mm512_set1_ps(d));
         }
-        out.copy_from_slice(&acc);
+        // SAFETY: `out` is a bounds-checked slice of 16 floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
     }
+}
+
+/// [`pool_row`] where the target is not x86-64 (never called: the planner gives no blocks there).
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn pool_row(_: &[f32], _: usize, _: &Axis, _: &Axis, _: usize, _: Pooling, _: &mut [f32]) {
+    unreachable!("channel blocks outside x86-64")
 }
 
 /// GlobalMaxPool (`max`) or GlobalAveragePool from channel blocks `x` to a packed `[N, C]` `y` (`[N, C, 1, 1]`),
@@ -300,6 +343,9 @@ mod tests {
     /// Rule 2: each pool gives `pool.rs`'s values, NaN and padding included.
     #[test]
     fn blocked_pools_give_the_plain_values() {
+        if !crate::kernels::sgemm512::available() {
+            return;
+        }
         let b = Blocks { n: 2, c: 19, h: 9, w: 11 };
         let mut x = values(b.n * b.c * b.h * b.w, 3);
         x[5] = f32::NAN;

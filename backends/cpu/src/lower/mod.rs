@@ -16,6 +16,7 @@ use crate::kernels::elementwise::{self, BinaryFn};
 use crate::kernels::{cast, cumulative, movement, scatter};
 use crate::program::{Binding, Kernel, Program, Step};
 
+mod blocks;
 mod nn;
 mod recurrent;
 mod subgraphs;
@@ -39,11 +40,24 @@ pub struct LowerOptions {
     pub input_strides: HashMap<String, Vec<usize>>,
     /// In built code: the kernels linked in, which lowering takes instead of compiling its generated kernels.
     pub linked: Option<&'static [crate::jit::Precompiled]>,
+    /// Values the plan holds in channel blocks, by name: their block's width (`plan::blocked`, `lower/blocks.rs`).
+    /// Never graph inputs or outputs.
+    pub blocked: HashMap<String, usize>,
+    /// Every convolution and pool the CPU takes in channel blocks runs in blocks, converting its packed values
+    /// around it (the `cpu:blocks` target: the blocked kernels on every case of a suite).
+    pub force_blocks: bool,
 }
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { threads: 1, fuse: true, input_strides: HashMap::new(), linked: None }
+        LowerOptions {
+            threads: 1,
+            fuse: true,
+            input_strides: HashMap::new(),
+            linked: None,
+            blocked: HashMap::new(),
+            force_blocks: false,
+        }
     }
 }
 
@@ -146,7 +160,29 @@ pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
             }
             _ => {
                 let step_err = |e| CpuError::Step { node: node.name.clone(), op: node.op.name(), source: Box::new(e) };
+                // A Conv's epilogue: its activation, and whether it adds a residual term (input 3).
+                let (act, residual) = match (&node.op, gen.relu_after.get(&n)) {
+                    (Op::Conv(_), None) => match gen.residual.get(&n) {
+                        Some(r) => (if r.relu.is_some() { Act::Relu } else { Act::None }, true),
+                        None => (Act::None, false),
+                    },
+                    (Op::Conv(_), Some(&r)) => (activation(graph, graph.node(r)).unwrap_or_default(), false),
+                    _ => (Act::None, false),
+                };
+                let written = shape.writes.first().copied().flatten();
+                let in_blocks =
+                    blocks::kernel(graph, n, written, &options.blocked, (act, residual), options.force_blocks);
                 match (&node.op, gen.relu_after.get(&n)) {
+                    _ if in_blocks.is_some() => {
+                        let k = in_blocks.expect("just checked").map_err(step_err)?;
+                        let name = match (&node.op, residual) {
+                            (Op::Conv(_), true) if act == Act::Relu => "Conv+Add+Relu",
+                            (Op::Conv(_), true) => "Conv+Add",
+                            (Op::Conv(_), false) => conv_step_name(act),
+                            _ => node.op.name(),
+                        };
+                        (name, k)
+                    }
                     (Op::Conv(c), None) if gen.residual.contains_key(&n) => {
                         // The residual term is the step's input 3 (`shapes`), its ReLU the epilogue's activation.
                         let relu = gen.residual[&n].relu.is_some();

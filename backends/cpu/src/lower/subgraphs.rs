@@ -45,7 +45,12 @@ type Counted = Vec<(String, Taken)>;
 /// The kernel of the `If` named `name` whose branches are `b`, with what it counts: its own branches, then those
 /// of the `If`s inside them; and the bytes of constants its programs hold.
 pub(super) fn branches(name: &str, b: &Branches, options: &LowerOptions) -> Result<(Kernel, Counted, usize)> {
-    let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
+    let options = LowerOptions {
+        input_strides: Default::default(),
+        blocked: Default::default(),
+        linked: None,
+        ..options.clone()
+    };
     let then = lower_with(&b.then, &options)?;
     let otherwise = lower_with(&b.otherwise, &options)?;
     let taken = Taken::default();
@@ -85,7 +90,12 @@ fn scalar<T: stowage_runtime::Datum + Copy>(t: &Tensor<'static>, what: &str) -> 
 /// The kernel of a `Loop` whose body is `l`, with what the body's `If`s count and the bytes of constants the
 /// body's program holds.
 pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Counted, usize)> {
-    let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
+    let options = LowerOptions {
+        input_strides: Default::default(),
+        blocked: Default::default(),
+        linked: None,
+        ..options.clone()
+    };
     let body = lower_with(&l.body, &options)?;
     let counted = body.branches.clone();
     let carried = l.carried;
@@ -131,7 +141,12 @@ pub(super) fn body(l: &LoopBody, options: &LowerOptions) -> Result<(Kernel, Coun
 /// The kernel of a `Scan` whose body is `sc`, with what the body's `If`s count and the bytes of constants the
 /// body's program holds.
 pub(super) fn scan(sc: &ScanBody, options: &LowerOptions) -> Result<(Kernel, Counted, usize)> {
-    let options = LowerOptions { input_strides: Default::default(), linked: None, ..options.clone() };
+    let options = LowerOptions {
+        input_strides: Default::default(),
+        blocked: Default::default(),
+        linked: None,
+        ..options.clone()
+    };
     let body = lower_with(&sc.body, &options)?;
     let (counted, consts) = (body.branches.clone(), body.const_bytes());
     let sc = sc.clone();

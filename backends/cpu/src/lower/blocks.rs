@@ -1,0 +1,183 @@
+//! The kernels of nodes whose values the plan holds in channel blocks (`stowage_compiler::plan::blocked`,
+//! `kernels/blocked.rs`): a convolution into or out of blocks (`conv_blocks.rs`), pools in blocks, global pools
+//! from blocks. A blocked value's tensor has its channels padded to whole blocks (`Blocks::padded_shape`), so its
+//! bytes are the plan's. Elementwise steps and Concats on blocked values need nothing here: the plan blocks them
+//! only with whole blocks of values of one shape, where the packed kernels' walk over the elements is the same.
+
+use std::collections::HashMap;
+
+use stowage_compiler::ir::{self, Graph, Op, PoolKind, ValueDef, ValueId};
+use stowage_runtime::DatumType;
+
+use super::{arg, one};
+use crate::error::{CpuError, Result};
+use crate::kernels::act::Act;
+use crate::kernels::blocked::{self, Blocks, Pooling};
+use crate::kernels::conv_blocks::{self, Form};
+use crate::kernels::conv_lanes::LanePack;
+use crate::kernels::depthwise::Plane;
+use crate::kernels::pool::PoolParams;
+use crate::kernels::weights::Floats;
+use crate::program::Kernel;
+
+/// The form of `v` under `blocked` (value names in channel blocks).
+pub(super) fn form(graph: &Graph, blocked: &HashMap<String, usize>, v: Option<ValueId>) -> Form {
+    match v {
+        Some(v) if blocked.contains_key(&graph.value(v).name) => Form::Blocked,
+        _ => Form::Plain,
+    }
+}
+
+/// The kernel of `node` where its data input (`input`) or the value its step writes (`written`) is in blocks, with
+/// the step's name; `None` where neither is (the packed kernels run). `act` and `residual` are the epilogue a
+/// convolution's step runs (`lower/mod.rs`). With `force` (the `cpu:blocks` target), every convolution and pool the
+/// CPU takes in blocks runs in blocks, its packed input put into blocks and its output out of them around it.
+pub(super) fn kernel(
+    graph: &Graph,
+    id: ir::NodeId,
+    written: Option<ValueId>,
+    blocked: &HashMap<String, usize>,
+    (act, residual): (Act, bool),
+    force: bool,
+) -> Option<Result<Kernel>> {
+    let node = graph.node(id);
+    if !matches!(node.op, Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_)) {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten();
+    let (from, to) = (form(graph, blocked, x), form(graph, blocked, written));
+    let forced = force && crate::layouts::channel_blocks(graph, id).is_some() && conv_blocks::available();
+    if (from, to) == (Form::Plain, Form::Plain) && !forced {
+        return None;
+    }
+    // The layouts the kernel works in: the values', or blocks where forced.
+    let inner = if forced {
+        (Form::Blocked, if matches!(node.op, Op::GlobalPool(_)) { Form::Plain } else { Form::Blocked })
+    } else {
+        (from, to)
+    };
+    let x = x?;
+    let xs = graph.ty(x).shape.clone();
+    let out = graph.ty(node.outputs.first().copied().flatten()?).shape.clone();
+    let (Some(xb), Some(yb)) = (Blocks::of(&xs), Blocks::of(&out)) else {
+        return Some(Err(CpuError::NotImplemented(format!("node '{}': channel blocks of a value not 4-D", node.name))));
+    };
+    let k = match &node.op {
+        Op::Conv(c) => conv(graph, node, c, (xb, yb), inner, act, residual),
+        Op::Pool(p) if inner == (Form::Blocked, Form::Blocked) => {
+            let (w, kind) = (p.window.clone(), p.kind);
+            let k: Kernel = Box::new(move |a, cx| {
+                let x = arg(a, 0)?.as_slice::<f32>()?;
+                let p = PoolParams { kernel: &w.kernel, strides: &w.strides, dilations: &w.dilations, pads: &w.pads };
+                let kind = match kind {
+                    PoolKind::Max => Pooling::Max,
+                    PoolKind::Average { count_include_pad } => Pooling::Average(count_include_pad),
+                };
+                let mut y = crate::storage::output_for_overwrite(DatumType::F32, &yb.padded_shape())?;
+                blocked::pool(x, xb, &p, kind, y.as_slice_mut::<f32>()?, (yb.h, yb.w), cx.threads);
+                one(y)
+            });
+            Ok(k)
+        }
+        Op::GlobalPool(kind) if inner == (Form::Blocked, Form::Plain) => {
+            let max = *kind == PoolKind::Max;
+            let k: Kernel = Box::new(move |a, _| {
+                let x = arg(a, 0)?.as_slice::<f32>()?;
+                let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out)?;
+                blocked::global_pool(x, xb, max, y.as_slice_mut::<f32>()?);
+                one(y)
+            });
+            Ok(k)
+        }
+        _ => Err(CpuError::NotImplemented(format!(
+            "node '{}' ({}): no kernel from {from:?} to {to:?} channels",
+            node.name,
+            node.op.name()
+        ))),
+    };
+    Some(k.map(|k| if forced { around(k, (from, to), inner, (xb, yb), residual) } else { k }))
+}
+
+/// `k`, which works in the layouts `inner`, between values in the layouts `outer`: inputs 0 (and 3, a residual term
+/// laid out as the output) put into blocks, the output taken out of them, as `k` needs (the `cpu:blocks` target).
+fn around(k: Kernel, outer: (Form, Form), inner: (Form, Form), (xb, yb): (Blocks, Blocks), residual: bool) -> Kernel {
+    if outer == inner {
+        return k;
+    }
+    let into =
+        |t: &stowage_runtime::Tensor<'static>, b: Blocks, threads: usize| -> Result<stowage_runtime::Tensor<'static>> {
+            let mut y = crate::storage::output_for_overwrite(DatumType::F32, &b.padded_shape())?;
+            blocked::to_blocks(t.as_slice::<f32>()?, b, y.as_slice_mut::<f32>()?, threads);
+            Ok(y)
+        };
+    Box::new(move |a, cx| {
+        let mut args: Vec<Option<&stowage_runtime::Tensor<'static>>> = a.to_vec();
+        let x = (outer.0 != inner.0).then(|| into(arg(a, 0)?, xb, cx.threads)).transpose()?;
+        if let Some(x) = &x {
+            args[0] = Some(x);
+        }
+        let r = (residual && outer.1 != inner.1).then(|| into(arg(a, 3)?, yb, cx.threads)).transpose()?;
+        if let Some(r) = &r {
+            args[3] = Some(r);
+        }
+        let mut outs = k(&args, cx)?;
+        if outer.1 != inner.1 {
+            let shape = [yb.n, yb.c, yb.h, yb.w];
+            let mut y = crate::storage::output_for_overwrite(DatumType::F32, &shape)?;
+            blocked::from_blocks(outs[0].as_slice::<f32>()?, yb, y.as_slice_mut::<f32>()?, cx.threads);
+            outs[0] = y;
+        }
+        Ok(outs)
+    })
+}
+
+/// A convolution between the two forms (`conv_blocks.rs`), its weights packed once here.
+fn conv(
+    graph: &Graph,
+    node: &ir::NodeData,
+    c: &ir::Conv,
+    (xb, yb): (Blocks, Blocks),
+    (from, to): (Form, Form),
+    act: Act,
+    residual: bool,
+) -> Result<Kernel> {
+    let bad = |m: &str| CpuError::NotImplemented(format!("node '{}': {m}", node.name));
+    let w = node.inputs.get(1).copied().flatten().ok_or_else(|| bad("no weights"))?;
+    let ValueDef::Const(t) = &graph.value(w).def else { return Err(bad("weights not constant")) };
+    let ws = graph.ty(w).shape.clone();
+    let (m, k) = (ws[0], ws[1..].iter().product::<usize>());
+    // Read in place where the model file holds them (`kernels::weights`).
+    let weights = crate::kernels::weights::Weights::of(t).ok_or_else(|| bad("weights not f32"))?;
+    if weights.len() < m * k {
+        return Err(bad("fewer weights than their shape"));
+    }
+    let pack = LanePack::new(m, k, weights);
+    let bias: Option<Vec<f32>> = match node.inputs.get(2).copied().flatten().map(|b| &graph.value(b).def) {
+        Some(ValueDef::Const(b)) => Some(b.to_vec::<f32>()?),
+        Some(_) => return Err(bad("a bias not constant")),
+        None => None,
+    };
+    let win = &c.window;
+    let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(1);
+    let plane = Plane {
+        ih: xb.h,
+        iw: xb.w,
+        oh: yb.h,
+        ow: yb.w,
+        kh: win.kernel[0],
+        kw: win.kernel[1],
+        stride: (at(&win.strides, 0), at(&win.strides, 1)),
+        dilation: (at(&win.dilations, 0), at(&win.dilations, 1)),
+        pad: (win.pads.first().copied().unwrap_or(0), win.pads.get(1).copied().unwrap_or(0)),
+    };
+    let out_shape = if to == Form::Blocked { yb.padded_shape() } else { vec![yb.n, yb.c, yb.h, yb.w] };
+    Ok(Box::new(move |a, cx| {
+        let x = arg(a, 0)?.as_slice::<f32>()?;
+        // A residual term laid out as the output, input 3 (`lower/mod.rs`, `shapes`).
+        let r = if residual { Some(arg(a, 3)?.as_slice::<f32>()?) } else { None };
+        let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out_shape)?;
+        let ys = y.as_slice_mut::<f32>()?;
+        conv_blocks::conv2d(x, (xb.n, xb.c), &plane, from, &pack, bias.as_deref(), act, r, ys, to, cx.threads);
+        one(y)
+    }))
+}
