@@ -78,7 +78,8 @@ impl Backend for CpuTarget {
     }
 
     /// With AVX-512F, in blocks of 16 channels (`kernels/blocked.rs`): an f32 2-D convolution of one group with
-    /// constant weights (`conv_blocks.rs`) reads and writes either layout, a 2-D MaxPool (without indices) or
+    /// constant weights (`conv_blocks.rs`) reads and writes either layout, a depthwise one (one output channel per
+    /// input channel, `depthwise_blocks.rs`) keeps its input's, a 2-D MaxPool (without indices) or
     /// AveragePool keeps its input's, a global pool reads either; elementwise steps on f32 values of one shape
     /// (and single elements) and a Concat along the channels keep theirs.
     fn channel_blocks(&self, graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)> {
@@ -121,7 +122,19 @@ pub fn channel_blocks(graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)>
                 matches!(&graph.value(w).def, ValueDef::Const(t) if crate::kernels::weights::Weights::of(t).is_some());
             let bias_const =
                 n.inputs.get(2).copied().flatten().is_none_or(|b| matches!(graph.value(b).def, ValueDef::Const(_)));
-            (c.group == 1 && constant && bias_const && c.window.kernel.len() == 2).then_some(BlockRole::Either)?
+            let two_d = c.window.kernel.len() == 2;
+            let channels = ty(0)?.shape[1];
+            if !(constant && bias_const && two_d) {
+                return None;
+            }
+            if c.group == 1 {
+                BlockRole::Either
+            } else if c.group == channels && out.shape[1] == channels {
+                // Depthwise, one output channel per input channel (`depthwise_blocks.rs`).
+                BlockRole::Same
+            } else {
+                return None;
+            }
         }
         Op::Pool(p) => {
             let indices = n.outputs.get(1).copied().flatten().is_some();

@@ -11,6 +11,7 @@ pub mod conv_blocks;
 pub mod conv_lanes;
 pub mod cumulative;
 pub mod depthwise;
+pub mod depthwise_blocks;
 pub mod depthwise_lanes;
 pub mod depthwise_s2;
 pub mod det;

@@ -16,8 +16,9 @@ use crate::kernels::blocked::{self, Blocks, Pooling};
 use crate::kernels::conv_blocks::{self, Form};
 use crate::kernels::conv_lanes::LanePack;
 use crate::kernels::depthwise::Plane;
+use crate::kernels::depthwise_blocks::{self, DepthwisePack};
 use crate::kernels::pool::PoolParams;
-use crate::kernels::weights::Floats;
+use crate::kernels::weights::{Floats, Weights};
 use crate::program::Kernel;
 
 /// The form of `v` under `blocked` (value names in channel blocks).
@@ -63,7 +64,10 @@ pub(super) fn kernel(
         return Some(Err(CpuError::NotImplemented(format!("node '{}': channel blocks of a value not 4-D", node.name))));
     };
     let k = match &node.op {
-        Op::Conv(c) => conv(graph, node, c, (xb, yb), inner, act, residual),
+        Op::Conv(c) if c.group > 1 && inner == (Form::Blocked, Form::Blocked) => {
+            depthwise(graph, node, c, (xb, yb), act, residual)
+        }
+        Op::Conv(c) if c.group == 1 => conv(graph, node, c, (xb, yb), inner, act, residual),
         Op::Pool(p) if inner == (Form::Blocked, Form::Blocked) => {
             let (w, kind) = (p.window.clone(), p.kind);
             let k: Kernel = Box::new(move |a, cx| {
@@ -131,6 +135,27 @@ fn around(k: Kernel, outer: (Form, Form), inner: (Form, Form), (xb, yb): (Blocks
     })
 }
 
+/// A depthwise convolution in blocks (`depthwise_blocks.rs`), its weights packed once here.
+fn depthwise(
+    graph: &Graph,
+    node: &ir::NodeData,
+    c: &ir::Conv,
+    (xb, yb): (Blocks, Blocks),
+    act: Act,
+    residual: bool,
+) -> Result<Kernel> {
+    let (weights, bias, plane) = operands(graph, node, c, (xb, yb))?;
+    let pack = DepthwisePack::new(xb.c, plane.kh * plane.kw, |i| weights.at(i));
+    Ok(Box::new(move |a, cx| {
+        let x = arg(a, 0)?.as_slice::<f32>()?;
+        let r = if residual { Some(arg(a, 3)?.as_slice::<f32>()?) } else { None };
+        let mut y = crate::storage::output_for_overwrite(DatumType::F32, &yb.padded_shape())?;
+        let ys = y.as_slice_mut::<f32>()?;
+        depthwise_blocks::conv2d(x, xb.n, &plane, &pack, bias.as_deref(), act, r, ys, cx.threads);
+        one(y)
+    }))
+}
+
 /// A convolution between the two forms (`conv_blocks.rs`), its weights packed once here.
 fn conv(
     graph: &Graph,
@@ -141,22 +166,43 @@ fn conv(
     act: Act,
     residual: bool,
 ) -> Result<Kernel> {
+    let (weights, bias, plane) = operands(graph, node, c, (xb, yb))?;
+    let pack = LanePack::new(yb.c, weights.len() / yb.c.max(1), weights);
+    let out_shape = if to == Form::Blocked { yb.padded_shape() } else { vec![yb.n, yb.c, yb.h, yb.w] };
+    Ok(Box::new(move |a, cx| {
+        let x = arg(a, 0)?.as_slice::<f32>()?;
+        // A residual term laid out as the output, input 3 (`lower/mod.rs`, `shapes`).
+        let r = if residual { Some(arg(a, 3)?.as_slice::<f32>()?) } else { None };
+        let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out_shape)?;
+        let ys = y.as_slice_mut::<f32>()?;
+        conv_blocks::conv2d(x, (xb.n, xb.c), &plane, from, &pack, bias.as_deref(), act, r, ys, to, cx.threads);
+        one(y)
+    }))
+}
+
+/// A convolution's constant weights (read in place where the model file holds them, `kernels::weights`: exactly
+/// `M·(C/group)·kh·kw` of them), its constant bias and its plane.
+fn operands<'g>(
+    graph: &'g Graph,
+    node: &ir::NodeData,
+    c: &ir::Conv,
+    (xb, yb): (Blocks, Blocks),
+) -> Result<(Weights<'g>, Option<Vec<f32>>, Plane)> {
     let bad = |m: &str| CpuError::NotImplemented(format!("node '{}': {m}", node.name));
     let w = node.inputs.get(1).copied().flatten().ok_or_else(|| bad("no weights"))?;
     let ValueDef::Const(t) = &graph.value(w).def else { return Err(bad("weights not constant")) };
-    let ws = graph.ty(w).shape.clone();
-    let (m, k) = (ws[0], ws[1..].iter().product::<usize>());
-    // Read in place where the model file holds them (`kernels::weights`).
-    let weights = crate::kernels::weights::Weights::of(t).ok_or_else(|| bad("weights not f32"))?;
-    if weights.len() < m * k {
-        return Err(bad("fewer weights than their shape"));
+    let weights = Weights::of(t).ok_or_else(|| bad("weights not f32"))?;
+    if weights.len() != graph.ty(w).shape.iter().product::<usize>() || graph.ty(w).shape.first() != Some(&yb.c) {
+        return Err(bad("weights of another shape than their type's"));
     }
-    let pack = LanePack::new(m, k, weights);
     let bias: Option<Vec<f32>> = match node.inputs.get(2).copied().flatten().map(|b| &graph.value(b).def) {
         Some(ValueDef::Const(b)) => Some(b.to_vec::<f32>()?),
         Some(_) => return Err(bad("a bias not constant")),
         None => None,
     };
+    if bias.as_ref().is_some_and(|b| b.len() < yb.c) {
+        return Err(bad("a bias shorter than the output channels"));
+    }
     let win = &c.window;
     let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(1);
     let plane = Plane {
@@ -170,14 +216,5 @@ fn conv(
         dilation: (at(&win.dilations, 0), at(&win.dilations, 1)),
         pad: (win.pads.first().copied().unwrap_or(0), win.pads.get(1).copied().unwrap_or(0)),
     };
-    let out_shape = if to == Form::Blocked { yb.padded_shape() } else { vec![yb.n, yb.c, yb.h, yb.w] };
-    Ok(Box::new(move |a, cx| {
-        let x = arg(a, 0)?.as_slice::<f32>()?;
-        // A residual term laid out as the output, input 3 (`lower/mod.rs`, `shapes`).
-        let r = if residual { Some(arg(a, 3)?.as_slice::<f32>()?) } else { None };
-        let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out_shape)?;
-        let ys = y.as_slice_mut::<f32>()?;
-        conv_blocks::conv2d(x, (xb.n, xb.c), &plane, from, &pack, bias.as_deref(), act, r, ys, to, cx.threads);
-        one(y)
-    }))
+    Ok((weights, bias, plane))
 }
