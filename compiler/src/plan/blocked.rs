@@ -8,8 +8,9 @@
 //!    its last writes packed, and no relayout is a step of its own. So this pass adds no copy to the plan; the
 //!    layouts are listed with it ([`super::Plan::blocked`], `stowage plan`'s `layouts:`).
 //! 2. **Groups share one layout.** A pool's input and output, and an elementwise step's or a Concat's inputs of
-//!    its output's shape and its output ([`BlockRole::Same`], [`BlockRole::Along`]), are in one group (union-find):
-//!    all of a group are blocked, or none.
+//!    its output's shape (but along the channels) and its output ([`BlockRole::Same`], [`BlockRole::Along`]), are in
+//!    one group (union-find): all of a group are blocked, or none. An elementwise step's other inputs (a
+//!    per-channel scale, a scalar) are broadcast operands its kernel reads as they are.
 //! 3. **A group is blocked only where every kernel can take it.** Each of its values is f32 and 4-D, made by a node
 //!    of the one target as output 0 in a role that writes blocks, not a graph output nor a fed-back state, and read
 //!    only by nodes of that target at an input their role reads blocked; one block width throughout.
@@ -81,9 +82,14 @@ pub fn choose(
         match r {
             BlockRole::Same => k == 0,
             BlockRole::Along => {
+                // Inputs of the output's shape but along the channels (a Concat's differ there); any other is a
+                // broadcast operand the kernel reads as it is.
                 let out = graph.node(n).outputs.first().copied().flatten();
                 let shape = &graph.ty(v).shape;
-                shape.iter().product::<usize>() > 1 && out.is_some_and(|o| graph.ty(o).shape.len() == shape.len())
+                out.is_some_and(|o| {
+                    let o = &graph.ty(o).shape;
+                    o.len() == shape.len() && shape.iter().zip(o).enumerate().all(|(a, (d, e))| a == 1 || d == e)
+                })
             }
             BlockRole::Either | BlockRole::Reads => false,
         }

@@ -49,8 +49,9 @@ pub enum BlockRole {
     Either,
     /// Reads input 0 and writes output 0 in one layout, either (a pool).
     Same,
-    /// Reads every input of more than one element and writes output 0 in one layout, either, the channels in whole
-    /// blocks (an elementwise step on values of one shape, a Concat along the channels).
+    /// Reads every input of the output's shape (but along the channels) and writes output 0 in one layout, either,
+    /// the channels in whole blocks (an elementwise step, a Concat along the channels); other inputs (broadcast
+    /// operands: a per-channel scale, a scalar) are read as they are.
     Along,
     /// Reads input 0 in either layout, writes packed (a global pool).
     Reads,

@@ -42,6 +42,24 @@ pub(super) fn kernel(
     force: bool,
 ) -> Option<Result<Kernel>> {
     let node = graph.node(id);
+    if matches!(node.op, Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip)
+        && form(graph, blocked, written) == Form::Blocked
+    {
+        // Outside a generated chain an elementwise kernel broadcasts by the packed layout: only inputs of the
+        // output's shape (or single elements) are right there.
+        let out = &graph.ty(written?).shape;
+        let broadcast = node.inputs.iter().flatten().any(|&v| {
+            let s = &graph.ty(v).shape;
+            s != out && s.iter().product::<usize>() != 1
+        });
+        return broadcast.then(|| {
+            Err(CpuError::NotImplemented(format!(
+                "node '{}' ({}): a broadcast operand in channel blocks outside a generated chain",
+                node.name,
+                node.op.name()
+            )))
+        });
+    }
     if !matches!(node.op, Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_)) {
         return None;
     }
