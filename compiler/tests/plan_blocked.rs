@@ -149,3 +149,27 @@ fn layouts_cross_neither_targets_nor_machines() {
     let elsewhere = plan::serial::decode(&bytes, &g, &[&host("cpu", false)]).expect("reads back");
     assert!(elsewhere.blocked.is_empty());
 }
+
+/// Rule 3: a value made in one segment of a target and read in a later segment of the same target (another target
+/// runs between) crosses programs, and stays packed.
+#[test]
+fn values_between_segments_stay_packed() {
+    let mut g = Graph::new("segments");
+    let x = g.add_input("x", f32s(&[1, 3, 8, 8]));
+    let v = node(&mut g, "conv0", &[x], &[1, 24, 8, 8]);
+    let side = node(&mut g, "mid", &[x], &[1, 3, 8, 8]);
+    g.add_output("side", side);
+    let p = node(&mut g, "pool0", &[v], &[1, 24, 4, 4]);
+    let c1 = node(&mut g, "conv1", &[p], &[1, 32, 4, 4]);
+    let y = node(&mut g, "gap0", &[c1], &[1, 32, 1, 1]);
+    g.add_output("y", y);
+    let (a, b) = (host("cpu", true), host("other", true));
+    let alone = plan::plan(&g, &[&a], &PlanOptions::default()).expect("plans");
+    let names: Vec<&str> = alone.blocked.iter().map(|b| b.value.as_str()).collect();
+    assert_eq!(names, ["conv0", "pool0", "conv1"]);
+    let mut options = PlanOptions::default();
+    options.pins.insert("mid".into(), "other".into());
+    let split = plan::plan(&g, &[&a, &b], &options).expect("plans");
+    let names: Vec<&str> = split.blocked.iter().map(|b| b.value.as_str()).collect();
+    assert_eq!(names, ["conv1"], "conv0's output is read in the next cpu segment");
+}

@@ -12,8 +12,9 @@
 //!    one group (union-find): all of a group are blocked, or none. An elementwise step's other inputs (a
 //!    per-channel scale, a scalar) are broadcast operands its kernel reads as they are.
 //! 3. **A group is blocked only where every kernel can take it.** Each of its values is f32 and 4-D, made by a node
-//!    of the one target as output 0 in a role that writes blocks, not a graph output nor a fed-back state, and read
-//!    only by nodes of that target at an input their role reads blocked; one block width throughout.
+//!    as output 0 in a role that writes blocks, not a graph output nor a fed-back state, and read only by nodes of
+//!    the producer's segment (so never an output or input of a segment's program) at an input their role reads
+//!    blocked; one block width throughout. Values are named as segments name them (`segments::value_name`).
 //! 4. **Padding only where no step walks the elements.** A value whose channels are not a multiple of the block is
 //!    padded to whole blocks (its bytes in the memory plan are the padded ones); a group with an elementwise step
 //!    or a Concat (which see the elements, not the channels) must have whole blocks.
@@ -59,7 +60,14 @@ pub fn choose(
     placed: &[Placed],
     states: &[(String, String)],
 ) -> Vec<BlockedValue> {
-    let target_of: BTreeMap<NodeId, usize> = placed.iter().map(|p| (p.node, p.target)).collect();
+    // Each node's segment (a run of consecutive nodes on one target, `segments.rs`): a value crossing segments is
+    // an output of one program and an input of another, which take packed values only (rule 3).
+    let mut segment_of: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for (i, p) in placed.iter().enumerate() {
+        let same = i > 0 && placed[i - 1].target == p.target;
+        let k = if same { segment_of[&placed[i - 1].node] } else { i };
+        segment_of.insert(p.node, k);
+    }
     let role: BTreeMap<NodeId, (usize, BlockRole)> =
         placed.iter().filter_map(|p| targets[p.target].channel_blocks(graph, p.node).map(|r| (p.node, r))).collect();
     if role.is_empty() {
@@ -112,9 +120,9 @@ pub fn choose(
         if r == BlockRole::Reads {
             return None;
         }
-        let here = target_of.get(&producer)?;
+        let here = segment_of.get(&producer)?;
         let all_read = readers.get(&v).is_some_and(|rs| {
-            rs.iter().all(|&(n, k)| target_of.get(&n) == Some(here) && reads_blocked(n, k, v) && role[&n].0 == block)
+            rs.iter().all(|&(n, k)| segment_of.get(&n) == Some(here) && reads_blocked(n, k, v) && role[&n].0 == block)
         });
         all_read.then_some(block)
     };
@@ -174,7 +182,7 @@ pub fn choose(
         }
         for &v in members {
             let bytes = BlockedValue::bytes_of(&graph.ty(v).shape, block).unwrap_or(0);
-            chosen.push(BlockedValue { value: graph.value(v).name.clone(), id: v, block, bytes });
+            chosen.push(BlockedValue { value: super::segments::value_name(graph, v), id: v, block, bytes });
         }
     }
     chosen.sort_by_key(|b| b.id);

@@ -175,7 +175,7 @@ pub fn decode(bytes: &[u8], graph: &Graph, targets: &[&dyn Backend]) -> Result<P
         }
     }
     for b in &stored.blocked {
-        if b.id.index() >= graph.value_count() || graph.value(b.id).name != b.value {
+        if b.id.index() >= graph.value_count() || super::segments::value_name(graph, b.id) != b.value {
             return Err(bad(format!("its value '{}' is not value {} here", b.value, b.id.index())));
         }
     }

@@ -78,6 +78,7 @@ pub fn text(plan: &Plan) -> String {
     }
     if !plan.blocked.is_empty() {
         let mut widths: Vec<usize> = plan.blocked.iter().map(|b| b.block).collect();
+        widths.sort_unstable();
         widths.dedup();
         let names: Vec<&str> = plan.blocked.iter().map(|b| b.value.as_str()).collect();
         let _ = writeln!(

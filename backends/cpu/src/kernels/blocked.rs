@@ -7,10 +7,12 @@
 //!    `((n·G + c / 16)·H·W + y·W + x)·16 + c % 16`, `G = ⌈C/16⌉` ([`Blocks::at`]). Where `C` is not a multiple of
 //!    16 the last block's lanes past `C` are padding: written by every kernel (zero by [`to_blocks`], whatever a
 //!    kernel's arithmetic gives elsewhere) and read by none as a channel, so no value depends on them.
-//! 2. **The plain kernels' values.** Each kernel here computes what its plain counterpart computes, element for
-//!    element, in the same order: MaxPool the maxima of `f32::max` (NaN loses to a number, padding is absent),
-//!    AveragePool the sum in window order over the `count_include_pad` divisor of `pool.rs`, the global pools the
-//!    sum over positions in order over their count.
+//! 2. **The plain kernels' values.** Each kernel here computes what its plain counterpart computes: MaxPool the
+//!    maxima of `f32::max` (NaN loses to a number, padding is absent; a window with no input element is 0, as
+//!    `pool.rs` writes), bit for bit; AveragePool the sum in window order, in f32, over the `count_include_pad`
+//!    divisor of `pool.rs` (whose paths sum in f64 or multiply by the divisor's inverse: equal within rounding);
+//!    GlobalAveragePool the sum over positions in f64 over their count, GlobalMaxPool the maximum, or NaN where a
+//!    channel holds one (a NaN of its own, not the first one's payload).
 //! 3. **Threads.** Work splits over batch items × blocks (and output rows for the pools), each writing its own
 //!    part of the output; small work stays on one thread.
 //!
@@ -237,7 +239,8 @@ unsafe fn pool_row(src: &[f32], w: usize, rows: &Axis, cols: &Axis, oy: usize, k
                 }
                 m
             }
-            Pooling::Max => _mm512_set1_ps(f32::NAN),
+            // A window with no input element (a dilation spanning the input): `pool.rs` writes 0.
+            Pooling::Max => _mm512_setzero_ps(),
             Pooling::Average(_) => {
                 let mut sum = _mm512_setzero_ps();
                 for i in 0..ny {
@@ -269,13 +272,14 @@ unsafe fn pool_row(_: &[f32], _: usize, _: &Axis, _: &Axis, _: usize, _: Pooling
 /// # Panics
 /// On lengths that do not match `b`.
 pub fn global_pool(x: &[f32], b: Blocks, max: bool, y: &mut [f32]) {
+    assert!(super::sgemm512::available(), "blocks: pools need AVX-512F");
     assert_eq!(x.len(), b.len(), "blocks: a pool input of {} floats for {b:?}", x.len());
     assert_eq!(y.len(), b.n * b.c, "blocks: a pool output of {} floats for {b:?}", y.len());
     let hw = b.h * b.w;
     for n in 0..b.n {
         for g in 0..b.groups() {
             let src = &x[b.at(n, g * BLOCK, 0, 0)..][..hw * BLOCK];
-            // SAFETY: as in `pool`.
+            // SAFETY: AVX-512F (asserted above).
             let acc = unsafe { global_block(src, max) };
             let lanes = BLOCK.min(b.c - g * BLOCK);
             for (l, &a) in acc.iter().enumerate().take(lanes) {
@@ -386,6 +390,19 @@ mod tests {
                 }
             }
         }
+        // A window whose taps all fall outside the input (rows and columns −1 and 2 of a 2 × 2 plane): 0, as
+        // `pool.rs` writes.
+        let small = Blocks { n: 1, c: 16, h: 2, w: 2 };
+        let p = PoolParams { kernel: &[2, 2], strides: &[1, 1], dilations: &[3, 3], pads: &[1, 1, 1, 1] };
+        let xs = values(64, 5);
+        let mut want = vec![f32::NAN; 16];
+        plain::max_pool(&xs, &[1, 16, 2, 2], &p, &mut want, &[1, 16, 1, 1], None, false, 1);
+        let mut blocked_x = vec![0.0; small.len()];
+        to_blocks(&xs, small, &mut blocked_x, 1);
+        let mut got = vec![f32::NAN; 16];
+        pool(&blocked_x, small, &p, Pooling::Max, &mut got, (1, 1), 1);
+        assert_eq!(got, want);
+        assert!(got.iter().all(|&v| v == 0.0), "{got:?}");
         for max in [true, false] {
             let mut want = vec![0.0; b.n * b.c];
             plain::global_pool(&x, &shape, max, &mut want, 1);

@@ -1,6 +1,6 @@
 //! The kernels of nodes whose values the plan holds in channel blocks (`stowage_compiler::plan::blocked`,
-//! `kernels/blocked.rs`): a convolution into or out of blocks (`conv_blocks.rs`), pools in blocks, global pools
-//! from blocks. A blocked value's tensor has its channels padded to whole blocks (`Blocks::padded_shape`), so its
+//! `kernels/blocked.rs`): a convolution into or out of blocks (`conv_blocks.rs`), a depthwise one in blocks
+//! (`depthwise_blocks.rs`), pools in blocks, global pools from blocks. A blocked value's tensor has its channels padded to whole blocks (`Blocks::padded_shape`), so its
 //! bytes are the plan's. Elementwise steps and Concats on blocked values need nothing here: the plan blocks them
 //! only with whole blocks of values of one shape, where the packed kernels' walk over the elements is the same.
 
@@ -65,7 +65,7 @@ pub(super) fn kernel(
     }
     let x = node.inputs.first().copied().flatten();
     let (from, to) = (form(graph, blocked, x), form(graph, blocked, written));
-    let forced = force && crate::layouts::channel_blocks(graph, id).is_some() && conv_blocks::available();
+    let forced = force && forceable(graph, id) && conv_blocks::available();
     if (from, to) == (Form::Plain, Form::Plain) && !forced {
         return None;
     }
@@ -153,7 +153,68 @@ fn around(k: Kernel, outer: (Form, Form), inner: (Form, Form), (xb, yb): (Blocks
     })
 }
 
-/// A depthwise convolution in blocks (`depthwise_blocks.rs`), its weights packed once here.
+/// True where `cpu:blocks` runs node `id` in blocks: where the planner could give it blocks, and a convolution of
+/// the same forms whose weights or bias are not constants (the ONNX node cases pass them as inputs), packed on
+/// each run.
+fn forceable(graph: &Graph, id: ir::NodeId) -> bool {
+    if crate::layouts::channel_blocks(graph, id).is_some() {
+        return true;
+    }
+    let node = graph.node(id);
+    let Op::Conv(c) = &node.op else { return false };
+    let ty = |v: Option<ValueId>| v.map(|v| graph.ty(v));
+    let (Some(x), Some(w), Some(y)) = (
+        ty(node.inputs.first().copied().flatten()),
+        ty(node.inputs.get(1).copied().flatten()),
+        ty(node.outputs.first().copied().flatten()),
+    ) else {
+        return false;
+    };
+    let f32_4d = |t: &ir::ValueType| t.dt == DatumType::F32 && t.shape.len() == 4;
+    let depthwise = c.group == x.shape.get(1).copied().unwrap_or(0) && y.shape.get(1) == x.shape.get(1);
+    f32_4d(x) && f32_4d(w) && f32_4d(y) && c.window.kernel.len() == 2 && (c.group == 1 || depthwise)
+}
+
+/// Where a convolution's weights or bias come from: constants packed once when lowered, or the step's input,
+/// packed on each run (`cpu:blocks` on a node case).
+enum Given<T> {
+    Packed(T),
+    Input(usize),
+    Absent,
+}
+
+impl<T> Given<T> {
+    /// The packed form, or `pack` of the step's input `a[k]` as floats.
+    fn get(
+        &self,
+        a: &[Option<&stowage_runtime::Tensor<'static>>],
+        pack: impl FnOnce(&[f32]) -> T,
+    ) -> Result<Option<Held<'_, T>>> {
+        Ok(match self {
+            Given::Packed(p) => Some(Held::Borrowed(p)),
+            Given::Input(k) => Some(Held::Owned(pack(arg(a, *k)?.to_vec::<f32>()?.as_slice()))),
+            Given::Absent => None,
+        })
+    }
+}
+
+/// A packed operand for one run: the lowering's, or one packed for the run.
+enum Held<'a, T> {
+    Borrowed(&'a T),
+    Owned(T),
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            Held::Borrowed(t) => t,
+            Held::Owned(t) => t,
+        }
+    }
+}
+
+/// A depthwise convolution in blocks (`depthwise_blocks.rs`).
 fn depthwise(
     graph: &Graph,
     node: &ir::NodeData,
@@ -163,18 +224,26 @@ fn depthwise(
     residual: bool,
 ) -> Result<Kernel> {
     let (weights, bias, plane) = operands(graph, node, c, (xb, yb))?;
-    let pack = DepthwisePack::new(xb.c, plane.kh * plane.kw, |i| weights.at(i));
+    let taps = plane.kh * plane.kw;
+    let channels = xb.c;
+    let pack = match weights {
+        Some(w) => Given::Packed(DepthwisePack::new(channels, taps, |i| w.at(i))),
+        None => Given::Input(1),
+    };
     Ok(Box::new(move |a, cx| {
         let x = arg(a, 0)?.as_slice::<f32>()?;
         let r = if residual { Some(arg(a, 3)?.as_slice::<f32>()?) } else { None };
+        let pack = pack.get(a, |w| DepthwisePack::new(channels, taps, |i| w.get(i).copied().unwrap_or(0.0)))?;
+        let pack = pack.ok_or_else(|| CpuError::NotImplemented("a convolution without weights".into()))?;
+        let bias = bias.get(a, |b| b.to_vec())?;
         let mut y = crate::storage::output_for_overwrite(DatumType::F32, &yb.padded_shape())?;
         let ys = y.as_slice_mut::<f32>()?;
-        depthwise_blocks::conv2d(x, xb.n, &plane, &pack, bias.as_deref(), act, r, ys, cx.threads);
+        depthwise_blocks::conv2d(x, xb.n, &plane, &pack, bias.as_deref().map(|b| &b[..]), act, r, ys, cx.threads);
         one(y)
     }))
 }
 
-/// A convolution between the two forms (`conv_blocks.rs`), its weights packed once here.
+/// A convolution between the two forms (`conv_blocks.rs`).
 fn conv(
     graph: &Graph,
     node: &ir::NodeData,
@@ -185,43 +254,64 @@ fn conv(
     residual: bool,
 ) -> Result<Kernel> {
     let (weights, bias, plane) = operands(graph, node, c, (xb, yb))?;
-    let pack = LanePack::new(yb.c, weights.len() / yb.c.max(1), weights);
+    let (m, k) = (yb.c, xb.c * plane.kh * plane.kw);
+    let pack = match weights {
+        Some(w) => Given::Packed(LanePack::new(m, k, w)),
+        None => Given::Input(1),
+    };
     let out_shape = if to == Form::Blocked { yb.padded_shape() } else { vec![yb.n, yb.c, yb.h, yb.w] };
     Ok(Box::new(move |a, cx| {
         let x = arg(a, 0)?.as_slice::<f32>()?;
         // A residual term laid out as the output, input 3 (`lower/mod.rs`, `shapes`).
         let r = if residual { Some(arg(a, 3)?.as_slice::<f32>()?) } else { None };
+        let pack = pack.get(a, |w| LanePack::new(m, k, w))?;
+        let pack = pack.ok_or_else(|| CpuError::NotImplemented("a convolution without weights".into()))?;
+        let bias = bias.get(a, |b| b.to_vec())?;
         let mut y = crate::storage::output_for_overwrite(DatumType::F32, &out_shape)?;
         let ys = y.as_slice_mut::<f32>()?;
-        conv_blocks::conv2d(x, (xb.n, xb.c), &plane, from, &pack, bias.as_deref(), act, r, ys, to, cx.threads);
+        let b = bias.as_deref().map(|b| &b[..]);
+        conv_blocks::conv2d(x, (xb.n, xb.c), &plane, from, &pack, b, act, r, ys, to, cx.threads);
         one(y)
     }))
 }
 
-/// A convolution's constant weights (read in place where the model file holds them, `kernels::weights`: exactly
-/// `M·(C/group)·kh·kw` of them), its constant bias and its plane.
+/// A convolution's weights where they are constants (read in place where the model file holds them,
+/// `kernels::weights`: exactly as many as their type says), its bias, and its plane. Weights or a bias given as
+/// inputs (the `cpu:blocks` target on a node case) are checked against the plane when read.
 fn operands<'g>(
     graph: &'g Graph,
     node: &ir::NodeData,
     c: &ir::Conv,
     (xb, yb): (Blocks, Blocks),
-) -> Result<(Weights<'g>, Option<Vec<f32>>, Plane)> {
+) -> Result<(Option<Weights<'g>>, Given<Vec<f32>>, Plane)> {
     let bad = |m: &str| CpuError::NotImplemented(format!("node '{}': {m}", node.name));
     let w = node.inputs.get(1).copied().flatten().ok_or_else(|| bad("no weights"))?;
-    let ValueDef::Const(t) = &graph.value(w).def else { return Err(bad("weights not constant")) };
-    let weights = Weights::of(t).ok_or_else(|| bad("weights not f32"))?;
-    if weights.len() != graph.ty(w).shape.iter().product::<usize>() || graph.ty(w).shape.first() != Some(&yb.c) {
-        return Err(bad("weights of another shape than their type's"));
-    }
-    let bias: Option<Vec<f32>> = match node.inputs.get(2).copied().flatten().map(|b| &graph.value(b).def) {
-        Some(ValueDef::Const(b)) => Some(b.to_vec::<f32>()?),
-        Some(_) => return Err(bad("a bias not constant")),
-        None => None,
-    };
-    if bias.as_ref().is_some_and(|b| b.len() < yb.c) {
-        return Err(bad("a bias shorter than the output channels"));
-    }
+    let ws = &graph.ty(w).shape;
+    let per_channel = if c.group == 1 { xb.c } else { 1 };
     let win = &c.window;
+    if ws.len() != 4 || ws[0] != yb.c || ws[1] != per_channel || ws[2..] != win.kernel[..] {
+        return Err(bad("weights of another shape than the convolution's"));
+    }
+    let weights = match &graph.value(w).def {
+        ValueDef::Const(t) => {
+            let weights = Weights::of(t).ok_or_else(|| bad("weights not f32"))?;
+            if weights.len() != ws.iter().product::<usize>() {
+                return Err(bad("weights of another shape than their type's"));
+            }
+            Some(weights)
+        }
+        _ => None,
+    };
+    let bias = match node.inputs.get(2).copied().flatten() {
+        Some(b) if graph.ty(b).shape.iter().product::<usize>() != yb.c => {
+            return Err(bad("a bias not of one per output channel"))
+        }
+        Some(b) => match &graph.value(b).def {
+            ValueDef::Const(t) => Given::Packed(t.to_vec::<f32>()?),
+            _ => Given::Input(2),
+        },
+        None => Given::Absent,
+    };
     let at = |v: &[usize], i: usize| v.get(i).copied().unwrap_or(1);
     let plane = Plane {
         ih: xb.h,
