@@ -133,9 +133,10 @@ fn onnx_node_tests_pass() {
     check("onnx_node_tests_pass", "cpu", include_str!("conformance_expected.txt"));
 }
 
-/// The same cases on the CPU with every 2-D convolution and pool it takes in channel blocks run in blocks
-/// (`cpu:blocks`: converting around each whose values the plan keeps packed), so that the blocked kernels
-/// (`kernels/blocked.rs`, `conv_blocks.rs`) meet every Conv and pool case: the same list as the CPU's.
+/// The same cases on the CPU with every 2-D convolution, pool and inference BatchNormalization it takes in
+/// channel blocks run in blocks (`cpu:blocks`: converting around each whose values the plan keeps packed), so that
+/// the blocked kernels (`kernels/blocked.rs`, `conv_blocks.rs`, `depthwise_blocks.rs`) meet every Conv, pool and
+/// BatchNormalization case: the same list as the CPU's.
 #[test]
 fn onnx_node_tests_pass_in_channel_blocks() {
     check("onnx_node_tests_pass_in_channel_blocks", "cpu:blocks", include_str!("conformance_expected.txt"));

@@ -251,9 +251,12 @@ impl OpenedTarget for OpenedCpu {
         plan: &Plan,
         prefix: &str,
     ) -> Result<Option<ObjectCode>, BackendError> {
-        let options = self.lower_options(whole, &plan.inputs);
-        let specs: Vec<(String, crate::jit::Loops)> =
-            segments.iter().flat_map(|s| crate::kernel_specs(&s.graph, &options)).collect();
+        let mut options = self.lower_options(whole, &plan.inputs);
+        options.blocked = plan.blocked.iter().map(|b| (b.value.clone(), b.block)).collect();
+        let mut specs: Vec<(String, crate::jit::Loops)> = Vec::new();
+        for s in segments {
+            specs.extend(crate::kernel_specs(&s.graph, &options)?);
+        }
         let loops: Vec<crate::jit::Loops> = specs.iter().map(|(_, l)| l.clone()).collect();
         let object = crate::jit::compile_object(&loops, prefix)?;
         let kernels: Vec<(String, u64, String)> =

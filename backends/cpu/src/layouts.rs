@@ -80,8 +80,9 @@ impl Backend for CpuTarget {
     /// With AVX-512F, in blocks of 16 channels (`kernels/blocked.rs`): an f32 2-D convolution of one group with
     /// constant weights (`conv_blocks.rs`) reads and writes either layout, a depthwise one (one output channel per
     /// input channel, `depthwise_blocks.rs`) keeps its input's, a 2-D MaxPool (without indices) or
-    /// AveragePool keeps its input's, a global pool reads either; elementwise steps on f32 values of one shape
-    /// (and single elements) and a Concat along the channels keep theirs.
+    /// AveragePool keeps its input's, so does an inference BatchNormalization, a global pool reads either; elementwise steps on f32 values of one shape
+    /// (and single elements, and per-channel operands where the step joins a generated chain) and a Concat along
+    /// the channels keep theirs.
     fn channel_blocks(&self, graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)> {
         channel_blocks(graph, node).filter(|_| crate::kernels::conv_blocks::available())
     }
@@ -142,12 +143,23 @@ pub fn channel_blocks(graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)>
             (two_d && !indices && matches!(p.kind, PoolKind::Max | PoolKind::Average { .. }))
                 .then_some(BlockRole::Same)?
         }
+        Op::BatchNorm { training: false, .. }
+            if n.outputs.len() == 1 && (1..5).all(|k| ty(k).is_some_and(|t| t.dt == DatumType::F32)) =>
+        {
+            BlockRole::Same
+        }
         Op::GlobalPool(_) => BlockRole::Reads,
         Op::Concat { axis: 1 } if (0..n.inputs.len()).all(|k| ty(k).is_some_and(f32_4d)) => BlockRole::Along,
         Op::Unary(_) | Op::Binary(_) | Op::Variadic(_) | Op::Clip => {
+            // A per-channel operand only where the node joins a generated chain, which reads it through the
+            // blocks' strides (`lower/blocks.rs`, `chain`); a kernel of the node alone broadcasts by the packed
+            // layout.
+            let chained = stowage_compiler::lowering::fuse::fusable(graph, node);
             let fits = |k: usize| {
                 ty(k).is_some_and(|t| {
-                    t.dt == DatumType::F32 && (t.shape == out.shape || t.shape.iter().product::<usize>() == 1)
+                    let per_channel = chained && per_channel(&t.shape, &out.shape);
+                    t.dt == DatumType::F32
+                        && (t.shape == out.shape || t.shape.iter().product::<usize>() == 1 || per_channel)
                 })
             };
             (0..n.inputs.len()).all(|k| n.inputs[k].is_none() || fits(k)).then_some(BlockRole::Along)?
@@ -155,6 +167,14 @@ pub fn channel_blocks(graph: &Graph, node: NodeId) -> Option<(usize, BlockRole)>
         _ => return None,
     };
     Some((BLOCK, role))
+}
+
+/// True when an operand of `shape` broadcasts to the 4-D `out` with one value per channel (or one for all
+/// channels) of each batch item or of all: `[C, 1, 1]`, `[1, C, 1, 1]`, `[N, C, 1, 1]`, `[N, 1, 1, 1]`.
+pub fn per_channel(shape: &[usize], out: &[usize]) -> bool {
+    let Some(skip) = out.len().checked_sub(shape.len()).filter(|_| out.len() == 4) else { return false };
+    let dim = |a: usize| a.checked_sub(skip).map_or(1, |i| shape[i]);
+    dim(2) == 1 && dim(3) == 1 && (dim(1) == 1 || dim(1) == out[1]) && (dim(0) == 1 || dim(0) == out[0])
 }
 
 #[cfg(test)]
@@ -168,5 +188,17 @@ mod tests {
         assert!(!accepts(&Op::MatMul, &[2, 2]).at_lowering);
         assert_eq!(accepts(&Op::MatMul, &[3, 2]), Accepts::PACKED);
         assert_eq!(accepts(&Op::Concat { axis: 0 }, &[2, 2]), Accepts::PACKED);
+    }
+
+    #[test]
+    fn per_channel_operands_are_one_value_per_channel_and_batch_item() {
+        let out = [2, 32, 7, 7];
+        for shape in [&[32, 1, 1][..], &[1, 32, 1, 1], &[2, 32, 1, 1], &[2, 1, 1, 1], &[1], &[1, 1]] {
+            assert!(per_channel(shape, &out), "{shape:?}");
+        }
+        for shape in [&[32][..], &[1, 1, 7], &[1, 32, 7, 1], &[3, 32, 1, 1], &[1, 16, 1, 1], &[1, 1, 1, 1, 1]] {
+            assert!(!per_channel(shape, &out), "{shape:?}");
+        }
+        assert!(!per_channel(&[32, 1, 1], &[32, 7, 7]), "a value of three axes is not in blocks");
     }
 }

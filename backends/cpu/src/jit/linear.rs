@@ -8,7 +8,9 @@
 //!
 //! 1. **Which chains.** A chain is linear when its result is reached from one start by a path of instructions,
 //!    each reading the one before it on the path and otherwise only *leaves*: constants, inputs of one value per
-//!    row (stride 0 along the innermost axis, any element type), and contiguous f32 inputs (stride 4). The start
+//!    row (stride 0 along the innermost axis, any element type), contiguous f32 inputs (stride 4), and f32
+//!    inputs of 16 values repeated along the row (a per-channel operand of a value in channel blocks, whose rows
+//!    are a plane of blocks of 16 channels: [`super::wide::Wide`] makes them). The start
 //!    is a leaf, or a two-leaf instruction. Instructions off the path are dead and not evaluated. Every function
 //!    on the path is one of [`native_unary`] and [`native_binary`], and the output is contiguous f32. Anything
 //!    else ([`Linear::new`] returns `None`: a logarithm, two computed values meeting, a strided or integer input
@@ -45,6 +47,8 @@ pub enum Leaf {
     Row(usize),
     /// Input `k`, contiguous f32 along the row.
     Tile(usize),
+    /// Input `k`, 16 f32 from the row's first element, the same for every 16 elements of the row.
+    Lanes(usize),
 }
 
 /// One instruction on the path: the running value `v` becomes …
@@ -143,12 +147,12 @@ impl Linear {
         Some(Linear { first, steps })
     }
 
-    /// Elements `0..n` of one row: `ins[k]` is input `k`'s first element of the row for its [`Leaf::Tile`]s,
-    /// `row[k]` its value for its [`Leaf::Row`]s (rule 4).
+    /// Elements `0..n` of one row: `ins[k]` is input `k`'s first element of the row for its [`Leaf::Tile`]s and
+    /// [`Leaf::Lanes`], `row[k]` its value for its [`Leaf::Row`]s (rule 4).
     ///
     /// # Safety
-    /// The CPU has AVX-512F; each `ins[k]` a tile leaf names is readable for `n` f32 and `out` writable for `n`
-    /// f32, which no input reads.
+    /// The CPU has AVX-512F; each `ins[k]` a tile leaf names is readable for `n` f32, each a lanes leaf names for
+    /// 16 f32, and `out` writable for `n` f32, which no input reads.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn row(&self, ins: &[*const f32], row: &[f32], out: *mut f32, n: usize) {
@@ -222,7 +226,8 @@ fn masks<const N: usize>(lanes: usize) -> [u16; N] {
 /// A leaf's `N` vectors for elements `j ..` of the row (with `MASKED`, the lanes off in `masks` read as 0).
 ///
 /// # Safety
-/// A [`Leaf::Tile`]'s lanes that are read lie within the row of its input (`Linear::row`'s contract).
+/// A [`Leaf::Tile`]'s lanes that are read lie within the row of its input, a [`Leaf::Lanes`]' 16 f32 are readable
+/// (`Linear::row`'s contract).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -236,6 +241,8 @@ unsafe fn leaf<const N: usize, const MASKED: bool>(
     match l {
         Leaf::Const(c) => [_mm512_set1_ps(c); N],
         Leaf::Row(k) => [_mm512_set1_ps(row[k]); N],
+        // SAFETY: the caller's contract: 16 f32 readable there. Lanes past the row are not stored.
+        Leaf::Lanes(k) => [unsafe { _mm512_loadu_ps(ins[k]) }; N],
         Leaf::Tile(k) => {
             let mut v = [_mm512_setzero_ps(); N];
             for (r, x) in v.iter_mut().enumerate() {

@@ -55,6 +55,48 @@ pub struct Wide {
     linear: Option<Linear>,
 }
 
+/// A linear chain over values in channel blocks with a per-channel operand (`lower/blocks.rs`, `chain`): loops
+/// whose innermost axis is a block's 16 lanes, the output and every input contiguous across the last two axes, a
+/// constant along both, or 16 f32 the same at every step of the second-last (a per-channel operand). As they
+/// are, the rows would be 16 elements long; merged, a row is the whole plane of a block and the per-channel
+/// operand a [`Leaf::Lanes`] (with three axes or more: the outermost is not merged). Returns the merged dims and strides (a lanes operand's innermost stride is 4, never
+/// stepped) and the chain's linear form; `None` where the loops are not so or the chain is not linear.
+fn lanes(spec: &Loops, chain: &Chain) -> Option<(Vec<usize>, Vec<Vec<usize>>, Linear)> {
+    const LANES: usize = 16;
+    let rank = spec.dims.len();
+    let last_two = |o: &Operand| (o.strides[rank - 2], o.strides[rank - 1]);
+    // The outermost axis stays as it is: the caller splits it into bands for threads.
+    if rank < 3 || spec.dims[rank - 1] != LANES || last_two(&spec.output) != (4 * LANES, 4) {
+        return None;
+    }
+    let leaf = |k: usize| {
+        let o = &spec.inputs[k];
+        match last_two(o) {
+            (0, 0) => Some(Leaf::Row(k)),
+            (64, 4) if o.elem == Elem::F32 => Some(Leaf::Tile(k)),
+            (0, 4) if o.elem == Elem::F32 => Some(Leaf::Lanes(k)),
+            _ => None,
+        }
+    };
+    if !(0..spec.inputs.len()).any(|k| matches!(leaf(k), Some(Leaf::Lanes(_)))) {
+        return None;
+    }
+    let linear = Linear::new(chain, leaf)?;
+    let mut dims = spec.dims[..rank - 1].to_vec();
+    dims[rank - 2] *= LANES;
+    let strides = spec
+        .inputs
+        .iter()
+        .chain([&spec.output])
+        .map(|o| {
+            let mut s = o.strides[..rank - 1].to_vec();
+            s[rank - 2] = o.strides[rank - 1];
+            s
+        })
+        .collect();
+    Some((dims, strides, linear))
+}
+
 /// An instruction's value over one tile.
 #[derive(Clone, Copy)]
 enum Val {
@@ -82,15 +124,15 @@ impl Wide {
                 _ => None,
             }
         };
+        let strides = spec.inputs.iter().chain([&spec.output]).map(|o| o.strides.clone()).collect();
+        let elems = spec.inputs.iter().map(|o| o.elem).collect();
+        if isa == Isa::Avx512 {
+            if let Some((dims, strides, linear)) = lanes(spec, chain) {
+                return Some(Wide { isa, linear: Some(linear), dims, strides, elems, chain: chain.clone() });
+            }
+        }
         let linear = (isa == Isa::Avx512 && inner(&spec.output) == 4).then(|| Linear::new(chain, leaf)).flatten();
-        Some(Wide {
-            isa,
-            linear,
-            dims: spec.dims.clone(),
-            strides: spec.inputs.iter().chain([&spec.output]).map(|o| o.strides.clone()).collect(),
-            elems: spec.inputs.iter().map(|o| o.elem).collect(),
-            chain: chain.clone(),
-        })
+        Some(Wide { isa, linear, dims: spec.dims.clone(), strides, elems, chain: chain.clone() })
     }
 
     /// Rows `begin..end` of the outermost axis.
@@ -417,5 +459,57 @@ fn binary(f: BinaryFn, x: Val, y: Val, len: usize, out: &mut [f32]) {
         B::Min => zip(x, y, len, out, |a, b| binary_scalar(B::Min, a, b)),
         B::PRelu => zip(x, y, len, out, |a, b| binary_scalar(B::PRelu, a, b)),
         other => zip(x, y, len, out, |a, b| binary_scalar(other, a, b)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stowage_kir::{packed_strides, BinaryFn, Chain, Elem, Inst, Loops, UnaryFn};
+
+    use super::super::{Entry, Jit};
+
+    /// A BatchNormalization's scale and shift and a ReLU over a value in channel blocks `[1, 3, 5, 7, 16]`, the
+    /// scale and shift one f32 per channel: with AVX-512 the rows are merged into planes of blocks and the
+    /// operands read as lanes, and every element is what Cranelift's code (rows of 16) computes.
+    #[test]
+    fn per_channel_operands_of_blocks_run_a_plane_per_row() {
+        let dims = [1, 3, 5, 7, 16];
+        let x: Vec<f32> = (0..3 * 5 * 7 * 16).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let scale: Vec<f32> = (0..48).map(|c| 0.5 + c as f32 / 16.0).collect();
+        let shift: Vec<f32> = (0..48).map(|c| c as f32 / 3.0 - 8.0).collect();
+        let chain = Chain {
+            insts: vec![
+                Inst::Input(0),
+                Inst::Input(1),
+                Inst::Binary(BinaryFn::Mul, 0, 1),
+                Inst::Input(2),
+                Inst::Binary(BinaryFn::Add, 2, 3),
+                Inst::Unary(UnaryFn::Relu, 4),
+            ],
+        };
+        let lanes = vec![0, 64, 0, 0, 4];
+        let operands = [(Elem::F32, packed_strides(&dims, 4)), (Elem::F32, lanes.clone()), (Elem::F32, lanes)];
+        let spec = Loops::elementwise_into(&dims, &operands, chain, Elem::F32);
+        let run = |wide: bool| {
+            let mut jit = Jit::with_wide(None, wide).expect("jit");
+            let k = jit.add(&spec).expect("compiles");
+            let code = jit.finish().expect("finishes");
+            if wide && std::arch::is_x86_feature_detected!("avx512f") {
+                let Entry::Wide(w) = &code.fns[k].0 else { panic!("not tiles") };
+                assert_eq!(w.dims, [3, 5 * 7 * 16], "rows are planes of blocks");
+            }
+            let ins: Vec<&[u8]> = [&x, &scale, &shift].iter().map(|v| bytemuck::cast_slice(v.as_slice())).collect();
+            let mut y = vec![f32::NAN; x.len()];
+            code.call(k, &ins, bytemuck::cast_slice_mut(&mut y), 2).expect("runs");
+            y
+        };
+        let expected: Vec<f32> = (0..x.len())
+            .map(|i| {
+                let c = i / (5 * 7 * 16) * 16 + i % 16;
+                (x[i] * scale[c] + shift[c]).max(0.0)
+            })
+            .collect();
+        assert_eq!(run(false), expected);
+        assert_eq!(run(true), expected);
     }
 }

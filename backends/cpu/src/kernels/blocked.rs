@@ -7,7 +7,8 @@
 //!    `((n·G + c / 16)·H·W + y·W + x)·16 + c % 16`, `G = ⌈C/16⌉` ([`Blocks::at`]). Where `C` is not a multiple of
 //!    16 the last block's lanes past `C` are padding: written by every kernel (zero by [`to_blocks`], whatever a
 //!    kernel's arithmetic gives elsewhere) and read by none as a channel, so no value depends on them.
-//! 2. **The plain kernels' values.** Each kernel here computes what its plain counterpart computes: MaxPool the
+//! 2. **The plain kernels' values.** Each kernel here computes what its plain counterpart computes: BatchNormalization
+//!    `norm.rs`'s coefficients and `x·a + b`, bit for bit; MaxPool the
 //!    maxima of `f32::max` (NaN loses to a number, padding is absent; a window with no input element is 0, as
 //!    `pool.rs` writes), bit for bit; AveragePool the sum in window order, in f32, over the `count_include_pad`
 //!    divisor of `pool.rs` (whose paths sum in f64 or multiply by the divisor's inverse: equal within rounding);
@@ -16,7 +17,8 @@
 //! 3. **Threads.** Work splits over batch items × blocks (and output rows for the pools), each writing its own
 //!    part of the output; small work stays on one thread.
 //!
-//! Tests: `blocks_round_trip_with_zero_padding`, `blocked_pools_give_the_plain_values` here; the convolution's in
+//! Tests: `blocks_round_trip_with_zero_padding`, `blocked_batch_norm_gives_the_plain_values`,
+//! `blocked_pools_give_the_plain_values` here; the convolution's in
 //! `conv_blocks.rs`; whole models through the planner in `tests/tests/conformance.rs` (`STOWAGE_BLOCKED`).
 
 use rayon::prelude::*;
@@ -314,6 +316,42 @@ unsafe fn global_block(src: &[f32], max: bool) -> [f64; BLOCK] {
     }
 }
 
+/// ONNX `BatchNormalization` (inference form) over blocks: each channel's `x·a + b` with `a = scale / √(var + ε)`
+/// and `b = bias − mean·a`, computed as `norm.rs` computes them (rule 2: bit for bit); padding lanes take 0 and 0.
+///
+/// # Panics
+/// On lengths that do not match `b`.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm(
+    x: &[f32],
+    b: Blocks,
+    [scale, bias, mean, var]: [&[f32]; 4],
+    epsilon: f32,
+    y: &mut [f32],
+    threads: usize,
+) {
+    assert_eq!(x.len(), b.len(), "blocks: a BatchNormalization input of {} floats for {b:?}", x.len());
+    assert_eq!(y.len(), b.len(), "blocks: a BatchNormalization output of {} floats for {b:?}", y.len());
+    for p in [scale, bias, mean, var] {
+        assert_eq!(p.len(), b.c, "blocks: BatchNormalization parameters of {} values for {b:?}", p.len());
+    }
+    let mut coef = vec![(0.0f32, 0.0f32); b.groups() * BLOCK];
+    for (c, k) in coef.iter_mut().enumerate().take(b.c) {
+        let a = scale[c] / (var[c] + epsilon).sqrt();
+        *k = (a, bias[c] - mean[c] * a);
+    }
+    let (groups, hw) = (b.groups(), b.h * b.w);
+    each_part(y, hw * BLOCK, threads, |i, part| {
+        let coef = &coef[i % groups * BLOCK..][..BLOCK];
+        let src = &x[i * hw * BLOCK..][..hw * BLOCK];
+        for (yv, xv) in part.chunks_exact_mut(BLOCK).zip(src.chunks_exact(BLOCK)) {
+            for ((o, &v), &(a, k)) in yv.iter_mut().zip(xv).zip(coef) {
+                *o = v * a + k;
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +379,25 @@ mod tests {
             let mut back = vec![f32::NAN; x.len()];
             from_blocks(&y, b, &mut back, threads);
             assert_eq!(back, x);
+        }
+    }
+
+    /// Rule 2: BatchNormalization in blocks gives `norm.rs`'s values bit for bit.
+    #[test]
+    fn blocked_batch_norm_gives_the_plain_values() {
+        let b = Blocks { n: 2, c: 19, h: 5, w: 7 };
+        let x = values(b.n * b.c * b.h * b.w, 5);
+        let p: Vec<Vec<f32>> = (0..4).map(|k| values(b.c, k + 7).iter().map(|v| v.abs() + 0.25).collect()).collect();
+        let mut want = vec![0.0; x.len()];
+        crate::kernels::norm::batch_norm(&x, &[b.n, b.c, b.h, b.w], &p[0], &p[1], &p[2], &p[3], 1e-3, &mut want);
+        let mut xb = vec![0.0; b.len()];
+        to_blocks(&x, b, &mut xb, 1);
+        for threads in [1, 2] {
+            let mut yb = vec![f32::NAN; b.len()];
+            batch_norm(&xb, b, [&p[0], &p[1], &p[2], &p[3]], 1e-3, &mut yb, threads);
+            let mut got = vec![0.0; x.len()];
+            from_blocks(&yb, b, &mut got, 1);
+            assert_eq!(got, want);
         }
     }
 

@@ -1,8 +1,10 @@
 //! The kernels of nodes whose values the plan holds in channel blocks (`stowage_compiler::plan::blocked`,
 //! `kernels/blocked.rs`): a convolution into or out of blocks (`conv_blocks.rs`), a depthwise one in blocks
-//! (`depthwise_blocks.rs`), pools in blocks, global pools from blocks. A blocked value's tensor has its channels padded to whole blocks (`Blocks::padded_shape`), so its
-//! bytes are the plan's. Elementwise steps and Concats on blocked values need nothing here: the plan blocks them
-//! only with whole blocks of values of one shape, where the packed kernels' walk over the elements is the same.
+//! (`depthwise_blocks.rs`), pools and BatchNormalization in blocks, global pools from blocks. A blocked value's tensor has its channels
+//! padded to whole blocks (`Blocks::padded_shape`), so its bytes are the plan's. A generated chain whose result is
+//! in blocks runs over the blocks ([`chain`]): the plan blocks elementwise steps only with whole blocks, over
+//! values of one shape, single elements and per-channel operands, which the chain reads through strides. Concats
+//! need nothing here: along the channels, whole blocks are the packed kernel's runs.
 
 use std::collections::HashMap;
 
@@ -60,7 +62,7 @@ pub(super) fn kernel(
             )))
         });
     }
-    if !matches!(node.op, Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_)) {
+    if !matches!(node.op, Op::Conv(_) | Op::Pool(_) | Op::GlobalPool(_) | Op::BatchNorm { .. }) {
         return None;
     }
     let x = node.inputs.first().copied().flatten();
@@ -101,6 +103,18 @@ pub(super) fn kernel(
             });
             Ok(k)
         }
+        Op::BatchNorm { epsilon, training: false, .. } if inner == (Form::Blocked, Form::Blocked) => {
+            let eps = *epsilon;
+            let k: Kernel = Box::new(move |a, cx| {
+                let x = arg(a, 0)?.as_slice::<f32>()?;
+                let p = [1, 2, 3, 4].map(|i| arg(a, i).and_then(|t| Ok(t.as_slice::<f32>()?)));
+                let [s, b, m, v] = p;
+                let mut y = crate::storage::output_for_overwrite(DatumType::F32, &yb.padded_shape())?;
+                blocked::batch_norm(x, xb, [s?, b?, m?, v?], eps, y.as_slice_mut::<f32>()?, cx.threads);
+                one(y)
+            });
+            Ok(k)
+        }
         Op::GlobalPool(kind) if inner == (Form::Blocked, Form::Plain) => {
             let max = *kind == PoolKind::Max;
             let k: Kernel = Box::new(move |a, _| {
@@ -118,6 +132,64 @@ pub(super) fn kernel(
         ))),
     };
     Some(k.map(|k| if forced { around(k, (from, to), inner, (xb, yb), residual) } else { k }))
+}
+
+/// The loops of the generated chain rooted at `root` (`planned`) where its result is in channel blocks, over the
+/// blocks themselves, `[N, ⌈C/16⌉, H, W, 16]`: an operand of the result's shape is in blocks too (the plan ties
+/// them, `plan::blocked`'s `Along`), one of one value per channel (`layouts::per_channel`, a BatchNormalization's
+/// scale and shift, a squeeze-excitation's scales) is read through a stride of 0 along the plane and of one float
+/// along the block's lanes (its channels lie in order in either layout, since its plane is one element), a single
+/// element steps 0. `None` where the result is packed.
+pub(super) fn chain(
+    graph: &Graph,
+    root: ir::NodeId,
+    planned: &stowage_compiler::lowering::fuse::Planned,
+    blocked: &HashMap<String, usize>,
+) -> Option<Result<stowage_kir::Loops>> {
+    use stowage_kir::{packed_strides, Body, Elem, Loops};
+    let node = graph.node(root);
+    let out = node.outputs.first().copied().flatten()?;
+    let width = *blocked.get(&graph.value(out).name)?;
+    let refuse = |what: String| {
+        Some(Err(CpuError::NotImplemented(format!(
+            "node '{}' ({}): {what} in channel blocks",
+            node.name,
+            node.op.name()
+        ))))
+    };
+    let shape = &graph.ty(out).shape;
+    let (Some(y), Body::Chain(body)) = (Blocks::of(shape), &planned.loops.body) else {
+        return refuse("a chain not over a 4-D value".into());
+    };
+    if width != blocked::BLOCK {
+        return refuse(format!("blocks of {width} channels"));
+    }
+    let dims = [y.n, y.groups(), y.h, y.w, blocked::BLOCK];
+    let mut operands = Vec::with_capacity(planned.inputs.len());
+    for &v in &planned.inputs {
+        let (t, name) = (graph.ty(v), &graph.value(v).name);
+        let strides = if t.dt != DatumType::F32 {
+            return refuse(format!("operand '{name}' of {:?}", t.dt));
+        } else if t.shape == *shape {
+            if !blocked.contains_key(name) {
+                return refuse(format!("operand '{name}' packed beside a result"));
+            }
+            packed_strides(&dims, 4)
+        } else if t.shape.iter().product::<usize>() == 1 {
+            vec![0; 5]
+        } else if crate::layouts::per_channel(&t.shape, shape) && y.c.is_multiple_of(blocked::BLOCK) {
+            let at = |a: usize| (a + t.shape.len()).checked_sub(4).map_or(1, |i| t.shape[i]);
+            let (n, c) = (at(0), at(1));
+            // Floats per batch item: its channels, padded to whole blocks where it is held in blocks.
+            let item = if blocked.contains_key(name) { c.div_ceil(blocked::BLOCK) * blocked::BLOCK } else { c };
+            let lane = if c == 1 { 0 } else { 4 };
+            vec![if n == 1 { 0 } else { item * 4 }, lane * blocked::BLOCK, 0, 0, lane]
+        } else {
+            return refuse(format!("operand '{name}' of shape {:?} broadcast", t.shape));
+        };
+        operands.push((Elem::F32, strides));
+    }
+    Some(Ok(Loops::elementwise_into(&dims, &operands, body.clone(), Elem::F32)))
 }
 
 /// `k`, which works in the layouts `inner`, between values in the layouts `outer`: inputs 0 (and 3, a residual term

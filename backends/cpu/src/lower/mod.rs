@@ -69,7 +69,7 @@ pub fn lower(graph: &Graph, threads: usize) -> Result<Program> {
 /// Lowers `graph` to a program.
 pub fn lower_with(graph: &Graph, options: &LowerOptions) -> Result<Program> {
     let threads = options.threads;
-    let gen = generated(graph, options);
+    let gen = generated(graph, options)?;
     let mut kernel_index: HashMap<ir::NodeId, usize> = HashMap::new();
     let code = if gen.kernels.is_empty() {
         None
@@ -368,7 +368,7 @@ fn shapes(graph: &Graph, gen: &Generated) -> Vec<Shape> {
 /// step at its root reading the chain's inputs; a Conv with its ReLU writes the ReLU's value; a Reshape-like
 /// node is a view of its input, but of a graph input in a caller's strides, which it copies.
 pub fn memory_steps(graph: &Graph, options: &LowerOptions) -> Vec<stowage_compiler::plan::KernelStep> {
-    let gen = generated(graph, options);
+    let gen = steps_of(graph, options);
     let name = |v: ValueId| graph.value(v).name.clone();
     shapes(graph, &gen)
         .into_iter()
@@ -415,7 +415,22 @@ struct Generated {
     kernels: Vec<(ir::NodeId, Loops)>,
 }
 
-fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
+/// [`steps_of`], with the loops of chains whose results are in channel blocks over the blocks
+/// ([`blocks::chain`]).
+fn generated(graph: &Graph, options: &LowerOptions) -> Result<Generated> {
+    let mut gen = steps_of(graph, options);
+    for (root, loops) in gen.kernels.iter_mut() {
+        let Some(p) = gen.planned.get_mut(root) else { continue };
+        if let Some(blocked) = blocks::chain(graph, *root, p, &options.blocked) {
+            p.loops = blocked?;
+            *loops = p.loops.clone();
+        }
+    }
+    Ok(gen)
+}
+
+/// What lowering generates code for: chains, epilogues, the kernels to compile (their loops over packed values).
+fn steps_of(graph: &Graph, options: &LowerOptions) -> Generated {
     // An activation that is the only reader of an f32 Conv's output runs inside the Conv's step, on each tile while
     // it is in registers; the Conv's step writes the activation's value.
     let mut relu_after: HashMap<ir::NodeId, ir::NodeId> = if options.fuse {
@@ -455,8 +470,8 @@ fn generated(graph: &Graph, options: &LowerOptions) -> Generated {
 
 /// The generated kernels [`lower_with`] would compile for `graph`, in its order, with the node each belongs to:
 /// what `stowage build` compiles ahead of time into an object file ([`crate::jit::compile_object`]).
-pub fn kernel_specs(graph: &Graph, options: &LowerOptions) -> Vec<(String, Loops)> {
-    generated(graph, options).kernels.into_iter().map(|(n, l)| (graph.node(n).name.clone(), l)).collect()
+pub fn kernel_specs(graph: &Graph, options: &LowerOptions) -> Result<Vec<(String, Loops)>> {
+    Ok(generated(graph, options)?.kernels.into_iter().map(|(n, l)| (graph.node(n).name.clone(), l)).collect())
 }
 
 /// The activation a convolution's epilogue applies for `node` (`kernels/act.rs`), when it is one: Relu,
