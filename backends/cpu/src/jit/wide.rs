@@ -17,8 +17,13 @@ use stowage_kir::{binary_scalar, unary_scalar, BinaryFn, Body, Chain, Elem, Inst
 
 use super::linear::{Leaf, Linear};
 
-/// Elements of the innermost axis evaluated together: each instruction's tile stays in L1.
+/// Elements of the innermost axis evaluated together: each instruction's tile stays in L1. A multiple of
+/// [`LANES`], so that a tile of a row of blocks starts at a block's first lane.
 pub const TILE: usize = 256;
+
+/// Channels in a block (`kernels/blocked.rs`), the period of a per-channel operand's row in [`lanes`].
+const LANES: usize = 16;
+const _: () = assert!(TILE.is_multiple_of(LANES));
 
 /// The vector extension a [`Wide`] kernel was made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,35 +58,36 @@ pub struct Wide {
     chain: Chain,
     /// The chain in registers, where it is linear and the CPU has AVX-512 (`linear.rs`).
     linear: Option<Linear>,
+    /// Per input: 16 f32 repeated along the row ([`lanes`]).
+    lanes: Vec<bool>,
 }
 
-/// A linear chain over values in channel blocks with a per-channel operand (`lower/blocks.rs`, `chain`): loops
-/// whose innermost axis is a block's 16 lanes, the output and every input contiguous across the last two axes, a
+/// A chain over values in channel blocks with a per-channel operand (`lower/blocks.rs`, `chain`): loops whose
+/// innermost axis is a block's 16 lanes, the output and every input contiguous across the last two axes, a
 /// constant along both, or 16 f32 the same at every step of the second-last (a per-channel operand). As they
 /// are, the rows would be 16 elements long; merged, a row is the whole plane of a block and the per-channel
-/// operand a [`Leaf::Lanes`] (with three axes or more: the outermost is not merged). Returns the merged dims and strides (a lanes operand's innermost stride is 4, never
-/// stepped) and the chain's linear form; `None` where the loops are not so or the chain is not linear.
-fn lanes(spec: &Loops, chain: &Chain) -> Option<(Vec<usize>, Vec<Vec<usize>>, Linear)> {
-    const LANES: usize = 16;
+/// operand repeats every 16 elements: a [`Leaf::Lanes`] in registers, a tile filled with its pattern otherwise
+/// (with three axes or more: the outermost is not merged). Returns the merged dims and strides (a lanes
+/// operand's innermost stride is 4, never stepped) and which inputs are lanes; `None` where the loops are not so.
+fn lanes(spec: &Loops) -> Option<(Vec<usize>, Vec<Vec<usize>>, Vec<bool>)> {
     let rank = spec.dims.len();
     let last_two = |o: &Operand| (o.strides[rank - 2], o.strides[rank - 1]);
     // The outermost axis stays as it is: the caller splits it into bands for threads.
     if rank < 3 || spec.dims[rank - 1] != LANES || last_two(&spec.output) != (4 * LANES, 4) {
         return None;
     }
-    let leaf = |k: usize| {
-        let o = &spec.inputs[k];
-        match last_two(o) {
-            (0, 0) => Some(Leaf::Row(k)),
-            (64, 4) if o.elem == Elem::F32 => Some(Leaf::Tile(k)),
-            (0, 4) if o.elem == Elem::F32 => Some(Leaf::Lanes(k)),
-            _ => None,
-        }
-    };
-    if !(0..spec.inputs.len()).any(|k| matches!(leaf(k), Some(Leaf::Lanes(_)))) {
+    let mut lanes = Vec::with_capacity(spec.inputs.len());
+    for o in &spec.inputs {
+        lanes.push(match last_two(o) {
+            (0, 0) => false,
+            (64, 4) if o.elem == Elem::F32 => false,
+            (0, 4) if o.elem == Elem::F32 => true,
+            _ => return None,
+        });
+    }
+    if !lanes.contains(&true) {
         return None;
     }
-    let linear = Linear::new(chain, leaf)?;
     let mut dims = spec.dims[..rank - 1].to_vec();
     dims[rank - 2] *= LANES;
     let strides = spec
@@ -94,7 +100,7 @@ fn lanes(spec: &Loops, chain: &Chain) -> Option<(Vec<usize>, Vec<Vec<usize>>, Li
             s
         })
         .collect();
-    Some((dims, strides, linear))
+    Some((dims, strides, lanes))
 }
 
 /// An instruction's value over one tile.
@@ -126,13 +132,18 @@ impl Wide {
         };
         let strides = spec.inputs.iter().chain([&spec.output]).map(|o| o.strides.clone()).collect();
         let elems = spec.inputs.iter().map(|o| o.elem).collect();
-        if isa == Isa::Avx512 {
-            if let Some((dims, strides, linear)) = lanes(spec, chain) {
-                return Some(Wide { isa, linear: Some(linear), dims, strides, elems, chain: chain.clone() });
-            }
+        if let Some((dims, strides, lanes)) = lanes(spec) {
+            let leaf = |k: usize| match (lanes[k], strides[k][dims.len() - 1]) {
+                (true, _) => Some(Leaf::Lanes(k)),
+                (false, 0) => Some(Leaf::Row(k)),
+                (false, _) => Some(Leaf::Tile(k)),
+            };
+            let linear = (isa == Isa::Avx512).then(|| Linear::new(chain, leaf)).flatten();
+            return Some(Wide { isa, linear, dims, strides, elems, lanes, chain: chain.clone() });
         }
         let linear = (isa == Isa::Avx512 && inner(&spec.output) == 4).then(|| Linear::new(chain, leaf)).flatten();
-        Some(Wide { isa, linear, dims: spec.dims.clone(), strides, elems, chain: chain.clone() })
+        let lanes = vec![false; spec.inputs.len()];
+        Some(Wide { isa, linear, dims: spec.dims.clone(), strides, elems, lanes, chain: chain.clone() })
     }
 
     /// Rows `begin..end` of the outermost axis.
@@ -290,7 +301,15 @@ impl Wide {
                 Inst::Input(k) => {
                     let (s, elem) = (self.strides[k][rank - 1], self.elems[k]);
                     let at = |j: usize| in_rows[k].wrapping_add((t0 + j) * s);
-                    if s == 0 {
+                    if self.lanes[k] {
+                        // The row's 16 values repeated; `t0` is a multiple of 16 (`TILE`).
+                        let pattern = in_rows[k].cast::<f32>();
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            // SAFETY: the 16 f32 of a lanes input are within its extent (the caller's contract).
+                            *d = unsafe { pattern.add(j % LANES).read_unaligned() };
+                        }
+                        Val::Tile(dst.as_ptr())
+                    } else if s == 0 {
                         // SAFETY: element t0 of the row is within the input's extent (the caller's contract).
                         Val::Splat(unsafe { load(elem, at(0)) })
                     } else if elem == Elem::F32 && s == 4 && (at(0) as usize).is_multiple_of(4) {
@@ -468,48 +487,53 @@ mod tests {
 
     use super::super::{Entry, Jit};
 
-    /// A BatchNormalization's scale and shift and a ReLU over a value in channel blocks `[1, 3, 5, 7, 16]`, the
-    /// scale and shift one f32 per channel: with AVX-512 the rows are merged into planes of blocks and the
-    /// operands read as lanes, and every element is what Cranelift's code (rows of 16) computes.
+    /// A BatchNormalization's scale and shift over a value in channel blocks `[1, 3, 5, 7, 16]`, one f32 per channel
+    /// each, then a ReLU (linear: in registers with AVX-512) or a SiLU (the shifted value read twice: tiles). The
+    /// rows are merged into planes of blocks, and every element is `Chain::eval`'s, as Cranelift's code (rows of
+    /// 16) computes it too.
     #[test]
     fn per_channel_operands_of_blocks_run_a_plane_per_row() {
         let dims = [1, 3, 5, 7, 16];
         let x: Vec<f32> = (0..3 * 5 * 7 * 16).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
         let scale: Vec<f32> = (0..48).map(|c| 0.5 + c as f32 / 16.0).collect();
         let shift: Vec<f32> = (0..48).map(|c| c as f32 / 3.0 - 8.0).collect();
-        let chain = Chain {
-            insts: vec![
-                Inst::Input(0),
-                Inst::Input(1),
-                Inst::Binary(BinaryFn::Mul, 0, 1),
-                Inst::Input(2),
-                Inst::Binary(BinaryFn::Add, 2, 3),
-                Inst::Unary(UnaryFn::Relu, 4),
-            ],
-        };
+        let affine = vec![
+            Inst::Input(0),
+            Inst::Input(1),
+            Inst::Binary(BinaryFn::Mul, 0, 1),
+            Inst::Input(2),
+            Inst::Binary(BinaryFn::Add, 2, 3),
+        ];
+        let relu = [affine.clone(), vec![Inst::Unary(UnaryFn::Relu, 4)]].concat();
+        let silu = [affine, vec![Inst::Unary(UnaryFn::Sigmoid, 4), Inst::Binary(BinaryFn::Mul, 4, 5)]].concat();
         let lanes = vec![0, 64, 0, 0, 4];
         let operands = [(Elem::F32, packed_strides(&dims, 4)), (Elem::F32, lanes.clone()), (Elem::F32, lanes)];
-        let spec = Loops::elementwise_into(&dims, &operands, chain, Elem::F32);
-        let run = |wide: bool| {
-            let mut jit = Jit::with_wide(None, wide).expect("jit");
-            let k = jit.add(&spec).expect("compiles");
-            let code = jit.finish().expect("finishes");
-            if wide && std::arch::is_x86_feature_detected!("avx512f") {
-                let Entry::Wide(w) = &code.fns[k].0 else { panic!("not tiles") };
-                assert_eq!(w.dims, [3, 5 * 7 * 16], "rows are planes of blocks");
+        for (insts, linear) in [(relu, true), (silu, false)] {
+            let chain = Chain { insts };
+            let spec = Loops::elementwise_into(&dims, &operands, chain.clone(), Elem::F32);
+            let expected: Vec<f32> = (0..x.len())
+                .map(|i| {
+                    let c = i / (5 * 7 * 16) * 16 + i % 16;
+                    chain.eval(&[x[i], scale[c], shift[c]])
+                })
+                .collect();
+            for wide in [false, true] {
+                let mut jit = Jit::with_wide(None, wide).expect("jit");
+                let k = jit.add(&spec).expect("compiles");
+                let code = jit.finish().expect("finishes");
+                if wide && std::arch::is_x86_feature_detected!("avx2") {
+                    let Entry::Wide(w) = &code.fns[k].0 else { panic!("not tiles") };
+                    assert_eq!(w.dims, [3, 5 * 7 * 16], "rows are planes of blocks");
+                    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+                    assert_eq!(w.linear.is_some(), linear && avx512, "in registers where linear");
+                }
+                let ins: Vec<&[u8]> = [&x, &scale, &shift].iter().map(|v| bytemuck::cast_slice(v.as_slice())).collect();
+                for threads in [1, 2] {
+                    let mut y = vec![f32::NAN; x.len()];
+                    code.call(k, &ins, bytemuck::cast_slice_mut(&mut y), threads).expect("runs");
+                    assert_eq!(y, expected, "tiles: {wide}, linear: {linear}, threads: {threads}");
+                }
             }
-            let ins: Vec<&[u8]> = [&x, &scale, &shift].iter().map(|v| bytemuck::cast_slice(v.as_slice())).collect();
-            let mut y = vec![f32::NAN; x.len()];
-            code.call(k, &ins, bytemuck::cast_slice_mut(&mut y), 2).expect("runs");
-            y
-        };
-        let expected: Vec<f32> = (0..x.len())
-            .map(|i| {
-                let c = i / (5 * 7 * 16) * 16 + i % 16;
-                (x[i] * scale[c] + shift[c]).max(0.0)
-            })
-            .collect();
-        assert_eq!(run(false), expected);
-        assert_eq!(run(true), expected);
+        }
     }
 }
