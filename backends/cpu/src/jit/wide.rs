@@ -62,6 +62,9 @@ pub struct Wide {
     lanes: Vec<bool>,
 }
 
+/// Dims, byte strides per operand (the output last), and which inputs are lanes: [`lanes`]' merged loops.
+type Merged = (Vec<usize>, Vec<Vec<usize>>, Vec<bool>);
+
 /// A chain over values in channel blocks with a per-channel operand (`lower/blocks.rs`, `chain`): loops whose
 /// innermost axis is a block's 16 lanes, the output and every input contiguous across the last two axes, a
 /// constant along both, or 16 f32 the same at every step of the second-last (a per-channel operand). As they
@@ -69,7 +72,7 @@ pub struct Wide {
 /// operand repeats every 16 elements: a [`Leaf::Lanes`] in registers, a tile filled with its pattern otherwise
 /// (with three axes or more: the outermost is not merged). Returns the merged dims and strides (a lanes
 /// operand's innermost stride is 4, never stepped) and which inputs are lanes; `None` where the loops are not so.
-fn lanes(spec: &Loops) -> Option<(Vec<usize>, Vec<Vec<usize>>, Vec<bool>)> {
+fn lanes(spec: &Loops) -> Option<Merged> {
     let rank = spec.dims.len();
     let last_two = |o: &Operand| (o.strides[rank - 2], o.strides[rank - 1]);
     // The outermost axis stays as it is: the caller splits it into bands for threads.
