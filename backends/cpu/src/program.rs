@@ -162,7 +162,11 @@ impl Program {
         let (way, trial) = self.way.next();
         let start = Instant::now();
         let ran = match way {
-            Way::Caller => self.run_here(inputs, profile, 1),
+            Way::Caller => {
+                // `crate::warm`, rule 8: the pool's spinners would take the core this run needs.
+                self.warm.quiet();
+                self.run_here(inputs, profile, 1)
+            }
             Way::Pool => self.run_in_pool(inputs, profile),
         };
         if trial && ran.is_ok() {

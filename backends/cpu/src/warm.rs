@@ -44,12 +44,18 @@
 //!    (`sched_yield`), which runs any thread ready on it and else returns at once. Over 20 processes of 16 runs
 //!    each, the seventh run stalled (0.8–5 ms) in 9 before and in none after, and SqueezeNet at two threads is
 //!    unchanged (4.4–4.7 ms). What the scheduler does is measured here, not tested.
+//! 8. **A run on the caller's thread quiets them.** A program that runs on the caller's thread (`inline.rs`: its
+//!    trials there, or that way kept) has no use for spinners, and two of them on a machine of two cores take the
+//!    core the run needs, or share it (the suite's transformer block: its caller-thread trials ran right after the
+//!    pool's, beside their spinners, lost to the pool, and every later run took 0.053 ms in the pool where one
+//!    thread takes 0.041). So such a run quiets the pool ([`Warm::quiet`]): each spinner returns at its next idle
+//!    round instead of after [`IDLE`]. The next run in the pool starts them again (rule 1).
 //!
-//! Tests: `two_threads_keep_spinners_that_stop_when_idle` (rules 1, 3 and 4) and
+//! Tests: `two_threads_keep_spinners_that_stop_when_idle` (rules 1, 3, 4 and 8) and
 //! `a_run_on_a_spinners_thread_has_another_spinner` (rules 5 and 6) here; the parallel kernels' tests run with
 //! threads and spinners as before (rule 2 changes who runs a job, not what it computes).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,6 +93,8 @@ pub(crate) struct Warm {
     live: Arc<AtomicUsize>,
     /// Runs in progress in the pool (rule 6).
     runs: AtomicUsize,
+    /// Set by a run on the caller's thread, cleared by one in the pool (rule 8).
+    quiet: Arc<AtomicBool>,
 }
 
 /// A run in the pool, from its start on the thread that runs it until dropped (rules 5 and 6).
@@ -137,6 +145,7 @@ impl Warm {
         if threads != 2 {
             return;
         }
+        self.quiet.store(false, Ordering::Release);
         let each = pool.current_num_threads();
         loop {
             let live = self.live.load(Ordering::Acquire);
@@ -146,13 +155,18 @@ impl Warm {
             if self.live.compare_exchange(live, live + each, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 continue;
             }
-            let count = self.live.clone();
+            let (count, quiet) = (self.live.clone(), self.quiet.clone());
             pool.spawn_broadcast(move |_| {
                 let _ends = Ends(count.clone());
-                spinner();
+                spinner(&quiet);
             });
             return;
         }
+    }
+
+    /// Rule 8: the spinners alive return at their next idle round.
+    pub(crate) fn quiet(&self) {
+        self.quiet.store(true, Ordering::Release);
     }
 
     /// Spinners alive now.
@@ -162,18 +176,18 @@ impl Warm {
     }
 }
 
-/// A spinner: rule 4, then rules 2 and 3.
-fn spinner() {
+/// A spinner: rule 4, then rules 2, 3 and 8.
+fn spinner(quiet: &AtomicBool) {
     if !BUSY.with(|r| r.get()) {
         let _busy = Busy::mark();
         let was = SPINNING.with(|r| r.replace(true));
-        spin();
+        spin(quiet);
         SPINNING.with(|r| r.set(was));
     }
 }
 
-/// Rules 2 and 3: runs the pool's jobs until none came for [`IDLE`].
-fn spin() {
+/// Rules 2, 3 and 8: runs the pool's jobs until none came for [`IDLE`], or until quieted.
+fn spin(quiet: &AtomicBool) {
     let mut last = Instant::now();
     let mut idle = 0u32;
     loop {
@@ -183,6 +197,9 @@ fn spin() {
                 idle = 0;
             }
             Some(rayon::Yield::Idle) => {
+                if quiet.load(Ordering::Acquire) {
+                    return;
+                }
                 idle = idle.wrapping_add(1);
                 // The clock only every 64 idle rounds: a round is a few nanoseconds.
                 if idle.is_multiple_of(64) {
@@ -218,7 +235,7 @@ mod tests {
         let marked = pool.install(|| {
             let _running = super::Busy::mark();
             let before = std::time::Instant::now();
-            super::spinner();
+            super::spinner(&warm.quiet);
             before.elapsed()
         });
         assert!(marked < IDLE, "a spinner on the running thread returned after {marked:?}");
@@ -231,6 +248,17 @@ mod tests {
             std::thread::sleep(IDLE / 4);
         }
         assert_eq!(warm.live(), 0, "the spinner stopped after {IDLE:?} without a job");
+        // Rule 8: quieted, a spinner returns at its first idle round, not after `IDLE`; a run in the pool (`keep`)
+        // lifts the quiet.
+        warm.quiet();
+        let quieted = pool.install(|| {
+            let before = std::time::Instant::now();
+            super::spinner(&warm.quiet);
+            before.elapsed()
+        });
+        assert!(quieted < IDLE, "a quieted spinner returned after {quieted:?}");
+        warm.keep(&pool, 2);
+        assert!(!warm.quiet.load(std::sync::atomic::Ordering::Acquire), "a run in the pool lifts the quiet");
     }
 
     #[test]
