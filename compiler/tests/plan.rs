@@ -470,6 +470,36 @@ fn join(inputs: &[&str], a_out: bool) -> Graph {
 }
 
 #[test]
+fn a_join_of_a_join_holds_what_the_first_held() {
+    // c = a ++ b, read by a Neg as well; e = c ++ d: DenseNet's growing concatenation. All four sit in e's buffer
+    // where e has them, and neither join copies.
+    let mut g = Graph::new("joins");
+    let x = g.add_input("x", f32s(&[1, 64]));
+    let neg = |g: &mut Graph, name: &str, from: ValueId, width: usize| {
+        let n = g.add_node(name, Op::Unary(Unary::Neg), vec![Some(from)], vec![Some((name.into(), f32s(&[1, width])))]);
+        g.node(n).outputs[0].expect("output")
+    };
+    let (a, b) = (neg(&mut g, "a", x, 64), neg(&mut g, "b", x, 192));
+    let c = g.add_node("c", Op::Concat { axis: 1 }, vec![Some(a), Some(b)], vec![Some(("c".into(), f32s(&[1, 256])))]);
+    let c = g.node(c).outputs[0].expect("c");
+    let r = neg(&mut g, "r", c, 256);
+    let d = neg(&mut g, "d", r, 64);
+    let e = g.add_node("e", Op::Concat { axis: 1 }, vec![Some(c), Some(d)], vec![Some(("e".into(), f32s(&[1, 320])))]);
+    let e = g.node(e).outputs[0].expect("e");
+    let out = neg(&mut g, "out", e, 320);
+    g.add_output("out", out);
+    let p = plan::plan(&g, &[&cpu()], &PlanOptions::default()).expect("plans");
+    let arena = &p.arenas[0];
+    let held = arena.buffer_of("e").expect("e in the arena");
+    let at = |v: &str| held.inside.iter().find(|(n, _)| n == v).map(|(_, at)| *at);
+    assert_eq!([at("c"), at("a"), at("b"), at("d")], [Some(0), Some(0), Some(256), Some(1024)], "{held:?}");
+    let joins: Vec<(&str, Vec<&str>)> =
+        held.joins.iter().map(|(j, parts)| (j.as_str(), parts.iter().map(String::as_str).collect())).collect();
+    assert_eq!(joins, [("c", vec!["a", "b"]), ("e", vec!["c", "d"])]);
+    assert!(plan::show::text(&p).contains("2 outputs written by their inputs' producers: c = a ++ b, e = c ++ d"));
+}
+
+#[test]
 fn a_join_holds_its_inputs_where_its_output_has_them() {
     let cpu = cpu();
     let p = plan::plan(&join(&["a", "b"], false), &[&cpu], &PlanOptions::default()).expect("plans");

@@ -12,6 +12,9 @@
 //! placed inside when each is the one value of its own buffer so far (no view or in-place output shares it), read
 //! once by the join, neither a graph output nor handed to another space, and at an offset in the output that is a
 //! multiple of the alignment: all of them, or none (one left to copy, and the join makes its whole output anyway).
+//! An input that is itself a join's output brings the values inside it along, each at its offset in the new
+//! buffer: DenseNet's growing concatenations (each block's `c_k = c_{k-1} ++ x_k`) all sit in the last one's
+//! buffer, and none copies.
 //! The buffer lives from the first input's step to the last read of any of them or of the output. Not when the
 //! output is a graph output or handed across (it is then outside the arena).
 //!
@@ -49,6 +52,10 @@ pub struct Buffer {
     /// where the join's output has them.
     #[serde(default)]
     pub inside: Vec<(String, usize)>,
+    /// The joins made in it, each output with its inputs in order (the buffer's first value's join, and those of
+    /// join outputs inside it).
+    #[serde(default)]
+    pub joins: Vec<(String, Vec<String>)>,
 }
 
 /// The arena of one memory space.
@@ -84,8 +91,10 @@ struct Interval {
     bytes: usize,
     start: usize,
     end: usize,
-    /// Values placed inside at an offset (a join's inputs).
+    /// Values placed inside at an offset (a join's inputs, and what was inside them).
     inside: Vec<(ValueId, usize)>,
+    /// The joins made in it: output, inputs.
+    joins: Vec<(ValueId, Vec<ValueId>)>,
 }
 
 /// Plans the arenas of every space that `steps` (each segment's target and its kernel steps, in run order) use.
@@ -177,7 +186,8 @@ pub fn plan(
                     // A view of memory outside the arena (a graph input, a constant, a copy that arrived): none.
                     None if step.view && source.is_some() => {}
                     None => {
-                        let mut iv = Interval { values: vec![v], bytes, start: i, end, inside: Vec::new() };
+                        let mut iv =
+                            Interval { values: vec![v], bytes, start: i, end, inside: Vec::new(), joins: Vec::new() };
                         if joins && !outputs.contains(&v) && !handed.contains(&v) {
                             let reads: Vec<ValueId> =
                                 step.reads.iter().filter_map(|r| by_name.get(r)).copied().collect();
@@ -229,7 +239,7 @@ impl Join<'_> {
         }
         let starts: Vec<usize> = reads.iter().scan(0, |at, &r| Some(std::mem::replace(at, *at + bytes(r)))).collect();
         let fits = |(&r, &at): (&ValueId, &usize)| {
-            let alone = intervals.get(&r).is_some_and(|ri| ri.values == [r] && ri.inside.is_empty());
+            let alone = intervals.get(&r).is_some_and(|ri| ri.values == [r]);
             let once = reads.iter().filter(|&&x| x == r).count() == 1;
             let free = !self.outputs.contains(&r) && !self.handed.contains(&r) && root[r].is_none();
             alone && once && free && at % self.alignment == 0 && bytes(r) > 0
@@ -245,7 +255,14 @@ impl Join<'_> {
             iv.end = iv.end.max(ri.end);
             iv.inside.push((r, at));
             root[r] = Some(iv.values[0]);
+            // What a join placed inside `r` moves with it.
+            for (x, x_at) in ri.inside {
+                iv.inside.push((x, at + x_at));
+                root[x] = Some(iv.values[0]);
+            }
+            iv.joins.extend(ri.joins);
         }
+        iv.joins.push((iv.values[0], reads.to_vec()));
     }
 }
 
@@ -361,6 +378,7 @@ fn pack(
         }
     }
     let offsets = best.map(|b| b.1).unwrap_or_default();
+    let name = |v: ValueId| graph.value(v).name.clone();
     let mut buffers: Vec<Buffer> = intervals
         .iter()
         .zip(offsets)
@@ -370,6 +388,7 @@ fn pack(
             bytes: size(iv),
             live: (iv.start, iv.end),
             inside: iv.inside.iter().map(|&(v, at)| (graph.value(v).name.clone(), at)).collect(),
+            joins: iv.joins.iter().map(|(j, parts)| (name(*j), parts.iter().map(|&p| name(p)).collect())).collect(),
         })
         .collect();
     buffers.sort_by_key(|b| (b.offset, b.live.0));

@@ -118,11 +118,8 @@ pub fn text(plan: &Plan) -> String {
         let joined: Vec<String> = a
             .buffers
             .iter()
-            .filter(|b| !b.inside.is_empty())
-            .map(|b| {
-                let parts: Vec<&str> = b.inside.iter().map(|(v, _)| v.as_str()).collect();
-                format!("{} = {}", b.values.first().map_or("?", String::as_str), parts.join(" ++ "))
-            })
+            .flat_map(|b| &b.joins)
+            .map(|(output, parts)| format!("{output} = {}", parts.join(" ++ ")))
             .collect();
         if !joined.is_empty() {
             let _ = writeln!(
