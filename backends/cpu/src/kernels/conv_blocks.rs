@@ -148,23 +148,10 @@ fn plain_input(x: &[f32], c: usize, g: &Plane, w: &LanePack, epi: Epi<'_>, dest:
 mod tests {
     use super::*;
     use crate::kernels::blocked::{from_blocks, to_blocks};
-    use crate::kernels::conv_lanes;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n).map(|i| ((i * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0).collect()
-    }
-
-    fn geo(
-        (ih, iw): (usize, usize),
-        k: (usize, usize),
-        stride: (usize, usize),
-        dil: (usize, usize),
-        pad: [usize; 4],
-    ) -> Plane {
-        let out = |i: usize, k: usize, s: usize, d: usize, p: usize| (i + p - d * (k - 1) - 1) / s + 1;
-        let (oh, ow) = (out(ih, k.0, stride.0, dil.0, pad[0] + pad[2]), out(iw, k.1, stride.1, dil.1, pad[1] + pad[3]));
-        Plane { ih, iw, oh, ow, kh: k.0, kw: k.1, stride, dilation: dil, pad: (pad[0], pad[1]) }
-    }
+    use crate::kernels::conv_lanes::{
+        self,
+        tests::{geo, values},
+    };
 
     /// Rule 3: every layout pair gives `conv_lanes.rs`'s bits (itself held to `shifted.rs`'s), with a bias, a
     /// residual term and an activation, channels that fill their blocks or not, on one and two threads.
@@ -175,11 +162,11 @@ mod tests {
         }
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let cases = [
-            (16, 64, geo((13, 13), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1])),
-            (3, 40, geo((17, 15), (3, 3), (2, 2), (1, 1), [1, 1, 0, 1])),
-            (20, 70, geo((9, 11), (1, 1), (1, 1), (1, 1), [0; 4])),
-            (32, 16, geo((12, 12), (3, 3), (1, 1), (2, 2), [2, 2, 2, 2])),
-            (17, 33, geo((8, 9), (1, 1), (2, 2), (1, 1), [0; 4])),
+            (16, 64, geo((13, 13), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))),
+            (3, 40, geo((17, 15), (3, 3), (2, 2), (1, 1), (1, 1, 0, 1))),
+            (20, 70, geo((9, 11), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0))),
+            (32, 16, geo((12, 12), (3, 3), (1, 1), (2, 2), (2, 2, 2, 2))),
+            (17, 33, geo((8, 9), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0))),
         ];
         for (case, &(c, m, g)) in cases.iter().enumerate() {
             let n = 2;

@@ -531,16 +531,18 @@ impl Item<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::{conv2d, wanted, Act, LanePack, Plane, K_BLOCK};
     use crate::kernels::sgemm512::PackedA;
     use crate::kernels::shifted;
 
-    fn values(n: usize, seed: usize) -> Vec<f32> {
+    /// Test data: small values of both signs (also `conv_blocks.rs`'s).
+    pub(in crate::kernels) fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n).map(|i| ((i * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0).collect()
     }
 
-    fn geo(
+    /// The plane of a convolution of `(ih, iw)` by a `(kh, kw)` window (also `conv_blocks.rs`'s).
+    pub(in crate::kernels) fn geo(
         (ih, iw): (usize, usize),
         (kh, kw): (usize, usize),
         stride: (usize, usize),
