@@ -49,6 +49,18 @@ fn apply_axis(src: &[f64], outer: usize, in_len: usize, inner: usize, plan: &Axi
 /// # Panics
 /// On inconsistent shapes, parameters or slice lengths.
 pub fn resize<T: Float>(x: &[T], x_shape: &[usize], p: &ResizeParams<'_>, y: &mut [T], y_shape: &[usize]) {
+    resize_on(x, x_shape, p, y, y_shape, 1)
+}
+
+/// [`resize`] on `threads`: a resize that picks elements (nearest) splits its output rows between them.
+pub fn resize_on<T: Float + Send + Sync>(
+    x: &[T],
+    x_shape: &[usize],
+    p: &ResizeParams<'_>,
+    y: &mut [T],
+    y_shape: &[usize],
+    threads: usize,
+) {
     let rank = x_shape.len();
     assert_eq!(y_shape.len(), rank, "resize: output rank");
     assert_eq!(p.scales.len(), rank, "resize: one scale per axis");
@@ -61,7 +73,7 @@ pub fn resize<T: Float>(x: &[T], x_shape: &[usize], p: &ResizeParams<'_>, y: &mu
     let plans: Vec<Option<AxisPlan>> = (0..rank).map(|a| plan_axis(p, a, rank, x_shape[a], y_shape[a])).collect();
     let one_tap = |p: &AxisPlan| p.taps == 1 && p.coef.iter().all(|&c| c == 1.0) && !p.extrapolate.contains(&true);
     if rank > 0 && plans.iter().flatten().all(one_tap) {
-        pick(x, x_shape, &plans, y, y_shape);
+        pick(x, x_shape, &plans, y, y_shape, threads);
     } else {
         separable(x, x_shape, plans, p.extrapolation_value, y, y_shape);
     }
@@ -93,10 +105,22 @@ fn separable<T: Float>(
     }
 }
 
+/// Output elements below which a resize stays on one thread.
+const PARALLEL_MIN: usize = 1 << 15;
+
 /// A resize in which every output element is one input element (nearest, no extrapolation): each output row
 /// picks its elements from one input row, and a row that picks from the same input row as the one before is a
-/// copy of it (an upscale repeats rows).
-fn pick<T: Copy>(x: &[T], x_shape: &[usize], plans: &[Option<AxisPlan>], y: &mut [T], y_shape: &[usize]) {
+/// copy of it (an upscale repeats rows). On several threads each takes a band of whole output rows; a band's
+/// first row is picked, not copied, so the bytes are the same on any number of threads.
+fn pick<T: Copy + Send + Sync>(
+    x: &[T],
+    x_shape: &[usize],
+    plans: &[Option<AxisPlan>],
+    y: &mut [T],
+    y_shape: &[usize],
+    threads: usize,
+) {
+    use rayon::prelude::*;
     let rank = x_shape.len();
     let idx: Vec<Vec<usize>> =
         (0..rank).map(|a| plans[a].as_ref().map_or_else(|| (0..y_shape[a]).collect(), |p| p.idx.clone())).collect();
@@ -104,9 +128,38 @@ fn pick<T: Copy>(x: &[T], x_shape: &[usize], plans: &[Option<AxisPlan>], y: &mut
     for a in (0..rank.saturating_sub(1)).rev() {
         in_strides[a] = in_strides[a + 1] * x_shape[a + 1];
     }
+    let width = y_shape[rank - 1].max(1);
+    let rows = y.len() / width;
+    let band = |first: usize, y: &mut [T]| pick_rows(x, x_shape, &idx, &in_strides, y_shape, first, y);
+    if threads > 1 && y.len() >= PARALLEL_MIN && rows >= 2 * threads {
+        // Four bands a thread, so that a slow one is made up by the others.
+        let per = rows.div_ceil(4 * threads);
+        y.par_chunks_mut(per * width).enumerate().for_each(|(b, part)| band(b * per, part));
+    } else {
+        band(0, y);
+    }
+}
+
+/// Output rows `first ..` of [`pick`], into `y` (whole rows).
+fn pick_rows<T: Copy>(
+    x: &[T],
+    x_shape: &[usize],
+    idx: &[Vec<usize>],
+    in_strides: &[usize],
+    y_shape: &[usize],
+    first: usize,
+    y: &mut [T],
+) {
+    let rank = x_shape.len();
     let last = &idx[rank - 1];
     let width = y_shape[rank - 1];
+    // The multi-index of row `first` over the output's outer axes.
     let mut o = vec![0usize; rank - 1];
+    let mut rest = first;
+    for a in (0..rank - 1).rev() {
+        o[a] = rest % y_shape[a];
+        rest /= y_shape[a];
+    }
     let mut previous: Option<(usize, usize)> = None;
     for r in 0..y.len() / width.max(1) {
         let from: usize = o.iter().enumerate().map(|(a, &i)| idx[a][i] * in_strides[a]).sum();
@@ -176,11 +229,28 @@ mod tests {
             let mut want = vec![0.0; ys.iter().product()];
             separable(&x, &xs, plans.clone(), 0.0, &mut want, &ys);
             let mut got = vec![f32::NAN; want.len()];
-            pick(&x, &xs, &plans, &mut got, &ys);
+            pick(&x, &xs, &plans, &mut got, &ys, 1);
             assert_eq!(got, want, "{ct:?} {nm:?}");
             let mut through = vec![f32::NAN; want.len()];
             resize(&x, &xs, &p, &mut through, &ys);
             assert_eq!(through, want, "{ct:?} {nm:?}");
+        }
+    }
+
+    #[test]
+    fn picking_on_two_threads_gives_the_same_bytes() {
+        // An upscale by 2 and by 1.5 over an output large enough to split, bands starting mid-plane.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for (xs, ys) in [([1usize, 7, 40, 30], [1usize, 7, 80, 60]), ([2, 3, 60, 41], [2, 3, 90, 61])] {
+            let x: Vec<f32> = (0..xs.iter().product::<usize>()).map(|i| (i * 37 % 101) as f32 - 50.0).collect();
+            let scales: Vec<f32> = (0..4).map(|a| ys[a] as f32 / xs[a] as f32).collect();
+            let p = params(ResizeMode::Nearest, CoordinateTransform::Asymmetric, &scales);
+            let mut want = vec![0.0; ys.iter().product()];
+            resize(&x, &xs, &p, &mut want, &ys);
+            assert!(want.len() >= PARALLEL_MIN);
+            let mut got = vec![f32::NAN; want.len()];
+            pool.install(|| resize_on(&x, &xs, &p, &mut got, &ys, 2));
+            assert_eq!(got, want, "{xs:?} → {ys:?}");
         }
     }
 

@@ -595,11 +595,11 @@ pub(super) fn kernel(
         Op::Resize(r) => {
             let xs = in_shape(0);
             let spec = resize_spec(graph, r, inputs, xs.len())?;
-            Box::new(move |a, _| {
+            Box::new(move |a, cx| {
                 float!(wide, T => {
                     let x = floats::<T>(arg(a, 0)?)?;
                     let mut y = vec![T::zero(); out.iter().product()];
-                    resize::resize(&x, &xs, &spec.params(), &mut y, &out);
+                    resize::resize_on(&x, &xs, &spec.params(), &mut y, &out, cx.threads);
                     one(crate::storage::tensor_from_vec(&out, y)?)
                 })
             })
