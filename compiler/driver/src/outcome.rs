@@ -215,10 +215,18 @@ pub fn run_shared(
     if std::env::var_os("STOWAGE_PROFILE").is_some() {
         if let [p] = programs.as_slice() {
             let by_name = |v: &ValueId| given.iter().find(|(n, _)| *n == graph.value(*v).name).map(|(_, t)| t.clone());
-            let args = segments[0].inputs.iter().filter_map(by_name).collect();
-            let profile =
-                p.profile(args).map_err(|e| DriverError::Run { backend: opened[0].kind(), message: e.to_string() })?;
-            if let Some(profile) = profile {
+            // Several profiled runs, each step's median shown: one run alone is what the machine did then (at two
+            // threads, the first after a pause starts its workers from sleep: every parallel step looked slower
+            // than at one thread).
+            let mut runs = Vec::with_capacity(PROFILED_RUNS);
+            for _ in 0..PROFILED_RUNS {
+                let args = segments[0].inputs.iter().filter_map(by_name).collect();
+                let run = p
+                    .profile(args)
+                    .map_err(|e| DriverError::Run { backend: opened[0].kind(), message: e.to_string() })?;
+                runs.extend(run);
+            }
+            if let Some(profile) = median_profile(runs) {
                 print_profile(&profile);
             }
         }
@@ -435,8 +443,22 @@ fn first_and_median(mut times: Vec<f64>) -> (f64, f64) {
     (first, times[times.len() / 2])
 }
 
-/// With `STOWAGE_PROFILE` set: one more run, timed per step, summed per op, on stderr, then the eight slowest
-/// steps (every step with `STOWAGE_PROFILE=all`).
+/// Runs timed per step with `STOWAGE_PROFILE` set, after the timed runs.
+const PROFILED_RUNS: usize = 7;
+
+/// Each step's median over profiled runs of the same steps (`None` for no run).
+fn median_profile(mut runs: Vec<crate::backend::StepTimes>) -> Option<crate::backend::StepTimes> {
+    let mut first = runs.pop()?;
+    for (k, step) in first.iter_mut().enumerate() {
+        let mut times: Vec<f64> = runs.iter().filter_map(|r| r.get(k).map(|s| s.2)).chain([step.2]).collect();
+        times.sort_by(f64::total_cmp);
+        step.2 = times[times.len() / 2];
+    }
+    Some(first)
+}
+
+/// With `STOWAGE_PROFILE` set: [`PROFILED_RUNS`] more runs, timed per step (each step's median), summed per op, on
+/// stderr, then the eight slowest steps (every step with `STOWAGE_PROFILE=all`).
 fn print_profile(profile: &[(String, &'static str, f64)]) {
     let mut per_op: std::collections::BTreeMap<&str, (usize, f64)> = std::collections::BTreeMap::new();
     for (_, op, t) in profile {
