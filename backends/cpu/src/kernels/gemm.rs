@@ -225,6 +225,30 @@ pub fn gemm_strided<T: Float>(
                 prod_coef.to_f32(),
             )
         };
+        // One row against a B whose columns are contiguous (a classifier at batch 1): threads take bands of its
+        // columns, each a run of dot products (`sgemm`'s few-rows path), where a band of rows would leave one.
+        if m == 1 && b_rs == 1 && a_cs == 1 && threads > 1 && n >= 8 * threads && n * k >= DOTS_PARALLEL_MIN {
+            use rayon::prelude::*;
+            let per = n.div_ceil(4 * threads).next_multiple_of(4);
+            dst[..n].par_chunks_mut(per).enumerate().for_each(|(i, cols)| {
+                let j0 = i * per;
+                super::sgemm512::sgemm(
+                    1,
+                    cols.len(),
+                    k,
+                    cols,
+                    n,
+                    read_dst,
+                    dst_coef,
+                    a,
+                    (a_rs, a_cs),
+                    &b[j0 * b_cs..],
+                    (b_rs, b_cs),
+                    prod_coef,
+                );
+            });
+            return;
+        }
         // Threads take disjoint bands of destination rows (whole micro-tiles), each running the kernel on its band.
         let band = if threads > 1 && m >= 48 * threads { m.div_ceil(threads).next_multiple_of(12) } else { m };
         if band >= m {
@@ -372,6 +396,10 @@ pub fn column_bands(m: usize, n: usize, threads: usize) -> Option<usize> {
 
 /// The fewest columns per thread for [`column_bands`].
 pub const SPLIT_COLUMNS: usize = 64;
+
+/// Multiply-adds from which a single row against contiguous columns splits its columns over threads (about 1 MB of
+/// weights, tens of microseconds read).
+const DOTS_PARALLEL_MIN: usize = 1 << 18;
 /// Columns of the packed kernel's tile: bands of columns are whole tiles.
 const NR_COLUMNS: usize = 32;
 
@@ -657,6 +685,27 @@ mod tests {
             let mut y4 = vec![f32::NAN; m * n];
             gemm(&a, a_shape, ta, &b, b_shape, tb, None, 1.0, 1.0, &mut y4, 1);
             close(&y4, &naive_gemm(&a, ta, &b, tb, m, n, k, |_, _| 0.0, 1.0, 0.0));
+        }
+    }
+
+    /// One row against a transposed B (a classifier at batch 1): columns four at a time, any K and column count,
+    /// and on two threads (bands of columns) the same bytes as on one, close to the product in f64.
+    #[test]
+    fn one_row_against_columns_four_at_a_time_and_on_two_threads() {
+        let (k, n) = (1000, 301);
+        let a: Vec<f32> = (0..k).map(|i| ((i * 7 % 19) as f32 - 9.0) / 5.0).collect();
+        let b: Vec<f32> = (0..n * k).map(|i| ((i * 13 % 23) as f32 - 11.0) / 7.0).collect();
+        let run = |threads: usize| {
+            let mut y = vec![f32::NAN; n];
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            pool.install(|| gemm_strided(1, n, k, &mut y, n, false, 0.0, &a, k, 1, &b, 1, k, 1.5, threads));
+            y
+        };
+        let one = run(1);
+        assert_eq!(run(2), one);
+        for (j, &v) in one.iter().enumerate() {
+            let want: f64 = 1.5 * (0..k).map(|l| a[l] as f64 * b[j * k + l] as f64).sum::<f64>();
+            assert!((v as f64 - want).abs() <= 1e-4 * want.abs().max(1.0), "column {j}: {v} against {want}");
         }
     }
 
