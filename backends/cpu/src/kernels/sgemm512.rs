@@ -466,22 +466,24 @@ fn dot4(x: &[f32], b: &[f32], at: usize, stride: usize) -> [f32; 4] {
 #[target_feature(enable = "avx512f")]
 unsafe fn dot4_avx512(x: *const f32, ys: [*const f32; 4], n: usize) -> [f32; 4] {
     use std::arch::x86_64::_mm512_reduce_add_ps;
+    // acc[u][c]: column c's sums of lanes 16u .. 16u + 16 of each 64.
     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
     let mut l = 0;
     while l + 64 <= n {
-        for u in 0..4 {
+        for (u, sums) in acc.iter_mut().enumerate() {
             // SAFETY: l + 64 <= n, so lanes l + 16u .. l + 16u + 16 are inside `x` and every column.
             unsafe {
                 let xv = _mm512_loadu_ps(x.add(l + 16 * u));
-                for (c, y) in ys.iter().enumerate() {
-                    acc[c][u] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(y.add(l + 16 * u)), acc[c][u]);
+                for (sum, y) in sums.iter_mut().zip(&ys) {
+                    *sum = _mm512_fmadd_ps(xv, _mm512_loadu_ps(y.add(l + 16 * u)), *sum);
                 }
             }
         }
         l += 64;
     }
     let mut sums = [0f32; 4];
-    for (c, (sum, a)) in sums.iter_mut().zip(&acc).enumerate() {
+    for (c, sum) in sums.iter_mut().enumerate() {
+        let a = [acc[0][c], acc[1][c], acc[2][c], acc[3][c]];
         *sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
         for t in l..n {
             // SAFETY: t < n.
