@@ -49,7 +49,9 @@
 //!    core the run needs, or share it (the suite's transformer block: its caller-thread trials ran right after the
 //!    pool's, beside their spinners, lost to the pool, and every later run took 0.053 ms in the pool where one
 //!    thread takes 0.041). So such a run quiets the pool ([`Warm::quiet`]): each spinner returns at its next idle
-//!    round instead of after [`IDLE`]. The next run in the pool starts them again (rule 1).
+//!    round instead of after [`IDLE`]. The next run in the pool that rules 1 and 6 let keep spinners starts
+//!    them again. A caller-thread run beside another caller's run in the pool quiets that run's spinners too:
+//!    its parallel steps then wake the workers, as before spinners (runs of one program at once are rare).
 //!
 //! Tests: `two_threads_keep_spinners_that_stop_when_idle` (rules 1, 3, 4 and 8) and
 //! `a_run_on_a_spinners_thread_has_another_spinner` (rules 5 and 6) here; the parallel kernels' tests run with

@@ -49,7 +49,8 @@ pub struct Buffer {
     /// First and last step (in the order the backends run their steps) it is alive.
     pub live: (usize, usize),
     /// Values made inside it before its first value, each at an offset from its start (bytes): a join's inputs,
-    /// where the join's output has them.
+    /// where the join's output has them, and what was inside an input that is itself a join's output (so entries
+    /// may nest: `c` at 0 holding `a` at 0 and `b` after it).
     #[serde(default)]
     pub inside: Vec<(String, usize)>,
     /// The joins made in it, each output with its inputs in order (the buffer's first value's join, and those of

@@ -218,8 +218,9 @@ impl Wide {
                         }
                         tile_rows[k] = in_rows[k].cast();
                     }
-                    // SAFETY: this CPU has AVX-512F (`linear` is only made then); the leaves' inputs and the output
-                    // are contiguous f32 along the row, each within its extent for `inner` elements (the caller's
+                    // SAFETY: this CPU has AVX-512F (`linear` is only made then); the tile leaves' inputs and the
+                    // output are contiguous f32 along the row, each within its extent for `inner` elements, a lanes
+                    // leaf's 16 f32 within its extent (`lanes` checked its strides over the 16; the caller's
                     // contract), and the output is a buffer of its own.
                     unsafe { linear.row(&tile_rows, &row_values, out_row.cast(), inner) };
                 }
@@ -273,9 +274,10 @@ impl Wide {
                 tile_rows[k] = p.cast();
             }
             let out_row = out.wrapping_add(row * self.strides[n_in][0]).cast();
-            // SAFETY: this CPU has AVX-512F (`linear` is only made then); the leaves' inputs and the output are
-            // contiguous f32 along the row, each within its extent for `inner` elements (the caller's contract),
-            // and the output is a buffer of its own.
+            // SAFETY: this CPU has AVX-512F (`linear` is only made then); the tile leaves' inputs and the output are
+            // contiguous f32 along the row, each within its extent for `inner` elements, a lanes leaf's 16 f32
+            // within its extent (`lanes` checked its strides over the 16; the caller's contract), and the output
+            // is a buffer of its own.
             unsafe { linear.row(&tile_rows, &row_values, out_row, inner) };
         }
     }

@@ -137,14 +137,16 @@ pub(super) fn kernel(
 /// The loops of the generated chain rooted at `root` (`planned`) where its result is in channel blocks, over the
 /// blocks themselves, `[N, ⌈C/16⌉, H, W, 16]`: an operand of the result's shape is in blocks too (the plan ties
 /// them, `plan::blocked`'s `Along`), one of one value per channel (`layouts::per_channel`, a BatchNormalization's
-/// scale and shift, a squeeze-excitation's scales) is read through a stride of 0 along the plane and of one float
-/// along the block's lanes (its channels lie in order in either layout, since its plane is one element), a single
+/// scale and shift, a squeeze-excitation's scales) is read through a stride of 0 along the plane and its own
+/// channel stride along the block's lanes (packed, or the caller's where it is a graph input in `strided`'s byte
+/// strides; in blocks of whole blocks its bytes are the packed ones, its plane being one element), a single
 /// element steps 0. `None` where the result is packed.
 pub(super) fn chain(
     graph: &Graph,
     root: ir::NodeId,
     planned: &stowage_compiler::lowering::fuse::Planned,
     blocked: &HashMap<String, usize>,
+    strided: &HashMap<ValueId, Vec<usize>>,
 ) -> Option<Result<stowage_kir::Loops>> {
     use stowage_kir::{packed_strides, Body, Elem, Loops};
     let node = graph.node(root);
@@ -177,13 +179,16 @@ pub(super) fn chain(
             packed_strides(&dims, 4)
         } else if t.shape.iter().product::<usize>() == 1 {
             vec![0; 5]
-        } else if crate::layouts::per_channel(&t.shape, shape) && y.c.is_multiple_of(blocked::BLOCK) {
-            let at = |a: usize| (a + t.shape.len()).checked_sub(4).map_or(1, |i| t.shape[i]);
-            let (n, c) = (at(0), at(1));
-            // Floats per batch item: its channels, padded to whole blocks where it is held in blocks.
-            let item = if blocked.contains_key(name) { c.div_ceil(blocked::BLOCK) * blocked::BLOCK } else { c };
-            let lane = if c == 1 { 0 } else { 4 };
-            vec![if n == 1 { 0 } else { item * 4 }, lane * blocked::BLOCK, 0, 0, lane]
+        } else if crate::layouts::per_channel(&t.shape, shape) {
+            // Its own byte strides, axes right-aligned to [N, C, H, W] (an absent axis is one of extent 1).
+            let own = strided.get(&v).cloned().unwrap_or_else(|| packed_strides(&t.shape, 4));
+            let at = |a: usize| (a + t.shape.len()).checked_sub(4).map_or((1, 0), |i| (t.shape[i], own[i]));
+            let ((n, n_stride), (c, c_stride)) = (at(0), at(1));
+            if blocked.contains_key(name) && !c.is_multiple_of(blocked::BLOCK) {
+                return refuse(format!("per-channel operand '{name}' in padded blocks"));
+            }
+            let lane = if c == 1 { 0 } else { c_stride };
+            vec![if n == 1 { 0 } else { n_stride }, lane * blocked::BLOCK, 0, 0, lane]
         } else {
             return refuse(format!("operand '{name}' of shape {:?} broadcast", t.shape));
         };
@@ -397,4 +402,71 @@ fn operands<'g>(
         pad: (win.pads.first().copied().unwrap_or(0), win.pads.get(1).copied().unwrap_or(0)),
     };
     Ok((weights, bias, plane))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use stowage_compiler::ir::{Binary, Graph, Op, Unary, ValueType};
+    use stowage_compiler::lowering::fuse;
+    use stowage_runtime::DatumType;
+
+    use crate::kernels::blocked::{from_blocks, to_blocks, Blocks};
+
+    /// `relu(x · s + t)` over blocks of two batch items: `s` one value per item and channel, given in a caller's
+    /// layout (channels outermost), `t` one per channel, packed. The chain's loops over the blocks give the values
+    /// the packed definition gives, with `s` read through its own strides.
+    #[test]
+    fn a_chain_over_blocks_reads_per_channel_operands_through_their_strides() {
+        let (n, c, h, w) = (2, 32, 2, 3);
+        let f32s = |shape: &[usize]| ValueType::new(DatumType::F32, shape);
+        let mut g = Graph::new("chain");
+        let x = g.add_input("x", f32s(&[n, c, h, w]));
+        let s = g.add_input("s", f32s(&[n, c, 1, 1]));
+        let t = g.add_input("t", f32s(&[c, 1, 1]));
+        let node = |g: &mut Graph, name: &str, op: Op, ins: Vec<_>| {
+            let id = g.add_node(
+                name,
+                op,
+                ins.into_iter().map(Some).collect(),
+                vec![Some((name.into(), f32s(&[n, c, h, w])))],
+            );
+            (id, g.node(id).outputs[0].expect("output"))
+        };
+        let (_, m) = node(&mut g, "m", Op::Binary(Binary::Mul), vec![x, s]);
+        let (_, a) = node(&mut g, "a", Op::Binary(Binary::Add), vec![m, t]);
+        let (relu, r) = node(&mut g, "r", Op::Unary(Unary::Relu), vec![a]);
+        g.add_output("r", r);
+        // `s[i, ch]` at element ch·2 + i: byte strides [4, 8, 256, 256].
+        let strided: HashMap<_, _> = [(s, vec![4, 8, 256, 256])].into_iter().collect();
+        let planned = fuse::plan_with(&g, &HashSet::new(), &strided);
+        let blocked: HashMap<String, usize> = ["x", "m", "a", "r"].iter().map(|v| (v.to_string(), 16)).collect();
+        let loops = super::chain(&g, relu, &planned[&relu], &blocked, &strided).expect("in blocks").expect("loops");
+        let b = Blocks { n, c, h, w };
+        let xs: Vec<f32> = (0..n * c * h * w).map(|i| ((i * 13 % 29) as f32 - 14.0) / 3.0).collect();
+        let ss: Vec<f32> = (0..n * c).map(|i| 0.5 + (i % 7) as f32 / 4.0).collect();
+        let ts: Vec<f32> = (0..c).map(|ch| ch as f32 / 8.0 - 2.0).collect();
+        let mut xb = vec![0.0; b.len()];
+        to_blocks(&xs, b, &mut xb, 1);
+        let mut jit = crate::jit::Jit::new(None).expect("jit");
+        let k = jit.add(&loops).expect("compiles");
+        let code = jit.finish().expect("finishes");
+        // The inputs in the chain's order.
+        let by_value = |v| match v {
+            v if v == x => bytemuck::cast_slice::<f32, u8>(&xb),
+            v if v == s => bytemuck::cast_slice(&ss),
+            _ => bytemuck::cast_slice(&ts),
+        };
+        let ins: Vec<&[u8]> = planned[&relu].inputs.iter().map(|&v| by_value(v)).collect();
+        let mut yb = vec![f32::NAN; b.len()];
+        code.call(k, &ins, bytemuck::cast_slice_mut(&mut yb), 1).expect("runs");
+        let mut y = vec![0.0; xs.len()];
+        from_blocks(&yb, b, &mut y, 1);
+        for (e, &got) in y.iter().enumerate() {
+            let (i, ch) = (e / (c * h * w), e / (h * w) % c);
+            let want = (xs[e] * ss[ch * 2 + i] + ts[ch]).max(0.0);
+            assert_eq!(got, want, "element {e} (item {i}, channel {ch})");
+        }
+    }
 }

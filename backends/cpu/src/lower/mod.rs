@@ -421,7 +421,7 @@ fn generated(graph: &Graph, options: &LowerOptions) -> Result<Generated> {
     let mut gen = steps_of(graph, options);
     for (root, loops) in gen.kernels.iter_mut() {
         let Some(p) = gen.planned.get_mut(root) else { continue };
-        if let Some(blocked) = blocks::chain(graph, *root, p, &options.blocked) {
+        if let Some(blocked) = blocks::chain(graph, *root, p, &options.blocked, &gen.strided) {
             p.loops = blocked?;
             *loops = p.loops.clone();
         }
